@@ -1,0 +1,100 @@
+//! A short numeric summary of a graph: counts, kinds, depth and width.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::graph::{Graph, ModelError};
+use crate::topo;
+
+/// The numbers a person wants first about a graph. Made by [`Graph::summary`].
+///
+/// `Display` prints a short table:
+///
+/// ```text
+/// graph 'decode-step'
+///   nodes   4
+///   edges   4
+///   depth   3
+///   width   2
+///   roots   1
+///   leaves  1
+///   kinds   kernel 3, memcpy 1
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// The graph's label.
+    pub label: String,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Number of edges (distinct).
+    pub edges: usize,
+    /// Number of nodes of each kind, by [`crate::NodeKind::name`]. Child graphs count as one
+    /// `child_graph` node; their own nodes are not counted.
+    pub by_kind: BTreeMap<String, usize>,
+    /// Number of nodes on the longest path ([`Graph::depth`]).
+    pub depth: usize,
+    /// The largest number of nodes on one longest-path level ([`Graph::width`]).
+    pub width: usize,
+    /// Number of nodes without predecessors.
+    pub roots: usize,
+    /// Number of nodes without successors.
+    pub leaves: usize,
+}
+
+impl Graph {
+    /// Counts, kinds, depth and width of the graph, in O(N + E). A cycle, an edge naming an
+    /// unknown node, or a self-loop is an error.
+    pub fn summary(&self) -> Result<Summary, ModelError> {
+        let adj = self.adjacency()?;
+        let order = topo::topological_order(self, &adj)?;
+        let levels = topo::levels(&adj, &order);
+        let mut by_kind = BTreeMap::new();
+        for node in &self.nodes {
+            *by_kind.entry(node.kind.name().to_string()).or_insert(0) += 1;
+        }
+        let ids = (0..self.nodes.len() as u32).map(crate::NodeId);
+        Ok(Summary {
+            label: self.label.clone(),
+            nodes: self.nodes.len(),
+            edges: (0..self.nodes.len() as u32)
+                .map(|i| adj.successors(crate::NodeId(i)).len())
+                .sum(),
+            by_kind,
+            depth: topo::depth(&levels),
+            width: topo::width(&levels),
+            roots: ids
+                .clone()
+                .filter(|&i| adj.predecessors(i).is_empty())
+                .count(),
+            leaves: ids.filter(|&i| adj.successors(i).is_empty()).count(),
+        })
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "graph '{}'", self.label)?;
+        for (name, value) in [
+            ("nodes", self.nodes),
+            ("edges", self.edges),
+            ("depth", self.depth),
+            ("width", self.width),
+            ("roots", self.roots),
+            ("leaves", self.leaves),
+        ] {
+            writeln!(f, "  {name:<7} {value}")?;
+        }
+        let kinds: Vec<String> = self
+            .by_kind
+            .iter()
+            .map(|(kind, count)| format!("{kind} {count}"))
+            .collect();
+        let kinds = if kinds.is_empty() {
+            "none".to_string()
+        } else {
+            kinds.join(", ")
+        };
+        write!(f, "  {:<7} {kinds}", "kinds")
+    }
+}

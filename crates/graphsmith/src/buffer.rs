@@ -1,0 +1,136 @@
+//! Device memory with shared ownership: a buffer lives until its user and every graph and
+//! executable that references it let go, so no graph can run on freed memory.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use crate::context::Context;
+use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+
+/// Plain values that may live in device memory and be passed to kernels by value.
+///
+/// # Safety
+/// Implementors must be `Copy`, have no padding and no pointers to host memory, and be valid for
+/// every bit pattern (device memory is read back as raw bytes).
+pub unsafe trait Element: Copy + Send + Sync + 'static {}
+
+macro_rules! elements {
+    ($($t:ty),*) => { $(
+        // SAFETY: primitive numbers: no padding, valid for every bit pattern.
+        unsafe impl Element for $t {}
+    )* };
+}
+elements!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// One device allocation. Shared (`Arc`) between a [`DeviceBuffer`] and every graph, capture and
+/// executable that references it; freed when the last of them drops.
+pub(crate) struct Allocation {
+    pub ptr: sys::CUdeviceptr,
+    pub bytes: usize,
+    pub label: String,
+    pub ctx: Context,
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        let ptr = std::mem::replace(&mut self.ptr, 0);
+        if ptr == 0 {
+            return;
+        }
+        // SAFETY: ptr came from cuMemAlloc in this context and is freed exactly once (swapped to
+        // 0 above). No executable can still use it: every executable holds an Arc to this
+        // allocation and synchronises in its own Drop before releasing it.
+        self.ctx.drop_call(
+            || ObjectRef::new(ObjectKind::Buffer, &self.label),
+            || check(unsafe { sys::cuMemFree_v2(ptr) }, "cuMemFree"),
+        );
+    }
+}
+
+/// A typed device buffer of `len` elements, with a label.
+///
+/// Borrowing decides what a kernel launch records: `&buffer` is a read, `&mut buffer` a write.
+/// `DeviceBuffer` is not `Clone`: one owner mutates it; graphs keep the memory alive by sharing
+/// the allocation, not the buffer.
+pub struct DeviceBuffer<T: Element> {
+    pub(crate) alloc: Arc<Allocation>,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceBuffer '{}' ({} x {}, 0x{:x})",
+            self.alloc.label,
+            self.len,
+            std::any::type_name::<T>(),
+            self.alloc.ptr
+        )
+    }
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the buffer holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.len * std::mem::size_of::<T>()
+    }
+    /// The label given at allocation.
+    pub fn label(&self) -> &str {
+        &self.alloc.label
+    }
+    /// The device address (for interop and reports; graphsmith keeps ownership).
+    pub fn device_ptr(&self) -> u64 {
+        self.alloc.ptr
+    }
+    pub(crate) fn object(&self) -> ObjectRef {
+        ObjectRef::new(ObjectKind::Buffer, &self.alloc.label)
+    }
+}
+
+impl Context {
+    /// Allocates `len` elements of device memory (`cuMemAlloc`). The contents are not
+    /// initialised; fill them with [`crate::Stream::upload`] or a kernel.
+    #[track_caller]
+    pub fn alloc<T: Element>(&self, label: &str, len: usize) -> Result<DeviceBuffer<T>> {
+        let at = SourceLine::caller();
+        let me = ObjectRef::new(ObjectKind::Buffer, label);
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidInput {
+                    reason: format!("{len} elements of {} overflow usize", std::any::type_name::<T>()),
+                },
+                me.clone(),
+                "Context::alloc",
+                at,
+            )
+        })?;
+        let fail = |f: Failure| f.on(me.clone(), "Context::alloc", at);
+        self.bind().map_err(fail)?;
+        let mut ptr = 0;
+        // cuMemAlloc refuses 0 bytes; a zero-length buffer still gets a distinct address.
+        // SAFETY: the context is current; ptr is a valid out pointer.
+        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc").map_err(fail)?;
+        Ok(DeviceBuffer {
+            alloc: Arc::new(Allocation {
+                ptr,
+                bytes,
+                label: label.to_string(),
+                ctx: self.clone(),
+            }),
+            len,
+            _t: PhantomData,
+        })
+    }
+}

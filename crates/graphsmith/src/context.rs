@@ -1,0 +1,259 @@
+//! The CUDA context: one device's primary context, retained for as long as any graphsmith object
+//! made from it lives.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys;
+
+use crate::capture::CaptureRecord;
+use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+
+/// A failure inside `Drop`, kept with the object's label instead of being lost or panicking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DropFailure {
+    pub object: ObjectRef,
+    pub call: &'static str,
+    pub code: CudaCode,
+}
+
+/// Device limits read once, used to validate launches before the driver sees them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub max_threads_per_block: u32,
+    pub max_block: [u32; 3],
+    pub max_grid: [u32; 3],
+}
+
+pub(crate) struct ContextInner {
+    pub ordinal: usize,
+    pub device: sys::CUdevice,
+    pub raw: sys::CUcontext,
+    pub label: String,
+    pub limits: Limits,
+    drop_failures: Mutex<Vec<DropFailure>>,
+    /// Number of graphsmith captures running in this context; eager operations look up their
+    /// capture only while this is non-zero, so eager work pays nothing for the journal.
+    pub active_captures: AtomicUsize,
+    /// Running captures by the driver's capture id.
+    pub captures: Mutex<HashMap<u64, CaptureRecord>>,
+}
+
+// SAFETY: CUcontext and CUdevice are plain handles; the driver API is thread-safe for contexts
+// (any thread may make a context current), and the mutable state above is behind Mutex/atomics.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; no method hands out the raw handle for mutation.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // SAFETY: the primary context of `device` was retained exactly once in Context::new.
+        let rc = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+        // Nothing is left to record the failure in: the context is the log. Ignore, never panic.
+        let _ = rc;
+    }
+}
+
+/// One GPU's CUDA context. Cheap to clone (shared ownership); every stream, buffer, module,
+/// graph and executable made from it keeps it alive.
+///
+/// Thread safety: `Context` is `Send + Sync`. Each operation makes the context current on the
+/// calling thread first, so objects may be used from any thread.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Context '{}'", self.inner.label)
+    }
+}
+
+/// Whether a CUDA driver library can be loaded and initialised and has at least one device.
+/// Never panics; false on a machine without a GPU.
+pub fn gpu_available() -> bool {
+    driver_ready().is_ok()
+}
+
+/// Loads and initialises the driver, or says why it cannot.
+pub(crate) fn driver_ready() -> std::result::Result<(), String> {
+    // SAFETY: only tries to open the library; no symbol is called.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("libcuda.so could not be loaded (no NVIDIA driver installed)".into());
+    }
+    // SAFETY: the library is present (checked above), so symbol lookup cannot panic for cuInit.
+    let rc = unsafe { sys::cuInit(0) };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuInit returned {}", CudaCode(rc)));
+    }
+    let mut count = 0;
+    // SAFETY: cuInit succeeded; count is a valid out pointer.
+    let rc = unsafe { sys::cuDeviceGetCount(&mut count) };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuDeviceGetCount returned {}", CudaCode(rc)));
+    }
+    if count == 0 {
+        return Err("the driver reports no CUDA device".into());
+    }
+    Ok(())
+}
+
+fn attribute(device: sys::CUdevice, attr: sys::CUdevice_attribute) -> Result<i32, Failure> {
+    let mut value = 0;
+    // SAFETY: device came from cuDeviceGet; value is a valid out pointer.
+    check(
+        unsafe { sys::cuDeviceGetAttribute(&mut value, attr, device) },
+        "cuDeviceGetAttribute",
+    )?;
+    Ok(value)
+}
+
+impl Context {
+    /// Retains the primary context of device `ordinal`.
+    #[track_caller]
+    pub fn new(ordinal: usize) -> Result<Context> {
+        let at = SourceLine::caller();
+        let label = format!("gpu{ordinal}");
+        let me = ObjectRef::new(ObjectKind::Context, &label);
+        driver_ready().map_err(|reason| {
+            Error::new(ErrorKind::NoDriver { reason }, me.clone(), "Context::new", at)
+        })?;
+        let fail = |f: Failure| f.on(me.clone(), "Context::new", at);
+        let mut device = 0;
+        // SAFETY: the driver is initialised (driver_ready); device is a valid out pointer.
+        check(
+            unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) },
+            "cuDeviceGet",
+        )
+        .map_err(fail)?;
+        use sys::CUdevice_attribute as A;
+        let limits = Limits {
+            max_threads_per_block: attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+                .map_err(fail)? as u32,
+            max_block: [
+                attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X).map_err(fail)? as u32,
+                attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y).map_err(fail)? as u32,
+                attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z).map_err(fail)? as u32,
+            ],
+            max_grid: [
+                attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X).map_err(fail)? as u32,
+                attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y).map_err(fail)? as u32,
+                attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z).map_err(fail)? as u32,
+            ],
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: device is valid; the retain is balanced by the release in ContextInner::drop.
+        check(
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, device) },
+            "cuDevicePrimaryCtxRetain",
+        )
+        .map_err(fail)?;
+        let ctx = Context {
+            inner: Arc::new(ContextInner {
+                ordinal,
+                device,
+                raw,
+                label,
+                limits,
+                drop_failures: Mutex::new(Vec::new()),
+                active_captures: AtomicUsize::new(0),
+                captures: Mutex::new(HashMap::new()),
+            }),
+        };
+        ctx.bind().map_err(fail)?;
+        Ok(ctx)
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// The context's label (`gpu0`, ...).
+    pub fn label(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// The raw driver context, for interop. graphsmith keeps ownership.
+    pub fn raw(&self) -> sys::CUcontext {
+        self.inner.raw
+    }
+
+    /// The raw device handle.
+    pub fn device(&self) -> sys::CUdevice {
+        self.inner.device
+    }
+
+    pub(crate) fn object(&self) -> ObjectRef {
+        ObjectRef::new(ObjectKind::Context, &self.inner.label)
+    }
+
+    /// Makes this context current on the calling thread (a no-op when it already is).
+    pub(crate) fn bind(&self) -> Result<(), Failure> {
+        let mut current = std::ptr::null_mut();
+        // SAFETY: current is a valid out pointer.
+        check(unsafe { sys::cuCtxGetCurrent(&mut current) }, "cuCtxGetCurrent")?;
+        if current != self.inner.raw {
+            // SAFETY: raw is a retained primary context, valid until ContextInner drops.
+            check(unsafe { sys::cuCtxSetCurrent(self.inner.raw) }, "cuCtxSetCurrent")?;
+        }
+        Ok(())
+    }
+
+    /// Waits for all work in this context.
+    #[track_caller]
+    pub fn synchronize(&self) -> Result<()> {
+        let at = SourceLine::caller();
+        let fail = |f: Failure| f.on(self.object(), "Context::synchronize", at);
+        self.bind().map_err(fail)?;
+        // SAFETY: the context is current on this thread.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize").map_err(fail)
+    }
+
+    /// Free and total device memory in bytes (`cuMemGetInfo`).
+    #[track_caller]
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        let at = SourceLine::caller();
+        let fail = |f: Failure| f.on(self.object(), "Context::memory_info", at);
+        self.bind().map_err(fail)?;
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: the context is current; both are valid out pointers.
+        check(unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }, "cuMemGetInfo").map_err(fail)?;
+        Ok((free, total))
+    }
+
+    /// Failures that happened inside `Drop` of objects of this context, oldest first. Drop never
+    /// panics; this is where its failures go, each with the object's kind and label.
+    pub fn drop_failures(&self) -> Vec<DropFailure> {
+        match self.inner.drop_failures.lock() {
+            Ok(list) => list.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Records a failure from a `Drop`.
+    pub(crate) fn record_drop_failure(&self, object: ObjectRef, failure: Failure) {
+        let entry = DropFailure {
+            object,
+            call: failure.call,
+            code: failure.code,
+        };
+        match self.inner.drop_failures.lock() {
+            Ok(mut list) => list.push(entry),
+            Err(poisoned) => poisoned.into_inner().push(entry),
+        }
+    }
+
+    /// Runs a driver call in `Drop`: binds the context, and records instead of panicking.
+    pub(crate) fn drop_call(&self, object: impl FnOnce() -> ObjectRef, call: impl FnOnce() -> Result<(), Failure>) {
+        if let Err(failure) = self.bind().and_then(|_| call()) {
+            self.record_drop_failure(object(), failure);
+        }
+    }
+
+    pub(crate) fn captures_active(&self) -> bool {
+        self.inner.active_captures.load(Ordering::Acquire) > 0
+    }
+}

@@ -1,0 +1,286 @@
+//! Errors that name the object (kind and label), the operation, the caller's line and, for driver
+//! failures, the real CUDA code.
+
+use std::fmt;
+use std::panic::Location;
+
+use cudarc::driver::sys;
+
+/// The kinds of objects graphsmith owns; every error names one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    Driver,
+    Context,
+    Stream,
+    Event,
+    Buffer,
+    Module,
+    Kernel,
+    Graph,
+    Node,
+    Exec,
+    Capture,
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// An object by kind and label: `Graph 'decode-step'`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    pub kind: ObjectKind,
+    pub label: String,
+}
+
+impl ObjectRef {
+    pub fn new(kind: ObjectKind, label: impl Into<String>) -> Self {
+        Self {
+            kind,
+            label: label.into(),
+        }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} '{}'", self.kind, self.label)
+    }
+}
+
+/// A CUDA driver result code other than success.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CudaCode(pub sys::CUresult);
+
+impl CudaCode {
+    /// The numeric value, e.g. 900.
+    pub fn number(self) -> u32 {
+        self.0 as u32
+    }
+    /// The driver's name, e.g. `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
+    pub fn name(self) -> String {
+        format!("{:?}", self.0)
+    }
+    /// The driver's own description (`cuGetErrorString`), when the driver can give one.
+    pub fn description(self) -> Option<String> {
+        let mut text: *const std::ffi::c_char = std::ptr::null();
+        // SAFETY: a CudaCode only exists after a driver call returned it, so the driver library is
+        // loaded; cuGetErrorString writes a pointer to a static string or leaves it null.
+        let rc = unsafe { sys::cuGetErrorString(self.0, &mut text) };
+        if rc != sys::CUresult::CUDA_SUCCESS || text.is_null() {
+            return None;
+        }
+        // SAFETY: non-null pointers from cuGetErrorString point to NUL-terminated static strings.
+        Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
+    }
+    /// Whether this code means the context (or the whole driver) is gone.
+    pub fn is_context_gone(self) -> bool {
+        matches!(
+            self.0,
+            sys::CUresult::CUDA_ERROR_INVALID_CONTEXT
+                | sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
+                | sys::CUresult::CUDA_ERROR_DEINITIALIZED
+                | sys::CUresult::CUDA_ERROR_CONTEXT_ALREADY_IN_USE
+        )
+    }
+}
+
+impl fmt::Display for CudaCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.number())?;
+        if let Some(text) = self.description() {
+            write!(f, ": {text}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A source location (the caller's, taken with `#[track_caller]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SourceLine {
+    pub file: &'static str,
+    pub line: u32,
+    pub column: u32,
+}
+
+impl SourceLine {
+    /// The caller of the `#[track_caller]` function that calls this.
+    #[track_caller]
+    pub fn caller() -> Self {
+        Location::caller().into()
+    }
+}
+
+impl From<&'static Location<'static>> for SourceLine {
+    fn from(l: &'static Location<'static>) -> Self {
+        Self {
+            file: l.file(),
+            line: l.line(),
+            column: l.column(),
+        }
+    }
+}
+
+impl fmt::Display for SourceLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
+}
+
+/// What went wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A driver call failed.
+    Cuda {
+        call: &'static str,
+        code: CudaCode,
+    },
+    /// The context the object lives in is gone (destroyed or reset by other code).
+    ContextGone {
+        call: &'static str,
+        code: CudaCode,
+    },
+    /// No CUDA driver library could be loaded, or it has no device.
+    NoDriver { reason: String },
+    /// Launch geometry the device cannot run.
+    InvalidGeometry { reason: String },
+    /// Arguments that do not match the kernel's parameters.
+    ArgMismatch { reason: String },
+    /// A dependency on a node of another graph.
+    ForeignNode { node: String, node_graph: String },
+    /// `end_capture` on a stream that never began one.
+    NotCapturing,
+    /// `begin_capture` on a stream that is already capturing.
+    AlreadyCapturing { label: String },
+    /// An operation that is not allowed while the stream captures.
+    NotAllowedDuringCapture { reason: String },
+    /// A null handle was passed where a live one is required.
+    NullHandle { what: &'static str },
+    /// Other bad input (sizes that do not match, ...).
+    InvalidInput { reason: String },
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorKind::Cuda { call, code } => write!(f, "{call} returned {code}"),
+            ErrorKind::ContextGone { call, code } => {
+                write!(f, "the CUDA context is gone: {call} returned {code}")
+            }
+            ErrorKind::NoDriver { reason } => write!(f, "no usable CUDA driver: {reason}"),
+            ErrorKind::InvalidGeometry { reason } => write!(f, "invalid launch geometry: {reason}"),
+            ErrorKind::ArgMismatch { reason } => write!(f, "kernel arguments do not match: {reason}"),
+            ErrorKind::ForeignNode { node, node_graph } => write!(
+                f,
+                "dependency on node '{node}' of graph '{node_graph}', which is another graph"
+            ),
+            ErrorKind::NotCapturing => write!(f, "the stream is not capturing"),
+            ErrorKind::AlreadyCapturing { label } => {
+                write!(f, "the stream is already capturing '{label}'")
+            }
+            ErrorKind::NotAllowedDuringCapture { reason } => {
+                write!(f, "not allowed while the stream captures: {reason}")
+            }
+            ErrorKind::NullHandle { what } => write!(f, "{what} is null"),
+            ErrorKind::InvalidInput { reason } => write!(f, "invalid input: {reason}"),
+        }
+    }
+}
+
+/// A graphsmith error: which object, which operation, where it was called from, and what went
+/// wrong. Display reads `Graph::add_kernel on Graph 'step' at src/main.rs:12:5: ...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    /// The object the operation was applied to.
+    pub object: ObjectRef,
+    /// The graphsmith operation, e.g. `Exec::launch`.
+    pub op: &'static str,
+    /// The caller's line.
+    pub at: SourceLine,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, object: ObjectRef, op: &'static str, at: SourceLine) -> Self {
+        Self {
+            kind,
+            object,
+            op,
+            at,
+        }
+    }
+
+    /// The CUDA code, when the error came from the driver.
+    pub fn cuda_code(&self) -> Option<CudaCode> {
+        match &self.kind {
+            ErrorKind::Cuda { code, .. } | ErrorKind::ContextGone { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// A suggested fix, when there is a known one.
+    pub fn fix(&self) -> Option<&'static str> {
+        Some(match &self.kind {
+            ErrorKind::ContextGone { .. } => "the context was destroyed or reset by other code (cudaDeviceReset, cuDevicePrimaryCtxReset); create a new Context and rebuild the graph",
+            ErrorKind::NoDriver { .. } => "run on a machine with an NVIDIA GPU and driver (libcuda.so); CPU-only work (model, doctor, explain) needs none",
+            ErrorKind::InvalidGeometry { .. } => "choose a grid and block within the device limits (graphsmith probe prints them)",
+            ErrorKind::ArgMismatch { .. } => "pass one argument per kernel parameter, each of the parameter's size",
+            ErrorKind::ForeignNode { .. } => "depend only on nodes returned by this graph's own builder calls",
+            ErrorKind::NotCapturing => "call begin_capture on this stream first, or use Stream::capture",
+            ErrorKind::AlreadyCapturing { .. } => "end the running capture first",
+            ErrorKind::NotAllowedDuringCapture { .. } => "do it before begin_capture or after end_capture, or add an explicit graph node",
+            ErrorKind::NullHandle { .. } => "pass a live handle",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} on {} at {}: {}", self.op, self.object, self.at, self.kind)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// graphsmith's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A failed driver call before it is attached to an object.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Failure {
+    pub call: &'static str,
+    pub code: CudaCode,
+}
+
+impl Failure {
+    /// Attaches the object, operation and caller's line.
+    pub fn on(self, object: ObjectRef, op: &'static str, at: SourceLine) -> Error {
+        let kind = if self.code.is_context_gone() {
+            ErrorKind::ContextGone {
+                call: self.call,
+                code: self.code,
+            }
+        } else {
+            ErrorKind::Cuda {
+                call: self.call,
+                code: self.code,
+            }
+        };
+        Error::new(kind, object, op, at)
+    }
+}
+
+/// Turns a raw driver result into `Result<(), Failure>`.
+pub(crate) fn check(rc: sys::CUresult, call: &'static str) -> Result<(), Failure> {
+    if rc == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Failure {
+            call,
+            code: CudaCode(rc),
+        })
+    }
+}

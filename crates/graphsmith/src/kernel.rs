@@ -1,0 +1,350 @@
+//! Modules, kernels, launch geometry and kernel arguments that record what they touch.
+
+use std::ffi::{c_void, CString};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use graphsmith_model::{Access, AccessMode, Dim3};
+
+use crate::buffer::{Allocation, DeviceBuffer, Element};
+use crate::context::{Context, Limits};
+use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+
+pub(crate) struct ModuleInner {
+    raw: sys::CUmodule,
+    label: String,
+    ctx: Context,
+}
+
+// SAFETY: a CUmodule handle may be used from any thread once loaded; graphsmith only reads it.
+unsafe impl Send for ModuleInner {}
+// SAFETY: as above.
+unsafe impl Sync for ModuleInner {}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+        if raw.is_null() {
+            return;
+        }
+        // SAFETY: raw came from cuModuleLoadData and is unloaded once. Kernels, graphs and
+        // executables that use its functions hold an Arc<ModuleInner>, so none outlives it.
+        self.ctx.drop_call(
+            || ObjectRef::new(ObjectKind::Module, &self.label),
+            || check(unsafe { sys::cuModuleUnload(raw) }, "cuModuleUnload"),
+        );
+    }
+}
+
+/// A loaded module (PTX or cubin). Cheap to clone.
+#[derive(Clone)]
+pub struct Module {
+    pub(crate) inner: Arc<ModuleInner>,
+}
+
+/// A kernel of a module, with its parameter layout read from the driver (`cuFuncGetParamInfo`).
+#[derive(Clone)]
+pub struct Kernel {
+    pub(crate) func: sys::CUfunction,
+    pub(crate) name: String,
+    /// (offset, size) of each parameter.
+    pub(crate) params: Vec<(usize, usize)>,
+    pub(crate) module: Module,
+}
+
+// SAFETY: a CUfunction is an immutable handle into a loaded module that the Kernel keeps alive.
+unsafe impl Send for Kernel {}
+// SAFETY: as above.
+unsafe impl Sync for Kernel {}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kernel '{}' ({} params)", self.name, self.params.len())
+    }
+}
+
+impl Context {
+    /// Loads a module from PTX text (`cuModuleLoadData`).
+    #[track_caller]
+    pub fn load_ptx(&self, label: &str, ptx: &str) -> Result<Module> {
+        let at = SourceLine::caller();
+        let me = ObjectRef::new(ObjectKind::Module, label);
+        let image = CString::new(ptx).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidInput {
+                    reason: "PTX text contains a NUL byte".into(),
+                },
+                me.clone(),
+                "Context::load_ptx",
+                at,
+            )
+        })?;
+        let fail = |f: Failure| f.on(me.clone(), "Context::load_ptx", at);
+        self.bind().map_err(fail)?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the context is current; image is a NUL-terminated PTX string alive for the call.
+        check(
+            unsafe { sys::cuModuleLoadData(&mut raw, image.as_ptr() as *const c_void) },
+            "cuModuleLoadData",
+        )
+        .map_err(fail)?;
+        Ok(Module {
+            inner: Arc::new(ModuleInner {
+                raw,
+                label: label.to_string(),
+                ctx: self.clone(),
+            }),
+        })
+    }
+
+    /// graphsmith's own test and benchmark kernels (`kernels/graphsmith_kernels.cu`, shipped
+    /// as PTX).
+    #[track_caller]
+    pub fn builtin_kernels(&self) -> Result<Module> {
+        self.load_ptx("graphsmith-kernels", crate::BUILTIN_PTX)
+    }
+}
+
+impl Module {
+    /// The module's label.
+    pub fn label(&self) -> &str {
+        &self.inner.label
+    }
+
+    /// Looks up a kernel by its symbol name and reads its parameter layout.
+    #[track_caller]
+    pub fn kernel(&self, name: &str) -> Result<Kernel> {
+        let at = SourceLine::caller();
+        let me = ObjectRef::new(ObjectKind::Kernel, name);
+        let c_name = CString::new(name).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidInput {
+                    reason: "kernel name contains a NUL byte".into(),
+                },
+                me.clone(),
+                "Module::kernel",
+                at,
+            )
+        })?;
+        let fail = |f: Failure| f.on(me.clone(), "Module::kernel", at);
+        self.inner.ctx.bind().map_err(fail)?;
+        let mut func = std::ptr::null_mut();
+        // SAFETY: the module is loaded (kept alive by self); c_name is NUL-terminated.
+        check(
+            unsafe { sys::cuModuleGetFunction(&mut func, self.inner.raw, c_name.as_ptr()) },
+            "cuModuleGetFunction",
+        )
+        .map_err(fail)?;
+        // SAFETY: func was just returned by the driver for a loaded module.
+        let params = unsafe { param_layout(func) }.map_err(fail)?;
+        Ok(Kernel {
+            func,
+            name: name.to_string(),
+            params,
+            module: self.clone(),
+        })
+    }
+}
+
+/// Reads (offset, size) of each parameter of `func` until the driver says there are no more.
+///
+/// # Safety
+/// `func` must be a live CUfunction.
+pub(crate) unsafe fn param_layout(func: sys::CUfunction) -> Result<Vec<(usize, usize)>, Failure> {
+    let mut params = Vec::new();
+    loop {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: func is live (caller's contract); out pointers are valid.
+        let rc = unsafe { sys::cuFuncGetParamInfo(func, params.len(), &mut offset, &mut size) };
+        match rc {
+            sys::CUresult::CUDA_SUCCESS => params.push((offset, size)),
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(params),
+            other => return check(other, "cuFuncGetParamInfo").map(|_| params),
+        }
+        if params.len() > 4096 {
+            return Ok(params);
+        }
+    }
+}
+
+impl Kernel {
+    /// The kernel's symbol name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Number of parameters the kernel takes.
+    pub fn param_count(&self) -> usize {
+        self.params.len()
+    }
+    pub(crate) fn object(&self) -> ObjectRef {
+        ObjectRef::new(ObjectKind::Kernel, &self.name)
+    }
+
+    /// Checks that `args` fit this kernel's parameters.
+    pub(crate) fn check_args(&self, args: &Args<'_>) -> std::result::Result<(), String> {
+        if args.values.len() != self.params.len() {
+            return Err(format!(
+                "kernel '{}' takes {} parameters, {} were given",
+                self.name,
+                self.params.len(),
+                args.values.len()
+            ));
+        }
+        for (i, ((_, size), value)) in self.params.iter().zip(&args.values).enumerate() {
+            if *size != value.len() {
+                return Err(format!(
+                    "parameter {i} of kernel '{}' is {size} bytes, the argument is {} bytes",
+                    self.name,
+                    value.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: Dim3,
+    pub block: Dim3,
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// One thread per element, 256 threads per block.
+    pub fn for_elements(n: u32) -> Self {
+        Self {
+            grid: Dim3::linear(n.div_ceil(256).max(1)),
+            block: Dim3::linear(256),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Checks the geometry against the device limits.
+    pub(crate) fn validate(&self, limits: &Limits) -> std::result::Result<(), String> {
+        let (g, b) = (self.grid, self.block);
+        let axes = ["x", "y", "z"];
+        for (i, (gv, bv)) in [(g.x, b.x), (g.y, b.y), (g.z, b.z)].into_iter().enumerate() {
+            if gv == 0 || bv == 0 {
+                return Err(format!("grid {g} and block {b} must be at least 1 on every axis"));
+            }
+            if bv > limits.max_block[i] {
+                return Err(format!(
+                    "block {b}: {} = {bv} exceeds the device's limit of {}",
+                    axes[i], limits.max_block[i]
+                ));
+            }
+            if gv > limits.max_grid[i] {
+                return Err(format!(
+                    "grid {g}: {} = {gv} exceeds the device's limit of {}",
+                    axes[i], limits.max_grid[i]
+                ));
+            }
+        }
+        if b.volume() > limits.max_threads_per_block as u64 {
+            return Err(format!(
+                "block {b} has {} threads; this device allows at most {} per block",
+                b.volume(),
+                limits.max_threads_per_block
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Kernel arguments, in order. Device buffers passed by shared borrow are recorded as reads,
+/// by mutable borrow as writes; the borrow lasts as long as the `Args`, so a buffer cannot be
+/// written elsewhere while a launch of it is being built.
+///
+/// ```ignore
+/// let args = Args::new().arg(&x).arg(&mut y).arg(2.0f32).arg(n);
+/// ```
+pub struct Args<'a> {
+    pub(crate) values: Vec<Vec<u8>>,
+    pub(crate) accesses: Vec<Access>,
+    pub(crate) keep: Vec<Arc<Allocation>>,
+    _borrows: PhantomData<&'a mut ()>,
+}
+
+impl Default for Args<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a> Args<'a> {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        Self {
+            values: Vec::new(),
+            accesses: Vec::new(),
+            keep: Vec::new(),
+            _borrows: PhantomData,
+        }
+    }
+
+    /// Appends one argument.
+    #[allow(clippy::should_implement_trait)]
+    pub fn arg(mut self, value: impl KernelArg<'a>) -> Self {
+        value.push_to(&mut self);
+        self
+    }
+
+    fn push_buffer<T: Element>(&mut self, buffer: &DeviceBuffer<T>, mode: AccessMode) {
+        self.values.push(buffer.alloc.ptr.to_le_bytes().to_vec());
+        self.accesses.push(Access {
+            buffer: buffer.alloc.ptr,
+            label: buffer.alloc.label.clone(),
+            offset: 0,
+            len: buffer.bytes() as u64,
+            mode,
+        });
+        self.keep.push(buffer.alloc.clone());
+    }
+
+    /// Pointers to each argument's bytes, as `cuLaunchKernel` and kernel nodes take them.
+    /// Valid while `self` is neither moved nor changed.
+    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.values
+            .iter_mut()
+            .map(|v| v.as_mut_ptr() as *mut c_void)
+            .collect()
+    }
+}
+
+/// Something that can be passed to a kernel.
+pub trait KernelArg<'a> {
+    /// Appends the argument's bytes (and, for buffers, its access and keep-alive).
+    fn push_to(self, args: &mut Args<'a>);
+}
+
+impl<'a, T: Element> KernelArg<'a> for &'a DeviceBuffer<T> {
+    fn push_to(self, args: &mut Args<'a>) {
+        args.push_buffer(self, AccessMode::Read);
+    }
+}
+
+impl<'a, T: Element> KernelArg<'a> for &'a mut DeviceBuffer<T> {
+    fn push_to(self, args: &mut Args<'a>) {
+        args.push_buffer(self, AccessMode::Write);
+    }
+}
+
+macro_rules! scalar_args {
+    ($($t:ty),*) => { $(
+        impl<'a> KernelArg<'a> for $t {
+            fn push_to(self, args: &mut Args<'a>) {
+                args.values.push(self.to_le_bytes().to_vec());
+            }
+        }
+    )* };
+}
+scalar_args!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// Builds [`Args`] from a list: `args![&x, &mut y, 2.0f32, n]`.
+#[macro_export]
+macro_rules! args {
+    ($($a:expr),* $(,)?) => { $crate::Args::new()$(.arg($a))* };
+}

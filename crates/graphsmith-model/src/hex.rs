@@ -22,7 +22,7 @@ pub fn decode(text: &str) -> Result<Vec<u8>, String> {
     if !text.is_ascii() {
         return Err("hex string has non-ASCII characters".to_string());
     }
-    if text.len() % 2 != 0 {
+    if text.len() % 2 == 1 {
         return Err(format!("hex string has odd length {}", text.len()));
     }
     (0..text.len())

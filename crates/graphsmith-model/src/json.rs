@@ -81,7 +81,11 @@ impl Graph {
 
     /// Reads a graph written by [`Graph::to_json`] (or by hand), then checks it, child graphs
     /// included: node ids equal their positions, edges name existing nodes, no edge goes from a
-    /// node to itself, and no edge is listed twice.
+    /// node to itself, and no edge is listed twice. Cycles are allowed here; the topology
+    /// functions report them.
+    ///
+    /// Nesting is bounded by the JSON parser's recursion limit (128 levels, about 40 levels of
+    /// child graphs); deeper input is a [`JsonError::Parse`], never a stack overflow.
     ///
     /// ```
     /// # use graphsmith_model::Graph;

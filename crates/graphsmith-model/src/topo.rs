@@ -249,7 +249,11 @@ impl Graph {
         // Weights are never negative, so the heaviest path may always be taken to end at a leaf.
         let mut end: Option<NodeId> = None;
         for leaf in adj.leaves() {
-            if end.map_or(true, |e| dist[leaf.index()] > dist[e.index()]) {
+            let better = match end {
+                None => true,
+                Some(e) => dist[leaf.index()] > dist[e.index()],
+            };
+            if better {
                 end = Some(leaf);
             }
         }

@@ -99,13 +99,13 @@ fn parse_errors_give_line_and_column() {
     );
     check_err(
         "{\"label\": \"g\", \"edges\": [],\n\"nodes\": [{\"id\": 0, \"label\": \"x\", \"kind\": \"bogus\"}]}",
-        "graph JSON, line 2, column 49: unknown variant `bogus`, expected one of `kernel`, `memcpy`, `memset`, `host`, `event_record`, `event_wait`, `empty`, `child_graph`, `mem_alloc`, `mem_free`, `conditional`, `other`",
+        "graph JSON, line 2, column 50: unknown variant `bogus`, expected one of `kernel`, `memcpy`, `memset`, `host`, `event_record`, `event_wait`, `empty`, `child_graph`, `mem_alloc`, `mem_free`, `conditional`, `other`",
     );
     check_err(
         r#"{"label": "g", "edges": [], "nodes": [{"id": 0, "label": "x", "kind": "kernel", "name": "k",
             "grid": {"x": 1, "y": 1, "z": 1}, "block": {"x": 1, "y": 1, "z": 1},
             "shared_mem_bytes": 0, "args": [{"offset": 0, "bytes": "abc"}]}]}"#,
-        "graph JSON, line 3, column 76: hex string has odd length 3",
+        "graph JSON, line 3, column 75: hex string has odd length 3",
     );
     let err = Graph::from_json("{\n\n   nope").unwrap_err();
     assert!(
@@ -200,4 +200,16 @@ fn cycles_are_not_a_json_error() {
     let back = Graph::from_json(&g.to_json()).unwrap();
     assert_eq!(back, g);
     assert!(back.topological_order().is_err());
+}
+
+#[test]
+fn forty_levels_of_child_graphs_round_trip() {
+    let mut g = graph("leaf", 1, &[]);
+    for level in 0..40 {
+        let mut outer = graph(&format!("level {level}"), 1, &[]);
+        let child = outer.add_node("child", NodeKind::ChildGraph { graph: Box::new(g) });
+        outer.add_edge(NodeId(0), child).unwrap();
+        g = outer;
+    }
+    assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
 }

@@ -28,7 +28,6 @@ elements!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 /// executable that references it; freed when the last of them drops.
 pub(crate) struct Allocation {
     pub ptr: sys::CUdeviceptr,
-    pub bytes: usize,
     pub label: String,
     pub ctx: Context,
 }
@@ -125,7 +124,6 @@ impl Context {
         Ok(DeviceBuffer {
             alloc: Arc::new(Allocation {
                 ptr,
-                bytes,
                 label: label.to_string(),
                 ctx: self.clone(),
             }),

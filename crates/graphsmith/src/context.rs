@@ -30,6 +30,9 @@ pub(crate) struct ContextInner {
     pub ordinal: usize,
     pub device: sys::CUdevice,
     pub raw: sys::CUcontext,
+    /// The driver's unique id of the context (`cuCtxGetId`); a reset primary context that is
+    /// retained again gets a new one, so a changed id means ours is gone.
+    pub unique_id: u64,
     pub label: String,
     pub limits: Limits,
     drop_failures: Mutex<Vec<DropFailure>>,
@@ -150,11 +153,15 @@ impl Context {
             "cuDevicePrimaryCtxRetain",
         )
         .map_err(fail)?;
+        let mut unique_id = 0;
+        // SAFETY: raw was just retained and is live.
+        check(unsafe { sys::cuCtxGetId(raw, &mut unique_id) }, "cuCtxGetId").map_err(fail)?;
         let ctx = Context {
             inner: Arc::new(ContextInner {
                 ordinal,
                 device,
                 raw,
+                unique_id,
                 label,
                 limits,
                 drop_failures: Mutex::new(Vec::new()),
@@ -191,7 +198,31 @@ impl Context {
     }
 
     /// Makes this context current on the calling thread (a no-op when it already is).
+    ///
+    /// First checks that the context still exists: other code may have reset the device
+    /// (`cudaDeviceReset`, `cuDevicePrimaryCtxReset`), which destroys every handle made in it,
+    /// and using such a handle is undefined behaviour in the driver. A gone context is reported
+    /// as `CUDA_ERROR_CONTEXT_IS_DESTROYED` from the check that found it.
     pub(crate) fn bind(&self) -> Result<(), Failure> {
+        let (mut flags, mut active) = (0u32, 0i32);
+        // SAFETY: device is a valid device handle; both are valid out pointers.
+        check(
+            unsafe { sys::cuDevicePrimaryCtxGetState(self.inner.device, &mut flags, &mut active) },
+            "cuDevicePrimaryCtxGetState",
+        )?;
+        let gone = || Failure {
+            call: "cuDevicePrimaryCtxGetState",
+            code: CudaCode(sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED),
+        };
+        if active == 0 {
+            return Err(gone());
+        }
+        let mut id = 0u64;
+        // SAFETY: the device's primary context is active, so its handle is live.
+        check(unsafe { sys::cuCtxGetId(self.inner.raw, &mut id) }, "cuCtxGetId").map_err(|_| gone())?;
+        if id != self.inner.unique_id {
+            return Err(gone());
+        }
         let mut current = std::ptr::null_mut();
         // SAFETY: current is a valid out pointer.
         check(unsafe { sys::cuCtxGetCurrent(&mut current) }, "cuCtxGetCurrent")?;

@@ -177,10 +177,6 @@ impl Kernel {
     pub fn param_count(&self) -> usize {
         self.params.len()
     }
-    pub(crate) fn object(&self) -> ObjectRef {
-        ObjectRef::new(ObjectKind::Kernel, &self.name)
-    }
-
     /// Checks that `args` fit this kernel's parameters.
     pub(crate) fn check_args(&self, args: &Args<'_>) -> std::result::Result<(), String> {
         if args.values.len() != self.params.len() {

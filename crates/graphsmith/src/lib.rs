@@ -36,6 +36,7 @@ mod exec;
 mod graph;
 mod kernel;
 pub mod probe;
+mod probe_features;
 mod range;
 mod readback;
 mod stream;

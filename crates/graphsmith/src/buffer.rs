@@ -108,7 +108,10 @@ impl Context {
         let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
             Error::new(
                 ErrorKind::InvalidInput {
-                    reason: format!("{len} elements of {} overflow usize", std::any::type_name::<T>()),
+                    reason: format!(
+                        "{len} elements of {} overflow usize",
+                        std::any::type_name::<T>()
+                    ),
                 },
                 me.clone(),
                 "Context::alloc",
@@ -120,7 +123,11 @@ impl Context {
         let mut ptr = 0;
         // cuMemAlloc refuses 0 bytes; a zero-length buffer still gets a distinct address.
         // SAFETY: the context is current; ptr is a valid out pointer.
-        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc").map_err(fail)?;
+        check(
+            unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) },
+            "cuMemAlloc",
+        )
+        .map_err(fail)?;
         Ok(DeviceBuffer {
             alloc: Arc::new(Allocation {
                 ptr,

@@ -82,7 +82,15 @@ impl Stream {
         // the driver and valid until the next call on this stream; it is copied at once.
         check(
             unsafe {
-                sys::cuStreamGetCaptureInfo_v3(self.raw, &mut status, &mut id, &mut graph, &mut deps, &mut edge_data, &mut count)
+                sys::cuStreamGetCaptureInfo_v3(
+                    self.raw,
+                    &mut status,
+                    &mut id,
+                    &mut graph,
+                    &mut deps,
+                    &mut edge_data,
+                    &mut count,
+                )
             },
             "cuStreamGetCaptureInfo",
         )?;
@@ -100,7 +108,13 @@ impl Stream {
 
     /// After an operation was issued: if it was captured by a graphsmith capture, remember its
     /// label, line, ranges and accesses under the node it became, and keep its resources alive.
-    pub(crate) fn note_captured(&self, label: &str, at: SourceLine, accesses: Vec<Access>, keep: Vec<Keep>) {
+    pub(crate) fn note_captured(
+        &self,
+        label: &str,
+        at: SourceLine,
+        accesses: Vec<Access>,
+        keep: Vec<Keep>,
+    ) {
         if !self.ctx.captures_active() {
             return;
         }
@@ -136,7 +150,9 @@ impl Stream {
         let mut slot = self.capture.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(active) = slot.as_ref() {
             return Err(Error::new(
-                ErrorKind::AlreadyCapturing { label: active.label.clone() },
+                ErrorKind::AlreadyCapturing {
+                    label: active.label.clone(),
+                },
                 self.object(),
                 op,
                 at,
@@ -145,7 +161,11 @@ impl Stream {
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: the stream is live and current context's.
-        check(unsafe { sys::cuStreamBeginCapture_v2(self.raw, mode.raw()) }, "cuStreamBeginCapture").map_err(fail)?;
+        check(
+            unsafe { sys::cuStreamBeginCapture_v2(self.raw, mode.raw()) },
+            "cuStreamBeginCapture",
+        )
+        .map_err(fail)?;
         let id = match self.capture_info() {
             Ok(Some(info)) => info.id,
             Ok(None) => 0,
@@ -157,8 +177,14 @@ impl Stream {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, CaptureRecord::default());
-        self.ctx.inner.active_captures.fetch_add(1, Ordering::AcqRel);
-        *slot = Some(ActiveCapture { id, label: label.to_string() });
+        self.ctx
+            .inner
+            .active_captures
+            .fetch_add(1, Ordering::AcqRel);
+        *slot = Some(ActiveCapture {
+            id,
+            label: label.to_string(),
+        });
         Ok(())
     }
 
@@ -168,7 +194,12 @@ impl Stream {
     pub fn end_capture(&self) -> Result<Graph> {
         let at = SourceLine::caller();
         let op = "Stream::end_capture";
-        let Some(active) = self.capture.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(active) = self
+            .capture
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
             return Err(Error::new(ErrorKind::NotCapturing, self.object(), op, at));
         };
         let record = self.finish_record(active.id);
@@ -186,7 +217,14 @@ impl Stream {
             return Err(fail(f));
         }
         if raw.is_null() {
-            return Err(Error::new(ErrorKind::NullHandle { what: "the captured graph" }, object, op, at));
+            return Err(Error::new(
+                ErrorKind::NullHandle {
+                    what: "the captured graph",
+                },
+                object,
+                op,
+                at,
+            ));
         }
         // SAFETY: raw is a graph the driver just handed over; Graph takes ownership.
         unsafe { Graph::from_capture(self.ctx.clone(), raw, &active.label, record, at) }
@@ -195,10 +233,16 @@ impl Stream {
     /// Captures everything `body` issues on this stream into a graph. The capture is always
     /// ended, also when `body` fails (then its error is returned and the graph discarded).
     #[track_caller]
-    pub fn capture<R>(&self, mode: CaptureMode, label: &str, body: impl FnOnce(&Stream) -> Result<R>) -> Result<(Graph, R)> {
+    pub fn capture<R>(
+        &self,
+        mode: CaptureMode,
+        label: &str,
+        body: impl FnOnce(&Stream) -> Result<R>,
+    ) -> Result<(Graph, R)> {
         let at = SourceLine::caller();
         let _range = crate::range::range(format!("capture:{label}"));
-        self.begin_capture(mode, label).map_err(|e| Error { at, ..e })?;
+        self.begin_capture(mode, label)
+            .map_err(|e| Error { at, ..e })?;
         match body(self) {
             Ok(value) => {
                 let graph = self.end_capture().map_err(|e| Error { at, ..e })?;
@@ -213,7 +257,12 @@ impl Stream {
 
     /// Ends and discards this stream's capture, if any. Never fails.
     pub(crate) fn abandon_capture(&self) {
-        let Some(active) = self.capture.lock().unwrap_or_else(|p| p.into_inner()).take() else {
+        let Some(active) = self
+            .capture
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
             return;
         };
         drop(self.finish_record(active.id));
@@ -231,7 +280,10 @@ impl Stream {
     }
 
     fn finish_record(&self, id: u64) -> CaptureRecord {
-        self.ctx.inner.active_captures.fetch_sub(1, Ordering::AcqRel);
+        self.ctx
+            .inner
+            .active_captures
+            .fetch_sub(1, Ordering::AcqRel);
         self.ctx
             .inner
             .captures

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::capture::CaptureRecord;
-use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::error::{
+    check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine,
+};
 
 /// A failure inside `Drop`, kept with the object's label instead of being lost or panicking.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,7 +123,12 @@ impl Context {
         let label = format!("gpu{ordinal}");
         let me = ObjectRef::new(ObjectKind::Context, &label);
         driver_ready().map_err(|reason| {
-            Error::new(ErrorKind::NoDriver { reason }, me.clone(), "Context::new", at)
+            Error::new(
+                ErrorKind::NoDriver { reason },
+                me.clone(),
+                "Context::new",
+                at,
+            )
         })?;
         let fail = |f: Failure| f.on(me.clone(), "Context::new", at);
         let mut device = 0;
@@ -155,7 +162,11 @@ impl Context {
         .map_err(fail)?;
         let mut unique_id = 0;
         // SAFETY: raw was just retained and is live.
-        check(unsafe { sys::cuCtxGetId(raw, &mut unique_id) }, "cuCtxGetId").map_err(fail)?;
+        check(
+            unsafe { sys::cuCtxGetId(raw, &mut unique_id) },
+            "cuCtxGetId",
+        )
+        .map_err(fail)?;
         let ctx = Context {
             inner: Arc::new(ContextInner {
                 ordinal,
@@ -219,16 +230,26 @@ impl Context {
         }
         let mut id = 0u64;
         // SAFETY: the device's primary context is active, so its handle is live.
-        check(unsafe { sys::cuCtxGetId(self.inner.raw, &mut id) }, "cuCtxGetId").map_err(|_| gone())?;
+        check(
+            unsafe { sys::cuCtxGetId(self.inner.raw, &mut id) },
+            "cuCtxGetId",
+        )
+        .map_err(|_| gone())?;
         if id != self.inner.unique_id {
             return Err(gone());
         }
         let mut current = std::ptr::null_mut();
         // SAFETY: current is a valid out pointer.
-        check(unsafe { sys::cuCtxGetCurrent(&mut current) }, "cuCtxGetCurrent")?;
+        check(
+            unsafe { sys::cuCtxGetCurrent(&mut current) },
+            "cuCtxGetCurrent",
+        )?;
         if current != self.inner.raw {
             // SAFETY: raw is a retained primary context, valid until ContextInner drops.
-            check(unsafe { sys::cuCtxSetCurrent(self.inner.raw) }, "cuCtxSetCurrent")?;
+            check(
+                unsafe { sys::cuCtxSetCurrent(self.inner.raw) },
+                "cuCtxSetCurrent",
+            )?;
         }
         Ok(())
     }
@@ -251,7 +272,11 @@ impl Context {
         self.bind().map_err(fail)?;
         let (mut free, mut total) = (0, 0);
         // SAFETY: the context is current; both are valid out pointers.
-        check(unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) }, "cuMemGetInfo").map_err(fail)?;
+        check(
+            unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
+            "cuMemGetInfo",
+        )
+        .map_err(fail)?;
         Ok((free, total))
     }
 
@@ -278,7 +303,11 @@ impl Context {
     }
 
     /// Runs a driver call in `Drop`: binds the context, and records instead of panicking.
-    pub(crate) fn drop_call(&self, object: impl FnOnce() -> ObjectRef, call: impl FnOnce() -> Result<(), Failure>) {
+    pub(crate) fn drop_call(
+        &self,
+        object: impl FnOnce() -> ObjectRef,
+        call: impl FnOnce() -> Result<(), Failure>,
+    ) {
         if let Err(failure) = self.bind().and_then(|_| call()) {
             self.record_drop_failure(object(), failure);
         }

@@ -73,7 +73,11 @@ impl CudaCode {
             return None;
         }
         // SAFETY: non-null pointers from cuGetErrorString point to NUL-terminated static strings.
-        Some(unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy().into_owned())
+        Some(
+            unsafe { std::ffi::CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned(),
+        )
     }
     /// Whether this code means the context (or the whole driver) is gone.
     pub fn is_context_gone(self) -> bool {
@@ -133,15 +137,9 @@ impl fmt::Display for SourceLine {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
     /// A driver call failed.
-    Cuda {
-        call: &'static str,
-        code: CudaCode,
-    },
+    Cuda { call: &'static str, code: CudaCode },
     /// The context the object lives in is gone (destroyed or reset by other code).
-    ContextGone {
-        call: &'static str,
-        code: CudaCode,
-    },
+    ContextGone { call: &'static str, code: CudaCode },
     /// No CUDA driver library could be loaded, or it has no device.
     NoDriver { reason: String },
     /// Launch geometry the device cannot run.
@@ -171,7 +169,9 @@ impl fmt::Display for ErrorKind {
             }
             ErrorKind::NoDriver { reason } => write!(f, "no usable CUDA driver: {reason}"),
             ErrorKind::InvalidGeometry { reason } => write!(f, "invalid launch geometry: {reason}"),
-            ErrorKind::ArgMismatch { reason } => write!(f, "kernel arguments do not match: {reason}"),
+            ErrorKind::ArgMismatch { reason } => {
+                write!(f, "kernel arguments do not match: {reason}")
+            }
             ErrorKind::ForeignNode { node, node_graph } => write!(
                 f,
                 "dependency on node '{node}' of graph '{node_graph}', which is another graph"
@@ -203,7 +203,12 @@ pub struct Error {
 }
 
 impl Error {
-    pub(crate) fn new(kind: ErrorKind, object: ObjectRef, op: &'static str, at: SourceLine) -> Self {
+    pub(crate) fn new(
+        kind: ErrorKind,
+        object: ObjectRef,
+        op: &'static str,
+        at: SourceLine,
+    ) -> Self {
         Self {
             kind,
             object,
@@ -239,7 +244,11 @@ impl Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} on {} at {}: {}", self.op, self.object, self.at, self.kind)
+        write!(
+            f,
+            "{} on {} at {}: {}",
+            self.op, self.object, self.at, self.kind
+        )
     }
 }
 

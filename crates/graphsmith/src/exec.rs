@@ -35,7 +35,12 @@ unsafe impl Sync for Exec {}
 
 impl std::fmt::Debug for Exec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Exec '{}' ({} nodes)", self.label, self.model.nodes.len())
+        write!(
+            f,
+            "Exec '{}' ({} nodes)",
+            self.label,
+            self.model.nodes.len()
+        )
     }
 }
 
@@ -50,17 +55,37 @@ impl Drop for Exec {
             // The buffers and host functions in `keep` must outlive every launch: wait for the
             // context before letting them go.
             // SAFETY: the context is bound by drop_call first.
-            self.ctx.drop_call(me, || check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize"));
+            self.ctx.drop_call(me, || {
+                check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
+            });
         }
         // SAFETY: raw was created by cuGraphInstantiate and is destroyed once.
-        self.ctx.drop_call(me, || check(unsafe { sys::cuGraphExecDestroy(raw) }, "cuGraphExecDestroy"));
+        self.ctx.drop_call(me, || {
+            check(
+                unsafe { sys::cuGraphExecDestroy(raw) },
+                "cuGraphExecDestroy",
+            )
+        });
         self.keep.clear();
     }
 }
 
 impl Exec {
-    pub(crate) fn new(raw: sys::CUgraphExec, ctx: Context, label: String, model: Arc<model::Graph>, keep: Vec<Keep>) -> Self {
-        Self { raw, ctx, label, model, keep, in_flight: false }
+    pub(crate) fn new(
+        raw: sys::CUgraphExec,
+        ctx: Context,
+        label: String,
+        model: Arc<model::Graph>,
+        keep: Vec<Keep>,
+    ) -> Self {
+        Self {
+            raw,
+            ctx,
+            label,
+            model,
+            keep,
+            in_flight: false,
+        }
     }
 
     /// The executable's label (`<graph label>#exec`).
@@ -86,7 +111,11 @@ impl Exec {
         let fail = |f: Failure| f.on(self.object(), "Exec::launch", at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: raw is live; &mut self guarantees no concurrent use of this executable.
-        check(unsafe { sys::cuGraphLaunch(self.raw, stream.raw) }, "cuGraphLaunch").map_err(fail)?;
+        check(
+            unsafe { sys::cuGraphLaunch(self.raw, stream.raw) },
+            "cuGraphLaunch",
+        )
+        .map_err(fail)?;
         self.in_flight = true;
         Ok(())
     }
@@ -98,7 +127,11 @@ impl Exec {
         let fail = |f: Failure| f.on(self.object(), "Exec::upload", at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: raw is live; &mut self guarantees exclusive use.
-        check(unsafe { sys::cuGraphUpload(self.raw, stream.raw) }, "cuGraphUpload").map_err(fail)?;
+        check(
+            unsafe { sys::cuGraphUpload(self.raw, stream.raw) },
+            "cuGraphUpload",
+        )
+        .map_err(fail)?;
         self.in_flight = true;
         Ok(())
     }

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 use graphsmith_model as model;
-use model::{Access, AccessMode, KernelArg as ModelArg, KernelParams, MemRef, MemcpyParams, MemorySpace, MemsetParams, NodeId, NodeKind};
+use model::{
+    Access, AccessMode, KernelArg as ModelArg, KernelParams, MemRef, MemcpyParams, MemorySpace,
+    MemsetParams, NodeId, NodeKind,
+};
 
 use crate::buffer::{DeviceBuffer, Element};
 use crate::capture::{CaptureRecord, Keep};
@@ -81,7 +84,13 @@ impl Drop for Graph {
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Graph '{}' ({} nodes, {} edges)", self.label, self.model.nodes.len(), self.model.edges.len())
+        write!(
+            f,
+            "Graph '{}' ({} nodes, {} edges)",
+            self.label,
+            self.model.nodes.len(),
+            self.model.edges.len()
+        )
     }
 }
 
@@ -90,10 +99,15 @@ pub(crate) fn memset_bits<T: Element>(value: T) -> std::result::Result<u32, Stri
     let size = std::mem::size_of::<T>();
     let mut bytes = [0u8; 4];
     if !matches!(size, 1 | 2 | 4) {
-        return Err(format!("memset takes 1-, 2- or 4-byte elements; {} is {size} bytes", std::any::type_name::<T>()));
+        return Err(format!(
+            "memset takes 1-, 2- or 4-byte elements; {} is {size} bytes",
+            std::any::type_name::<T>()
+        ));
     }
     // SAFETY: T is an Element (plain bytes, no padding) of `size` <= 4 bytes.
-    unsafe { std::ptr::copy_nonoverlapping(&value as *const T as *const u8, bytes.as_mut_ptr(), size) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(&value as *const T as *const u8, bytes.as_mut_ptr(), size)
+    };
     Ok(u32::from_le_bytes(bytes))
 }
 
@@ -125,17 +139,37 @@ impl Context {
     #[track_caller]
     pub fn graph(&self, label: &str) -> Result<Graph> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Graph, label), "Context::graph", at);
+        let fail = |f: Failure| {
+            f.on(
+                ObjectRef::new(ObjectKind::Graph, label),
+                "Context::graph",
+                at,
+            )
+        };
         self.bind().map_err(fail)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the context is current; raw is a valid out pointer.
         check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "cuGraphCreate").map_err(fail)?;
-        Ok(Graph::wrap(self.clone(), raw, label, model::Graph::new(label), Vec::new(), Vec::new()))
+        Ok(Graph::wrap(
+            self.clone(),
+            raw,
+            label,
+            model::Graph::new(label),
+            Vec::new(),
+            Vec::new(),
+        ))
     }
 }
 
 impl Graph {
-    fn wrap(ctx: Context, raw: sys::CUgraph, label: &str, model: model::Graph, handles: Vec<sys::CUgraphNode>, keep: Vec<Keep>) -> Self {
+    fn wrap(
+        ctx: Context,
+        raw: sys::CUgraph,
+        label: &str,
+        model: model::Graph,
+        handles: Vec<sys::CUgraphNode>,
+        keep: Vec<Keep>,
+    ) -> Self {
         Self {
             raw,
             ctx,
@@ -153,7 +187,13 @@ impl Graph {
     ///
     /// # Safety
     /// `raw` must be a live graph of `ctx` that nobody else owns.
-    pub(crate) unsafe fn from_capture(ctx: Context, raw: sys::CUgraph, label: &str, record: CaptureRecord, at: SourceLine) -> Result<Graph> {
+    pub(crate) unsafe fn from_capture(
+        ctx: Context,
+        raw: sys::CUgraph,
+        label: &str,
+        record: CaptureRecord,
+        at: SourceLine,
+    ) -> Result<Graph> {
         // SAFETY: raw is live (caller's contract).
         let read = unsafe { crate::readback::read_graph(raw, label) };
         let (mut model, handles) = match read {
@@ -161,7 +201,11 @@ impl Graph {
             Err(f) => {
                 // SAFETY: we own raw and nothing else refers to it.
                 let _ = unsafe { sys::cuGraphDestroy(raw) };
-                return Err(f.on(ObjectRef::new(ObjectKind::Capture, label), "Stream::end_capture", at));
+                return Err(f.on(
+                    ObjectRef::new(ObjectKind::Capture, label),
+                    "Stream::end_capture",
+                    at,
+                ));
             }
         };
         for (node, handle) in model.nodes.iter_mut().zip(&handles) {
@@ -203,7 +247,9 @@ impl Graph {
         let fail = |f: Failure| f.on(self.object(), "Graph::read_back", at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: self.raw is live and owned by self.
-        unsafe { crate::readback::read_graph(self.raw, &self.label) }.map(|(m, _)| m).map_err(fail)
+        unsafe { crate::readback::read_graph(self.raw, &self.label) }
+            .map(|(m, _)| m)
+            .map_err(fail)
     }
 
     /// Adds a node through `add`, after checking that every dependency is a node of this graph.
@@ -225,7 +271,10 @@ impl Graph {
         for dep in deps {
             if dep.graph != self.id {
                 return Err(Error::new(
-                    ErrorKind::ForeignNode { node: dep.label.to_string(), node_graph: dep.graph_label.to_string() },
+                    ErrorKind::ForeignNode {
+                        node: dep.label.to_string(),
+                        node_graph: dep.graph_label.to_string(),
+                    },
                     ObjectRef::new(ObjectKind::Graph, &*self.label),
                     op,
                     at,
@@ -236,31 +285,81 @@ impl Graph {
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.ctx.bind().map_err(fail)?;
         let mut handle = std::ptr::null_mut();
-        check(add(&mut handle, dep_handles.as_ptr(), dep_handles.len()), call).map_err(fail)?;
-        let id = self.model.add_node_with(label, kind, Some(crate::range::provenance(at)), accesses);
+        check(
+            add(&mut handle, dep_handles.as_ptr(), dep_handles.len()),
+            call,
+        )
+        .map_err(fail)?;
+        let id =
+            self.model
+                .add_node_with(label, kind, Some(crate::range::provenance(at)), accesses);
         for dep in deps {
             self.model.add_edge(dep.id, id).map_err(|e| {
-                Error::new(ErrorKind::InvalidInput { reason: e.to_string() }, node_object(), op, at)
+                Error::new(
+                    ErrorKind::InvalidInput {
+                        reason: e.to_string(),
+                    },
+                    node_object(),
+                    op,
+                    at,
+                )
             })?;
         }
         self.handles.push(handle);
         self.keep.extend(keep);
-        Ok(NodeRef { graph: self.id, id, graph_label: self.label.clone(), label: self.model.nodes[id.index()].label.as_str().into() })
+        Ok(NodeRef {
+            graph: self.id,
+            id,
+            graph_label: self.label.clone(),
+            label: self.model.nodes[id.index()].label.as_str().into(),
+        })
     }
 
     /// Adds a kernel node (`cuGraphAddKernelNode`). Buffers passed by `&` are recorded as
     /// reads, by `&mut` as writes, and kept alive as long as the graph and its executables.
     #[track_caller]
-    pub fn kernel(&mut self, label: &str, kernel: &Kernel, cfg: LaunchConfig, mut args: Args<'_>, deps: &[&NodeRef]) -> Result<NodeRef> {
+    pub fn kernel(
+        &mut self,
+        label: &str,
+        kernel: &Kernel,
+        cfg: LaunchConfig,
+        mut args: Args<'_>,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let op = "Graph::kernel";
-        cfg.validate(&self.ctx.inner.limits)
-            .map_err(|reason| Error::new(ErrorKind::InvalidGeometry { reason }, ObjectRef::new(ObjectKind::Node, label), op, at))?;
-        kernel
-            .check_args(&args)
-            .map_err(|reason| Error::new(ErrorKind::ArgMismatch { reason }, ObjectRef::new(ObjectKind::Node, label), op, at))?;
-        let model_args = kernel.params.iter().zip(&args.values).map(|(&(offset, _), v)| ModelArg { offset: offset as u32, bytes: v.clone() }).collect();
-        let kind = NodeKind::Kernel(KernelParams { name: kernel.name.clone(), grid: cfg.grid, block: cfg.block, shared_mem_bytes: cfg.shared_mem_bytes, args: model_args });
+        cfg.validate(&self.ctx.inner.limits).map_err(|reason| {
+            Error::new(
+                ErrorKind::InvalidGeometry { reason },
+                ObjectRef::new(ObjectKind::Node, label),
+                op,
+                at,
+            )
+        })?;
+        kernel.check_args(&args).map_err(|reason| {
+            Error::new(
+                ErrorKind::ArgMismatch { reason },
+                ObjectRef::new(ObjectKind::Node, label),
+                op,
+                at,
+            )
+        })?;
+        let model_args = kernel
+            .params
+            .iter()
+            .zip(&args.values)
+            .map(|(&(offset, _), v)| ModelArg {
+                offset: offset as u32,
+                bytes: v.clone(),
+            })
+            .collect();
+        let kind = NodeKind::Kernel(KernelParams {
+            name: kernel.name.clone(),
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_mem_bytes: cfg.shared_mem_bytes,
+            args: model_args,
+        });
         let mut pointers = args.pointers();
         let params = sys::CUDA_KERNEL_NODE_PARAMS {
             func: kernel.func,
@@ -276,25 +375,50 @@ impl Graph {
             kern: std::ptr::null_mut(),
             ctx: std::ptr::null_mut(),
         };
-        let mut keep: Vec<Keep> = std::mem::take(&mut args.keep).into_iter().map(|a| a as Keep).collect();
+        let mut keep: Vec<Keep> = std::mem::take(&mut args.keep)
+            .into_iter()
+            .map(|a| a as Keep)
+            .collect();
         keep.push(Arc::new(kernel.module.clone()));
         let accesses = std::mem::take(&mut args.accesses);
         let graph = self.raw;
         // SAFETY: graph is live; params point into `args`, alive for the call (the driver copies
         // the argument values); argument count and sizes were checked above.
-        self.add_node(label, op, at, kind, accesses, keep, deps, "cuGraphAddKernelNode", |h, d, n| unsafe {
-            sys::cuGraphAddKernelNode_v2(h, graph, d, n, &params)
-        })
+        self.add_node(
+            label,
+            op,
+            at,
+            kind,
+            accesses,
+            keep,
+            deps,
+            "cuGraphAddKernelNode",
+            |h, d, n| unsafe { sys::cuGraphAddKernelNode_v2(h, graph, d, n, &params) },
+        )
     }
 
     /// Adds a 1-D device-to-device copy node of all of `src` into `dst` (lengths must match).
     #[track_caller]
-    pub fn memcpy<T: Element>(&mut self, label: &str, dst: &mut DeviceBuffer<T>, src: &DeviceBuffer<T>, deps: &[&NodeRef]) -> Result<NodeRef> {
+    pub fn memcpy<T: Element>(
+        &mut self,
+        label: &str,
+        dst: &mut DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let op = "Graph::memcpy";
         if dst.len() != src.len() {
             return Err(Error::new(
-                ErrorKind::InvalidInput { reason: format!("copy of {} elements from '{}' into {} elements of '{}'", src.len(), src.label(), dst.len(), dst.label()) },
+                ErrorKind::InvalidInput {
+                    reason: format!(
+                        "copy of {} elements from '{}' into {} elements of '{}'",
+                        src.len(),
+                        src.label(),
+                        dst.len(),
+                        dst.label()
+                    ),
+                },
                 ObjectRef::new(ObjectKind::Node, label),
                 op,
                 at,
@@ -311,63 +435,143 @@ impl Graph {
         p.Height = 1;
         p.Depth = 1;
         let kind = NodeKind::Memcpy(MemcpyParams {
-            src: MemRef { space: MemorySpace::Device, address: src.alloc.ptr },
-            dst: MemRef { space: MemorySpace::Device, address: dst.alloc.ptr },
+            src: MemRef {
+                space: MemorySpace::Device,
+                address: src.alloc.ptr,
+            },
+            dst: MemRef {
+                space: MemorySpace::Device,
+                address: dst.alloc.ptr,
+            },
             bytes: bytes as u64,
         });
-        let accesses = vec![access(src, AccessMode::Read), access(dst, AccessMode::Write)];
+        let accesses = vec![
+            access(src, AccessMode::Read),
+            access(dst, AccessMode::Write),
+        ];
         let keep: Vec<Keep> = vec![src.alloc.clone(), dst.alloc.clone()];
         let (graph, ctx) = (self.raw, self.ctx.raw());
         // SAFETY: graph and ctx are live; both pointers are live allocations of `bytes` bytes,
         // kept alive by `keep` for the graph's lifetime.
-        self.add_node(label, op, at, kind, accesses, keep, deps, "cuGraphAddMemcpyNode", |h, d, n| unsafe {
-            sys::cuGraphAddMemcpyNode(h, graph, d, n, &p, ctx)
-        })
+        self.add_node(
+            label,
+            op,
+            at,
+            kind,
+            accesses,
+            keep,
+            deps,
+            "cuGraphAddMemcpyNode",
+            |h, d, n| unsafe { sys::cuGraphAddMemcpyNode(h, graph, d, n, &p, ctx) },
+        )
     }
 
     /// Adds a memset node setting every element of `dst` to `value` (1-, 2- or 4-byte elements).
     #[track_caller]
-    pub fn memset<T: Element>(&mut self, label: &str, dst: &mut DeviceBuffer<T>, value: T, deps: &[&NodeRef]) -> Result<NodeRef> {
+    pub fn memset<T: Element>(
+        &mut self,
+        label: &str,
+        dst: &mut DeviceBuffer<T>,
+        value: T,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let op = "Graph::memset";
-        let bits = memset_bits(value).map_err(|reason| Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at))?;
+        let bits = memset_bits(value).map_err(|reason| {
+            Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at)
+        })?;
         let element_size = std::mem::size_of::<T>() as u32;
-        let p = sys::CUDA_MEMSET_NODE_PARAMS { dst: dst.alloc.ptr, pitch: 0, value: bits, elementSize: element_size, width: dst.len(), height: 1 };
-        let kind = NodeKind::Memset(MemsetParams { dst: dst.alloc.ptr, element_size, value: bits, width: dst.len() as u64, height: 1, pitch: 0 });
+        let p = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: dst.alloc.ptr,
+            pitch: 0,
+            value: bits,
+            elementSize: element_size,
+            width: dst.len(),
+            height: 1,
+        };
+        let kind = NodeKind::Memset(MemsetParams {
+            dst: dst.alloc.ptr,
+            element_size,
+            value: bits,
+            width: dst.len() as u64,
+            height: 1,
+            pitch: 0,
+        });
         let accesses = vec![access(dst, AccessMode::Write)];
         let keep: Vec<Keep> = vec![dst.alloc.clone()];
         let (graph, ctx) = (self.raw, self.ctx.raw());
         // SAFETY: graph and ctx are live; dst is a live allocation of width*elementSize bytes.
-        self.add_node(label, op, at, kind, accesses, keep, deps, "cuGraphAddMemsetNode", |h, d, n| unsafe {
-            sys::cuGraphAddMemsetNode(h, graph, d, n, &p, ctx)
-        })
+        self.add_node(
+            label,
+            op,
+            at,
+            kind,
+            accesses,
+            keep,
+            deps,
+            "cuGraphAddMemsetNode",
+            |h, d, n| unsafe { sys::cuGraphAddMemsetNode(h, graph, d, n, &p, ctx) },
+        )
     }
 
     /// Adds a host function node. The function runs on a driver thread; it must not call CUDA.
     /// A panic inside it is caught (it cannot unwind into the driver).
     #[track_caller]
-    pub fn host(&mut self, label: &str, f: impl Fn() + Send + Sync + 'static, deps: &[&NodeRef]) -> Result<NodeRef> {
+    pub fn host(
+        &mut self,
+        label: &str,
+        f: impl Fn() + Send + Sync + 'static,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let host = Arc::new(HostFn { f: Box::new(f) });
-        let p = sys::CUDA_HOST_NODE_PARAMS { fn_: Some(host_trampoline), userData: Arc::as_ptr(&host) as *mut _ };
+        let p = sys::CUDA_HOST_NODE_PARAMS {
+            fn_: Some(host_trampoline),
+            userData: Arc::as_ptr(&host) as *mut _,
+        };
         let graph = self.raw;
-        let kind = NodeKind::Host { name: label.to_string() };
+        let kind = NodeKind::Host {
+            name: label.to_string(),
+        };
         // SAFETY: graph is live; userData stays valid because `host` is kept with the graph.
-        self.add_node(label, "Graph::host", at, kind, Vec::new(), vec![host as Keep], deps, "cuGraphAddHostNode", |h, d, n| unsafe {
-            sys::cuGraphAddHostNode(h, graph, d, n, &p)
-        })
+        self.add_node(
+            label,
+            "Graph::host",
+            at,
+            kind,
+            Vec::new(),
+            vec![host as Keep],
+            deps,
+            "cuGraphAddHostNode",
+            |h, d, n| unsafe { sys::cuGraphAddHostNode(h, graph, d, n, &p) },
+        )
     }
 
     /// Adds a node that records `event` (for waits in other streams or graphs).
     #[track_caller]
-    pub fn event_record(&mut self, label: &str, event: &Event, deps: &[&NodeRef]) -> Result<NodeRef> {
+    pub fn event_record(
+        &mut self,
+        label: &str,
+        event: &Event,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let (graph, raw) = (self.raw, event.inner.raw);
-        let kind = NodeKind::EventRecord { event: event.label().to_string() };
+        let kind = NodeKind::EventRecord {
+            event: event.label().to_string(),
+        };
         // SAFETY: graph and event are live; the event is kept with the graph.
-        self.add_node(label, "Graph::event_record", at, kind, Vec::new(), vec![event.inner.clone() as Keep], deps, "cuGraphAddEventRecordNode", |h, d, n| unsafe {
-            sys::cuGraphAddEventRecordNode(h, graph, d, n, raw)
-        })
+        self.add_node(
+            label,
+            "Graph::event_record",
+            at,
+            kind,
+            Vec::new(),
+            vec![event.inner.clone() as Keep],
+            deps,
+            "cuGraphAddEventRecordNode",
+            |h, d, n| unsafe { sys::cuGraphAddEventRecordNode(h, graph, d, n, raw) },
+        )
     }
 
     /// Adds a node that waits for `event`.
@@ -375,11 +579,21 @@ impl Graph {
     pub fn event_wait(&mut self, label: &str, event: &Event, deps: &[&NodeRef]) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let (graph, raw) = (self.raw, event.inner.raw);
-        let kind = NodeKind::EventWait { event: event.label().to_string() };
+        let kind = NodeKind::EventWait {
+            event: event.label().to_string(),
+        };
         // SAFETY: graph and event are live; the event is kept with the graph.
-        self.add_node(label, "Graph::event_wait", at, kind, Vec::new(), vec![event.inner.clone() as Keep], deps, "cuGraphAddEventWaitNode", |h, d, n| unsafe {
-            sys::cuGraphAddEventWaitNode(h, graph, d, n, raw)
-        })
+        self.add_node(
+            label,
+            "Graph::event_wait",
+            at,
+            kind,
+            Vec::new(),
+            vec![event.inner.clone() as Keep],
+            deps,
+            "cuGraphAddEventWaitNode",
+            |h, d, n| unsafe { sys::cuGraphAddEventWaitNode(h, graph, d, n, raw) },
+        )
     }
 
     /// Adds an empty node (a join point).
@@ -388,9 +602,17 @@ impl Graph {
         let at = SourceLine::caller();
         let graph = self.raw;
         // SAFETY: graph is live.
-        self.add_node(label, "Graph::empty", at, NodeKind::Empty, Vec::new(), Vec::new(), deps, "cuGraphAddEmptyNode", |h, d, n| unsafe {
-            sys::cuGraphAddEmptyNode(h, graph, d, n)
-        })
+        self.add_node(
+            label,
+            "Graph::empty",
+            at,
+            NodeKind::Empty,
+            Vec::new(),
+            Vec::new(),
+            deps,
+            "cuGraphAddEmptyNode",
+            |h, d, n| unsafe { sys::cuGraphAddEmptyNode(h, graph, d, n) },
+        )
     }
 
     /// Adds `child` as a child-graph node (the driver embeds a copy; `child`'s resources are
@@ -399,12 +621,27 @@ impl Graph {
     pub fn child(&mut self, label: &str, child: &Graph, deps: &[&NodeRef]) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let (graph, raw) = (self.raw, child.raw);
-        let kind = NodeKind::ChildGraph { graph: Box::new(child.model.clone()) };
-        let accesses = child.model.nodes.iter().flat_map(|n| n.accesses.iter().cloned()).collect();
+        let kind = NodeKind::ChildGraph {
+            graph: Box::new(child.model.clone()),
+        };
+        let accesses = child
+            .model
+            .nodes
+            .iter()
+            .flat_map(|n| n.accesses.iter().cloned())
+            .collect();
         // SAFETY: both graphs are live and of this context; the driver clones `child`.
-        self.add_node(label, "Graph::child", at, kind, accesses, child.keep.clone(), deps, "cuGraphAddChildGraphNode", |h, d, n| unsafe {
-            sys::cuGraphAddChildGraphNode(h, graph, d, n, raw)
-        })
+        self.add_node(
+            label,
+            "Graph::child",
+            at,
+            kind,
+            accesses,
+            child.keep.clone(),
+            deps,
+            "cuGraphAddChildGraphNode",
+            |h, d, n| unsafe { sys::cuGraphAddChildGraphNode(h, graph, d, n, raw) },
+        )
     }
 
     /// Instantiates the graph once (`cuGraphInstantiateWithFlags`); launch the executable as
@@ -417,7 +654,17 @@ impl Graph {
         let mut exec = std::ptr::null_mut();
         // SAFETY: self.raw is live; exec is a valid out pointer; Graph is !Sync so no other
         // thread uses the template during the call.
-        check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, self.raw, 0) }, "cuGraphInstantiate").map_err(fail)?;
-        Ok(crate::Exec::new(exec, self.ctx.clone(), format!("{}#exec", self.label), Arc::new(self.model.clone()), self.keep.clone()))
+        check(
+            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, self.raw, 0) },
+            "cuGraphInstantiate",
+        )
+        .map_err(fail)?;
+        Ok(crate::Exec::new(
+            exec,
+            self.ctx.clone(),
+            format!("{}#exec", self.label),
+            Arc::new(self.model.clone()),
+            self.keep.clone(),
+        ))
     }
 }

@@ -224,7 +224,9 @@ impl LaunchConfig {
         let axes = ["x", "y", "z"];
         for (i, (gv, bv)) in [(g.x, b.x), (g.y, b.y), (g.z, b.z)].into_iter().enumerate() {
             if gv == 0 || bv == 0 {
-                return Err(format!("grid {g} and block {b} must be at least 1 on every axis"));
+                return Err(format!(
+                    "grid {g} and block {b} must be at least 1 on every axis"
+                ));
             }
             if bv > limits.max_block[i] {
                 return Err(format!(

@@ -60,21 +60,38 @@ pub fn probe(ordinal: usize) -> Result<Probe> {
     let device = ctx.device();
     let mut name = [0 as std::ffi::c_char; 256];
     // SAFETY: name has room for 256 bytes; the driver writes a NUL-terminated string.
-    check(unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, device) }, "cuDeviceGetName").map_err(fail)?;
+    check(
+        unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, device) },
+        "cuDeviceGetName",
+    )
+    .map_err(fail)?;
     // SAFETY: NUL-terminated by the driver within the buffer.
-    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
     let attr = |a: sys::CUdevice_attribute| -> Result<i32> {
         let mut v = 0;
         // SAFETY: device is valid; v is a valid out pointer.
-        check(unsafe { sys::cuDeviceGetAttribute(&mut v, a, device) }, "cuDeviceGetAttribute").map_err(fail)?;
+        check(
+            unsafe { sys::cuDeviceGetAttribute(&mut v, a, device) },
+            "cuDeviceGetAttribute",
+        )
+        .map_err(fail)?;
         Ok(v)
     };
     use sys::CUdevice_attribute as A;
-    let cc = (attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?, attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?);
+    let cc = (
+        attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    );
     let multiprocessors = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let mut driver_version = 0;
     // SAFETY: valid out pointer.
-    check(unsafe { sys::cuDriverGetVersion(&mut driver_version) }, "cuDriverGetVersion").map_err(fail)?;
+    check(
+        unsafe { sys::cuDriverGetVersion(&mut driver_version) },
+        "cuDriverGetVersion",
+    )
+    .map_err(fail)?;
     let (free, total) = ctx.memory_info()?;
     let features = crate::probe_features::all(&ctx)?;
     Ok(Probe {
@@ -92,10 +109,22 @@ pub fn probe(ordinal: usize) -> Result<Probe> {
 }
 
 impl Feature {
-    pub(crate) fn from_trial(name: &'static str, how: &str, trial: std::result::Result<(), Failure>) -> Self {
+    pub(crate) fn from_trial(
+        name: &'static str,
+        how: &str,
+        trial: std::result::Result<(), Failure>,
+    ) -> Self {
         match trial {
-            Ok(()) => Feature { name, supported: true, detail: how.to_string() },
-            Err(f) => Feature { name, supported: false, detail: format!("{} returned {}", f.call, f.code) },
+            Ok(()) => Feature {
+                name,
+                supported: true,
+                detail: how.to_string(),
+            },
+            Err(f) => Feature {
+                name,
+                supported: false,
+                detail: format!("{} returned {}", f.call, f.code),
+            },
         }
     }
 }
@@ -103,15 +132,35 @@ impl Feature {
 impl std::fmt::Display for Probe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "GPU {}: {}", self.ordinal, self.name)?;
-        writeln!(f, "  compute capability  {}.{}", self.compute_capability.0, self.compute_capability.1)?;
+        writeln!(
+            f,
+            "  compute capability  {}.{}",
+            self.compute_capability.0, self.compute_capability.1
+        )?;
         writeln!(f, "  multiprocessors     {}", self.multiprocessors)?;
-        writeln!(f, "  memory              {:.1} GiB free of {:.1} GiB", self.free_memory_bytes as f64 / (1u64 << 30) as f64, self.total_memory_bytes as f64 / (1u64 << 30) as f64)?;
-        writeln!(f, "  driver (CUDA API)   {}", version_text(self.driver_version))?;
+        writeln!(
+            f,
+            "  memory              {:.1} GiB free of {:.1} GiB",
+            self.free_memory_bytes as f64 / (1u64 << 30) as f64,
+            self.total_memory_bytes as f64 / (1u64 << 30) as f64
+        )?;
+        writeln!(
+            f,
+            "  driver (CUDA API)   {}",
+            version_text(self.driver_version)
+        )?;
         match self.runtime_version {
             Some(v) => writeln!(f, "  runtime (cudart)    {}", version_text(v))?,
-            None => writeln!(f, "  runtime (cudart)    not found on the library path (graphsmith does not need it)")?,
+            None => writeln!(
+                f,
+                "  runtime (cudart)    not found on the library path (graphsmith does not need it)"
+            )?,
         }
-        writeln!(f, "  bindings            CUDA {}", version_text(self.bindings_version))?;
+        writeln!(
+            f,
+            "  bindings            CUDA {}",
+            version_text(self.bindings_version)
+        )?;
         writeln!(f, "  graph features (each tried on a tiny graph):")?;
         for feat in &self.features {
             let mark = if feat.supported { "yes" } else { "no " };

@@ -21,9 +21,15 @@ impl TrialGraph {
     fn instantiate(&self, flags: u64) -> std::result::Result<(), Failure> {
         let mut exec = std::ptr::null_mut();
         // SAFETY: self.0 is live; exec is destroyed right after.
-        check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, self.0, flags) }, "cuGraphInstantiate")?;
+        check(
+            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, self.0, flags) },
+            "cuGraphInstantiate",
+        )?;
         // SAFETY: exec was just created.
-        check(unsafe { sys::cuGraphExecDestroy(exec) }, "cuGraphExecDestroy")
+        check(
+            unsafe { sys::cuGraphExecDestroy(exec) },
+            "cuGraphExecDestroy",
+        )
     }
 }
 
@@ -34,7 +40,11 @@ impl Drop for TrialGraph {
     }
 }
 
-fn kernel_node(g: &TrialGraph, func: sys::CUfunction, deps: &[sys::CUgraphNode]) -> std::result::Result<sys::CUgraphNode, Failure> {
+fn kernel_node(
+    g: &TrialGraph,
+    func: sys::CUfunction,
+    deps: &[sys::CUgraphNode],
+) -> std::result::Result<sys::CUgraphNode, Failure> {
     let cfg = LaunchConfig::for_elements(1);
     let params = sys::CUDA_KERNEL_NODE_PARAMS {
         func,
@@ -52,7 +62,10 @@ fn kernel_node(g: &TrialGraph, func: sys::CUfunction, deps: &[sys::CUgraphNode])
     };
     let mut node = std::ptr::null_mut();
     // SAFETY: g is live; func takes no parameters (gs_empty), so null kernelParams is valid.
-    check(unsafe { sys::cuGraphAddKernelNode_v2(&mut node, g.0, deps.as_ptr(), deps.len(), &params) }, "cuGraphAddKernelNode")?;
+    check(
+        unsafe { sys::cuGraphAddKernelNode_v2(&mut node, g.0, deps.as_ptr(), deps.len(), &params) },
+        "cuGraphAddKernelNode",
+    )?;
     Ok(node)
 }
 
@@ -60,24 +73,39 @@ fn exec_update() -> std::result::Result<(), Failure> {
     let g = TrialGraph::new()?;
     let mut node = std::ptr::null_mut();
     // SAFETY: g is live.
-    check(unsafe { sys::cuGraphAddEmptyNode(&mut node, g.0, std::ptr::null(), 0) }, "cuGraphAddEmptyNode")?;
+    check(
+        unsafe { sys::cuGraphAddEmptyNode(&mut node, g.0, std::ptr::null(), 0) },
+        "cuGraphAddEmptyNode",
+    )?;
     let mut exec = std::ptr::null_mut();
     // SAFETY: g is live.
-    check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g.0, 0) }, "cuGraphInstantiate")?;
+    check(
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, g.0, 0) },
+        "cuGraphInstantiate",
+    )?;
     // SAFETY: plain C struct, zero is valid before the call fills it.
     let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
     // SAFETY: exec and g are live and compatible (same topology).
-    let rc = check(unsafe { sys::cuGraphExecUpdate_v2(exec, g.0, &mut info) }, "cuGraphExecUpdate");
+    let rc = check(
+        unsafe { sys::cuGraphExecUpdate_v2(exec, g.0, &mut info) },
+        "cuGraphExecUpdate",
+    );
     // SAFETY: exec was created above.
     let _ = unsafe { sys::cuGraphExecDestroy(exec) };
     rc
 }
 
-fn conditional(ctx: &Context, kind: sys::CUgraphConditionalNodeType) -> std::result::Result<(), Failure> {
+fn conditional(
+    ctx: &Context,
+    kind: sys::CUgraphConditionalNodeType,
+) -> std::result::Result<(), Failure> {
     let g = TrialGraph::new()?;
     let mut handle = 0;
     // SAFETY: g and the context are live.
-    check(unsafe { sys::cuGraphConditionalHandleCreate(&mut handle, g.0, ctx.raw(), 0, 0) }, "cuGraphConditionalHandleCreate")?;
+    check(
+        unsafe { sys::cuGraphConditionalHandleCreate(&mut handle, g.0, ctx.raw(), 0, 0) },
+        "cuGraphConditionalHandleCreate",
+    )?;
     // SAFETY: plain C struct/union; zero is a valid starting value.
     let mut params: sys::CUgraphNodeParams = unsafe { std::mem::zeroed() };
     params.type_ = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL;
@@ -91,7 +119,19 @@ fn conditional(ctx: &Context, kind: sys::CUgraphConditionalNodeType) -> std::res
     let mut node = std::ptr::null_mut();
     // SAFETY: g is live; params is a valid conditional description; the driver fills the body
     // graph array, owned by the node.
-    check(unsafe { sys::cuGraphAddNode_v2(&mut node, g.0, std::ptr::null(), std::ptr::null(), 0, &mut params) }, "cuGraphAddNode")?;
+    check(
+        unsafe {
+            sys::cuGraphAddNode_v2(
+                &mut node,
+                g.0,
+                std::ptr::null(),
+                std::ptr::null(),
+                0,
+                &mut params,
+            )
+        },
+        "cuGraphAddNode",
+    )?;
     g.instantiate(0)
 }
 
@@ -112,7 +152,10 @@ fn programmatic_edge(func: sys::CUfunction) -> std::result::Result<(), Failure> 
         reserved: [0; 5],
     };
     // SAFETY: a and b are live kernel nodes of g.
-    check(unsafe { sys::cuGraphAddDependencies_v2(g.0, &a, &b, &edge, 1) }, "cuGraphAddDependencies")?;
+    check(
+        unsafe { sys::cuGraphAddDependencies_v2(g.0, &a, &b, &edge, 1) },
+        "cuGraphAddDependencies",
+    )?;
     g.instantiate(0)
 }
 
@@ -126,10 +169,16 @@ fn memory_nodes(ctx: &Context) -> std::result::Result<(), Failure> {
     p.bytesize = 1 << 20;
     let mut alloc = std::ptr::null_mut();
     // SAFETY: g is live; p describes a 1 MiB device allocation.
-    check(unsafe { sys::cuGraphAddMemAllocNode(&mut alloc, g.0, std::ptr::null(), 0, &mut p) }, "cuGraphAddMemAllocNode")?;
+    check(
+        unsafe { sys::cuGraphAddMemAllocNode(&mut alloc, g.0, std::ptr::null(), 0, &mut p) },
+        "cuGraphAddMemAllocNode",
+    )?;
     let mut free = std::ptr::null_mut();
     // SAFETY: p.dptr was filled by the alloc node; the free node depends on it.
-    check(unsafe { sys::cuGraphAddMemFreeNode(&mut free, g.0, &alloc, 1, p.dptr) }, "cuGraphAddMemFreeNode")?;
+    check(
+        unsafe { sys::cuGraphAddMemFreeNode(&mut free, g.0, &alloc, 1, p.dptr) },
+        "cuGraphAddMemFreeNode",
+    )?;
     g.instantiate(0)
 }
 
@@ -142,12 +191,40 @@ pub(crate) fn all(ctx: &Context) -> Result<Vec<Feature>> {
     let empty = module.kernel("gs_empty")?;
     use sys::CUgraphConditionalNodeType as C;
     Ok(vec![
-        Feature::from_trial("exec update", "cuGraphExecUpdate on an instantiated graph", exec_update()),
-        Feature::from_trial("conditional IF", "IF node added and instantiated", conditional(ctx, C::CU_GRAPH_COND_TYPE_IF)),
-        Feature::from_trial("conditional WHILE", "WHILE node added and instantiated", conditional(ctx, C::CU_GRAPH_COND_TYPE_WHILE)),
-        Feature::from_trial("conditional SWITCH", "SWITCH node added and instantiated", conditional(ctx, C::CU_GRAPH_COND_TYPE_SWITCH)),
-        Feature::from_trial("device launch", "instantiated with DEVICE_LAUNCH", device_launch(empty.func)),
-        Feature::from_trial("programmatic edges", "programmatic edge between two kernels", programmatic_edge(empty.func)),
-        Feature::from_trial("memory nodes", "alloc and free nodes instantiated", memory_nodes(ctx)),
+        Feature::from_trial(
+            "exec update",
+            "cuGraphExecUpdate on an instantiated graph",
+            exec_update(),
+        ),
+        Feature::from_trial(
+            "conditional IF",
+            "IF node added and instantiated",
+            conditional(ctx, C::CU_GRAPH_COND_TYPE_IF),
+        ),
+        Feature::from_trial(
+            "conditional WHILE",
+            "WHILE node added and instantiated",
+            conditional(ctx, C::CU_GRAPH_COND_TYPE_WHILE),
+        ),
+        Feature::from_trial(
+            "conditional SWITCH",
+            "SWITCH node added and instantiated",
+            conditional(ctx, C::CU_GRAPH_COND_TYPE_SWITCH),
+        ),
+        Feature::from_trial(
+            "device launch",
+            "instantiated with DEVICE_LAUNCH",
+            device_launch(empty.func),
+        ),
+        Feature::from_trial(
+            "programmatic edges",
+            "programmatic edge between two kernels",
+            programmatic_edge(empty.func),
+        ),
+        Feature::from_trial(
+            "memory nodes",
+            "alloc and free nodes instantiated",
+            memory_nodes(ctx),
+        ),
     ])
 }

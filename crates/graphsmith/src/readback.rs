@@ -6,7 +6,10 @@ use std::ffi::CStr;
 
 use cudarc::driver::sys;
 use graphsmith_model as model;
-use model::{Access, AccessMode, Dim3, KernelArg, KernelParams, MemRef, MemcpyParams, MemorySpace, MemsetParams, NodeKind};
+use model::{
+    Access, AccessMode, Dim3, KernelArg, KernelParams, MemRef, MemcpyParams, MemorySpace,
+    MemsetParams, NodeKind,
+};
 
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
@@ -20,34 +23,60 @@ const MAX_DEPTH: u32 = 16;
 /// # Safety
 /// `raw` must be null or a live `CUgraph` of `ctx` not used by another thread during the call.
 #[track_caller]
-pub unsafe fn read_raw_graph(ctx: &Context, raw: sys::CUgraph, label: &str) -> Result<model::Graph> {
+pub unsafe fn read_raw_graph(
+    ctx: &Context,
+    raw: sys::CUgraph,
+    label: &str,
+) -> Result<model::Graph> {
     let at = SourceLine::caller();
     let me = ObjectRef::new(ObjectKind::Graph, label);
     if raw.is_null() {
-        return Err(Error::new(ErrorKind::NullHandle { what: "the CUgraph handle" }, me, "read_raw_graph", at));
+        return Err(Error::new(
+            ErrorKind::NullHandle {
+                what: "the CUgraph handle",
+            },
+            me,
+            "read_raw_graph",
+            at,
+        ));
     }
     let fail = |f: Failure| f.on(me.clone(), "read_raw_graph", at);
     ctx.bind().map_err(fail)?;
     // SAFETY: raw is live (caller's contract).
-    unsafe { read_graph(raw, label) }.map(|(m, _)| m).map_err(fail)
+    unsafe { read_graph(raw, label) }
+        .map(|(m, _)| m)
+        .map_err(fail)
 }
 
 /// Reads `raw` into a model; also returns the driver handle of each model node.
 ///
 /// # Safety
 /// `raw` must be a live graph; its context must be current.
-pub(crate) unsafe fn read_graph(raw: sys::CUgraph, label: &str) -> Result<(model::Graph, Vec<sys::CUgraphNode>), Failure> {
+pub(crate) unsafe fn read_graph(
+    raw: sys::CUgraph,
+    label: &str,
+) -> Result<(model::Graph, Vec<sys::CUgraphNode>), Failure> {
     // SAFETY: forwarded contract.
     unsafe { read_at_depth(raw, label, 0) }
 }
 
-unsafe fn read_at_depth(raw: sys::CUgraph, label: &str, depth: u32) -> Result<(model::Graph, Vec<sys::CUgraphNode>), Failure> {
+unsafe fn read_at_depth(
+    raw: sys::CUgraph,
+    label: &str,
+    depth: u32,
+) -> Result<(model::Graph, Vec<sys::CUgraphNode>), Failure> {
     let mut count = 0usize;
     // SAFETY: raw is live; a null array asks for the count only.
-    check(unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) }, "cuGraphGetNodes")?;
+    check(
+        unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) },
+        "cuGraphGetNodes",
+    )?;
     let mut handles = vec![std::ptr::null_mut(); count];
     // SAFETY: handles has room for `count` nodes.
-    check(unsafe { sys::cuGraphGetNodes(raw, handles.as_mut_ptr(), &mut count) }, "cuGraphGetNodes")?;
+    check(
+        unsafe { sys::cuGraphGetNodes(raw, handles.as_mut_ptr(), &mut count) },
+        "cuGraphGetNodes",
+    )?;
     handles.truncate(count);
     let mut graph = model::Graph::new(label);
     let mut index = HashMap::with_capacity(count);
@@ -61,14 +90,30 @@ unsafe fn read_at_depth(raw: sys::CUgraph, label: &str, depth: u32) -> Result<(m
     let mut edges = 0usize;
     // SAFETY: null arrays ask for the edge count only.
     check(
-        unsafe { sys::cuGraphGetEdges_v2(raw, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), &mut edges) },
+        unsafe {
+            sys::cuGraphGetEdges_v2(
+                raw,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut edges,
+            )
+        },
         "cuGraphGetEdges",
     )?;
     let mut from = vec![std::ptr::null_mut(); edges];
     let mut to = vec![std::ptr::null_mut(); edges];
     // SAFETY: both arrays have room for `edges` handles; edge data is not requested.
     check(
-        unsafe { sys::cuGraphGetEdges_v2(raw, from.as_mut_ptr(), to.as_mut_ptr(), std::ptr::null_mut(), &mut edges) },
+        unsafe {
+            sys::cuGraphGetEdges_v2(
+                raw,
+                from.as_mut_ptr(),
+                to.as_mut_ptr(),
+                std::ptr::null_mut(),
+                &mut edges,
+            )
+        },
         "cuGraphGetEdges",
     )?;
     for (f, t) in from.iter().zip(&to).take(edges) {
@@ -84,30 +129,53 @@ unsafe fn read_node(node: sys::CUgraphNode, depth: u32) -> Result<NodeKind, Fail
     use sys::CUgraphNodeType as T;
     let mut ty = T::CU_GRAPH_NODE_TYPE_EMPTY;
     // SAFETY: node is live; ty is a valid out pointer.
-    check(unsafe { sys::cuGraphNodeGetType(node, &mut ty) }, "cuGraphNodeGetType")?;
+    check(
+        unsafe { sys::cuGraphNodeGetType(node, &mut ty) },
+        "cuGraphNodeGetType",
+    )?;
     // SAFETY (all arms): node is live and of the type just read; out structs are plain C data.
     Ok(match ty {
         T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel(unsafe { read_kernel(node) }?),
         T::CU_GRAPH_NODE_TYPE_MEMCPY => {
             let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-            check(unsafe { sys::cuGraphMemcpyNodeGetParams(node, &mut p) }, "cuGraphMemcpyNodeGetParams")?;
+            check(
+                unsafe { sys::cuGraphMemcpyNodeGetParams(node, &mut p) },
+                "cuGraphMemcpyNodeGetParams",
+            )?;
             let side = |ty: sys::CUmemorytype, dev: sys::CUdeviceptr, host: u64, x: usize| {
                 let (space, base) = match ty {
-                    sys::CUmemorytype::CU_MEMORYTYPE_DEVICE | sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED => (MemorySpace::Device, dev),
+                    sys::CUmemorytype::CU_MEMORYTYPE_DEVICE
+                    | sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED => (MemorySpace::Device, dev),
                     sys::CUmemorytype::CU_MEMORYTYPE_HOST => (MemorySpace::Host, host),
                     sys::CUmemorytype::CU_MEMORYTYPE_ARRAY => (MemorySpace::Array, 0),
                 };
-                MemRef { space, address: base + x as u64 }
+                MemRef {
+                    space,
+                    address: base + x as u64,
+                }
             };
             NodeKind::Memcpy(MemcpyParams {
-                src: side(p.srcMemoryType, p.srcDevice, p.srcHost as u64, p.srcXInBytes),
-                dst: side(p.dstMemoryType, p.dstDevice, p.dstHost as u64, p.dstXInBytes),
+                src: side(
+                    p.srcMemoryType,
+                    p.srcDevice,
+                    p.srcHost as u64,
+                    p.srcXInBytes,
+                ),
+                dst: side(
+                    p.dstMemoryType,
+                    p.dstDevice,
+                    p.dstHost as u64,
+                    p.dstXInBytes,
+                ),
                 bytes: (p.WidthInBytes * p.Height.max(1) * p.Depth.max(1)) as u64,
             })
         }
         T::CU_GRAPH_NODE_TYPE_MEMSET => {
             let mut p: sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            check(unsafe { sys::cuGraphMemsetNodeGetParams(node, &mut p) }, "cuGraphMemsetNodeGetParams")?;
+            check(
+                unsafe { sys::cuGraphMemsetNodeGetParams(node, &mut p) },
+                "cuGraphMemsetNodeGetParams",
+            )?;
             NodeKind::Memset(MemsetParams {
                 dst: p.dst,
                 element_size: p.elementSize,
@@ -119,64 +187,107 @@ unsafe fn read_node(node: sys::CUgraphNode, depth: u32) -> Result<NodeKind, Fail
         }
         T::CU_GRAPH_NODE_TYPE_HOST => {
             let mut p: sys::CUDA_HOST_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            check(unsafe { sys::cuGraphHostNodeGetParams(node, &mut p) }, "cuGraphHostNodeGetParams")?;
+            check(
+                unsafe { sys::cuGraphHostNodeGetParams(node, &mut p) },
+                "cuGraphHostNodeGetParams",
+            )?;
             let address = p.fn_.map(|f| f as usize).unwrap_or(0);
-            NodeKind::Host { name: format!("host function at 0x{address:x}") }
+            NodeKind::Host {
+                name: format!("host function at 0x{address:x}"),
+            }
         }
         T::CU_GRAPH_NODE_TYPE_GRAPH => {
             let mut child = std::ptr::null_mut();
-            check(unsafe { sys::cuGraphChildGraphNodeGetGraph(node, &mut child) }, "cuGraphChildGraphNodeGetGraph")?;
+            check(
+                unsafe { sys::cuGraphChildGraphNodeGetGraph(node, &mut child) },
+                "cuGraphChildGraphNodeGetGraph",
+            )?;
             let graph = if depth < MAX_DEPTH {
                 unsafe { read_at_depth(child, "child", depth + 1) }?.0
             } else {
                 model::Graph::new("child (not read: nested too deep)")
             };
-            NodeKind::ChildGraph { graph: Box::new(graph) }
+            NodeKind::ChildGraph {
+                graph: Box::new(graph),
+            }
         }
         T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
         T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
             let mut e = std::ptr::null_mut();
-            check(unsafe { sys::cuGraphEventWaitNodeGetEvent(node, &mut e) }, "cuGraphEventWaitNodeGetEvent")?;
-            NodeKind::EventWait { event: format!("event 0x{:x}", e as usize) }
+            check(
+                unsafe { sys::cuGraphEventWaitNodeGetEvent(node, &mut e) },
+                "cuGraphEventWaitNodeGetEvent",
+            )?;
+            NodeKind::EventWait {
+                event: format!("event 0x{:x}", e as usize),
+            }
         }
         T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
             let mut e = std::ptr::null_mut();
-            check(unsafe { sys::cuGraphEventRecordNodeGetEvent(node, &mut e) }, "cuGraphEventRecordNodeGetEvent")?;
-            NodeKind::EventRecord { event: format!("event 0x{:x}", e as usize) }
+            check(
+                unsafe { sys::cuGraphEventRecordNodeGetEvent(node, &mut e) },
+                "cuGraphEventRecordNodeGetEvent",
+            )?;
+            NodeKind::EventRecord {
+                event: format!("event 0x{:x}", e as usize),
+            }
         }
         T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
             let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            check(unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut p) }, "cuGraphMemAllocNodeGetParams")?;
-            NodeKind::MemAlloc { address: p.dptr, bytes: p.bytesize as u64 }
+            check(
+                unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut p) },
+                "cuGraphMemAllocNodeGetParams",
+            )?;
+            NodeKind::MemAlloc {
+                address: p.dptr,
+                bytes: p.bytesize as u64,
+            }
         }
         T::CU_GRAPH_NODE_TYPE_MEM_FREE => {
             let mut ptr = 0;
-            check(unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) }, "cuGraphMemFreeNodeGetParams")?;
+            check(
+                unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
+                "cuGraphMemFreeNodeGetParams",
+            )?;
             NodeKind::MemFree { address: ptr }
         }
         // The CUDA 13.0 driver API has no call that reads a conditional node's parameters
         // (cuGraphNodeGetParams arrived in 13.2), so its flavour stays unknown here.
-        T::CU_GRAPH_NODE_TYPE_CONDITIONAL => NodeKind::Other { name: "conditional".into() },
-        other => NodeKind::Other { name: format!("{other:?}") },
+        T::CU_GRAPH_NODE_TYPE_CONDITIONAL => NodeKind::Other {
+            name: "conditional".into(),
+        },
+        other => NodeKind::Other {
+            name: format!("{other:?}"),
+        },
     })
 }
 
 unsafe fn read_kernel(node: sys::CUgraphNode) -> Result<KernelParams, Failure> {
     // SAFETY: plain C struct; node is a live kernel node.
     let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-    check(unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }, "cuGraphKernelNodeGetParams")?;
+    check(
+        unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) },
+        "cuGraphKernelNodeGetParams",
+    )?;
     let mut func = p.func;
     if func.is_null() && !p.kern.is_null() {
         // SAFETY: kern is a live library kernel; the node's context is current.
-        check(unsafe { sys::cuKernelGetFunction(&mut func, p.kern) }, "cuKernelGetFunction")?;
+        check(
+            unsafe { sys::cuKernelGetFunction(&mut func, p.kern) },
+            "cuKernelGetFunction",
+        )?;
     }
     let mut name = String::new();
     let mut args = Vec::new();
     if !func.is_null() {
         let mut text: *const std::ffi::c_char = std::ptr::null();
         // SAFETY: func is live; text receives a driver-owned NUL-terminated string.
-        if unsafe { sys::cuFuncGetName(&mut text, func) } == sys::CUresult::CUDA_SUCCESS && !text.is_null() {
-            name = unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
+        if unsafe { sys::cuFuncGetName(&mut text, func) } == sys::CUresult::CUDA_SUCCESS
+            && !text.is_null()
+        {
+            name = unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned();
         }
         // SAFETY: func is live.
         let layout = unsafe { crate::kernel::param_layout(func) }?;
@@ -194,7 +305,10 @@ unsafe fn read_kernel(node: sys::CUgraphNode) -> Result<KernelParams, Failure> {
 }
 
 /// Copies each argument's bytes out of a kernel node's parameters.
-unsafe fn argument_bytes(p: &sys::CUDA_KERNEL_NODE_PARAMS, layout: &[(usize, usize)]) -> Vec<KernelArg> {
+unsafe fn argument_bytes(
+    p: &sys::CUDA_KERNEL_NODE_PARAMS,
+    layout: &[(usize, usize)],
+) -> Vec<KernelArg> {
     let mut out = Vec::with_capacity(layout.len());
     if !p.kernelParams.is_null() {
         for (i, &(offset, size)) in layout.iter().enumerate() {
@@ -204,7 +318,10 @@ unsafe fn argument_bytes(p: &sys::CUDA_KERNEL_NODE_PARAMS, layout: &[(usize, usi
                 continue;
             }
             let bytes = unsafe { std::slice::from_raw_parts(value, size) }.to_vec();
-            out.push(KernelArg { offset: offset as u32, bytes });
+            out.push(KernelArg {
+                offset: offset as u32,
+                bytes,
+            });
         }
     } else if !p.extra.is_null() {
         // `extra` is a list of (key, value) pointers ending in CU_LAUNCH_PARAM_END (0):
@@ -228,8 +345,12 @@ unsafe fn argument_bytes(p: &sys::CUDA_KERNEL_NODE_PARAMS, layout: &[(usize, usi
         if !buffer.is_null() {
             for &(offset, len) in layout {
                 if offset + len <= size {
-                    let bytes = unsafe { std::slice::from_raw_parts(buffer.add(offset), len) }.to_vec();
-                    out.push(KernelArg { offset: offset as u32, bytes });
+                    let bytes =
+                        unsafe { std::slice::from_raw_parts(buffer.add(offset), len) }.to_vec();
+                    out.push(KernelArg {
+                        offset: offset as u32,
+                        bytes,
+                    });
                 }
             }
         }
@@ -250,7 +371,13 @@ fn device_access(address: u64, len: u64, mode: AccessMode) -> Access {
         Some((base, _)) => (base, address - base),
         None => (address, 0),
     };
-    Access { buffer, label: String::new(), offset, len, mode }
+    Access {
+        buffer,
+        label: String::new(),
+        offset,
+        len,
+        mode,
+    }
 }
 
 /// The memory a copy or set node touches (device sides only).
@@ -266,8 +393,14 @@ fn accesses_of(kind: &NodeKind) -> Vec<Access> {
             }
             out
         }
-        NodeKind::Memset(p) if p.height <= 1 => vec![device_access(p.dst, p.bytes(), AccessMode::Write)],
-        NodeKind::Memset(p) => vec![device_access(p.dst, p.pitch * (p.height - 1) + p.width * p.element_size as u64, AccessMode::Write)],
+        NodeKind::Memset(p) if p.height <= 1 => {
+            vec![device_access(p.dst, p.bytes(), AccessMode::Write)]
+        }
+        NodeKind::Memset(p) => vec![device_access(
+            p.dst,
+            p.pitch * (p.height - 1) + p.width * p.element_size as u64,
+            AccessMode::Write,
+        )],
         _ => Vec::new(),
     }
 }

@@ -53,7 +53,13 @@ impl Event {
     #[track_caller]
     pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Event, self.label()), "Event::elapsed_ms_since", at);
+        let fail = |f: Failure| {
+            f.on(
+                ObjectRef::new(ObjectKind::Event, self.label()),
+                "Event::elapsed_ms_since",
+                at,
+            )
+        };
         self.inner.ctx.bind().map_err(fail)?;
         let mut ms = 0.0f32;
         // SAFETY: both events are live (held by self and start).
@@ -68,10 +74,20 @@ impl Event {
     #[track_caller]
     pub fn synchronize(&self) -> Result<()> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Event, self.label()), "Event::synchronize", at);
+        let fail = |f: Failure| {
+            f.on(
+                ObjectRef::new(ObjectKind::Event, self.label()),
+                "Event::synchronize",
+                at,
+            )
+        };
         self.inner.ctx.bind().map_err(fail)?;
         // SAFETY: the event is live.
-        check(unsafe { sys::cuEventSynchronize(self.inner.raw) }, "cuEventSynchronize").map_err(fail)
+        check(
+            unsafe { sys::cuEventSynchronize(self.inner.raw) },
+            "cuEventSynchronize",
+        )
+        .map_err(fail)
     }
 }
 
@@ -80,7 +96,13 @@ impl Context {
     #[track_caller]
     pub fn event(&self, label: &str, timing: bool) -> Result<Event> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Event, label), "Context::event", at);
+        let fail = |f: Failure| {
+            f.on(
+                ObjectRef::new(ObjectKind::Event, label),
+                "Context::event",
+                at,
+            )
+        };
         self.bind().map_err(fail)?;
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
@@ -89,7 +111,11 @@ impl Context {
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: the context is current; raw is a valid out pointer.
-        check(unsafe { sys::cuEventCreate(&mut raw, flags as u32) }, "cuEventCreate").map_err(fail)?;
+        check(
+            unsafe { sys::cuEventCreate(&mut raw, flags as u32) },
+            "cuEventCreate",
+        )
+        .map_err(fail)?;
         Ok(Event {
             inner: Arc::new(EventInner {
                 raw,
@@ -103,12 +129,20 @@ impl Context {
     #[track_caller]
     pub fn stream(&self, label: &str) -> Result<Stream> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Stream, label), "Context::stream", at);
+        let fail = |f: Failure| {
+            f.on(
+                ObjectRef::new(ObjectKind::Stream, label),
+                "Context::stream",
+                at,
+            )
+        };
         self.bind().map_err(fail)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: the context is current; raw is a valid out pointer.
         check(
-            unsafe { sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) },
+            unsafe {
+                sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+            },
             "cuStreamCreate",
         )
         .map_err(fail)?;
@@ -189,7 +223,13 @@ impl Stream {
     /// Launches a kernel. While the stream captures, this becomes a kernel node labelled
     /// `label`, with the accesses of `args` and the caller's line.
     #[track_caller]
-    pub fn launch(&self, label: &str, kernel: &Kernel, cfg: LaunchConfig, mut args: Args<'_>) -> Result<()> {
+    pub fn launch(
+        &self,
+        label: &str,
+        kernel: &Kernel,
+        cfg: LaunchConfig,
+        mut args: Args<'_>,
+    ) -> Result<()> {
         let at = SourceLine::caller();
         let op = "Stream::launch";
         let node = || ObjectRef::new(ObjectKind::Node, label);
@@ -208,7 +248,12 @@ impl Stream {
             unsafe {
                 sys::cuLaunchKernel(
                     kernel.func,
-                    g.x, g.y, g.z, b.x, b.y, b.z,
+                    g.x,
+                    g.y,
+                    g.z,
+                    b.x,
+                    b.y,
+                    b.z,
                     cfg.shared_mem_bytes,
                     self.raw,
                     pointers.as_mut_ptr(),
@@ -226,20 +271,35 @@ impl Stream {
 
     /// Sets every element of `dst` to `value` (`cuMemsetD8/D16/D32Async`).
     #[track_caller]
-    pub fn memset<T: Element>(&self, label: &str, dst: &mut DeviceBuffer<T>, value: T) -> Result<()> {
+    pub fn memset<T: Element>(
+        &self,
+        label: &str,
+        dst: &mut DeviceBuffer<T>,
+        value: T,
+    ) -> Result<()> {
         let at = SourceLine::caller();
         let op = "Stream::memset";
         let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Node, label), op, at);
-        let bits = crate::graph::memset_bits(value)
-            .map_err(|reason| Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at))?;
+        let bits = crate::graph::memset_bits(value).map_err(|reason| {
+            Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at)
+        })?;
         self.ctx.bind().map_err(fail)?;
         let (ptr, n) = (dst.alloc.ptr, dst.len());
         // SAFETY: ptr is a live allocation of n elements of T (held by dst); the stream is live.
         let (rc, call) = unsafe {
             match std::mem::size_of::<T>() {
-                1 => (sys::cuMemsetD8Async(ptr, bits as u8, n, self.raw), "cuMemsetD8Async"),
-                2 => (sys::cuMemsetD16Async(ptr, bits as u16, n, self.raw), "cuMemsetD16Async"),
-                _ => (sys::cuMemsetD32Async(ptr, bits, n, self.raw), "cuMemsetD32Async"),
+                1 => (
+                    sys::cuMemsetD8Async(ptr, bits as u8, n, self.raw),
+                    "cuMemsetD8Async",
+                ),
+                2 => (
+                    sys::cuMemsetD16Async(ptr, bits as u16, n, self.raw),
+                    "cuMemsetD16Async",
+                ),
+                _ => (
+                    sys::cuMemsetD32Async(ptr, bits, n, self.raw),
+                    "cuMemsetD32Async",
+                ),
             }
         };
         check(rc, call).map_err(fail)?;
@@ -256,13 +316,24 @@ impl Stream {
 
     /// Copies `src` into `dst` on the device (`cuMemcpyDtoDAsync`); the lengths must match.
     #[track_caller]
-    pub fn copy<T: Element>(&self, label: &str, dst: &mut DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy<T: Element>(
+        &self,
+        label: &str,
+        dst: &mut DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+    ) -> Result<()> {
         let at = SourceLine::caller();
         let op = "Stream::copy";
         if dst.len() != src.len() {
             return Err(Error::new(
                 ErrorKind::InvalidInput {
-                    reason: format!("copy of {} elements from '{}' into {} elements of '{}'", src.len(), src.label(), dst.len(), dst.label()),
+                    reason: format!(
+                        "copy of {} elements from '{}' into {} elements of '{}'",
+                        src.len(),
+                        src.label(),
+                        dst.len(),
+                        dst.label()
+                    ),
                 },
                 ObjectRef::new(ObjectKind::Node, label),
                 op,
@@ -273,15 +344,34 @@ impl Stream {
         self.ctx.bind().map_err(fail)?;
         // SAFETY: both allocations are live and at least dst.bytes() long (lengths checked).
         check(
-            unsafe { sys::cuMemcpyDtoDAsync_v2(dst.alloc.ptr, src.alloc.ptr, dst.bytes(), self.raw) },
+            unsafe {
+                sys::cuMemcpyDtoDAsync_v2(dst.alloc.ptr, src.alloc.ptr, dst.bytes(), self.raw)
+            },
             "cuMemcpyDtoDAsync",
         )
         .map_err(fail)?;
         let accesses = vec![
-            Access { buffer: src.alloc.ptr, label: src.label().into(), offset: 0, len: src.bytes() as u64, mode: AccessMode::Read },
-            Access { buffer: dst.alloc.ptr, label: dst.label().into(), offset: 0, len: dst.bytes() as u64, mode: AccessMode::Write },
+            Access {
+                buffer: src.alloc.ptr,
+                label: src.label().into(),
+                offset: 0,
+                len: src.bytes() as u64,
+                mode: AccessMode::Read,
+            },
+            Access {
+                buffer: dst.alloc.ptr,
+                label: dst.label().into(),
+                offset: 0,
+                len: dst.bytes() as u64,
+                mode: AccessMode::Write,
+            },
         ];
-        self.note_captured(label, at, accesses, vec![dst.alloc.clone() as Keep, src.alloc.clone() as Keep]);
+        self.note_captured(
+            label,
+            at,
+            accesses,
+            vec![dst.alloc.clone() as Keep, src.alloc.clone() as Keep],
+        );
         Ok(())
     }
 
@@ -295,7 +385,12 @@ impl Stream {
         if dst.len() != src.len() {
             return Err(Error::new(
                 ErrorKind::InvalidInput {
-                    reason: format!("upload of {} elements into '{}' of {} elements", src.len(), dst.label(), dst.len()),
+                    reason: format!(
+                        "upload of {} elements into '{}' of {} elements",
+                        src.len(),
+                        dst.label(),
+                        dst.len()
+                    ),
                 },
                 dst.object(),
                 op,
@@ -307,12 +402,23 @@ impl Stream {
         // SAFETY: src is a live host slice of dst.bytes() bytes; dst is a live allocation of the
         // same size; the stream is synchronised below before src can go away.
         check(
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst.alloc.ptr, src.as_ptr() as *const _, dst.bytes(), self.raw) },
+            unsafe {
+                sys::cuMemcpyHtoDAsync_v2(
+                    dst.alloc.ptr,
+                    src.as_ptr() as *const _,
+                    dst.bytes(),
+                    self.raw,
+                )
+            },
             "cuMemcpyHtoDAsync",
         )
         .map_err(fail)?;
         // SAFETY: the stream is live.
-        check(unsafe { sys::cuStreamSynchronize(self.raw) }, "cuStreamSynchronize").map_err(fail)
+        check(
+            unsafe { sys::cuStreamSynchronize(self.raw) },
+            "cuStreamSynchronize",
+        )
+        .map_err(fail)
     }
 
     /// Waits for the stream, then copies `src` to a new host vector.
@@ -328,7 +434,12 @@ impl Stream {
         // and the stream is synchronised before set_len; T is valid for any bit pattern (Element).
         unsafe {
             check(
-                sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, src.alloc.ptr, src.bytes(), self.raw),
+                sys::cuMemcpyDtoHAsync_v2(
+                    out.as_mut_ptr() as *mut _,
+                    src.alloc.ptr,
+                    src.bytes(),
+                    self.raw,
+                ),
                 "cuMemcpyDtoHAsync",
             )
             .map_err(fail)?;
@@ -345,7 +456,11 @@ impl Stream {
         let fail = |f: Failure| f.on(self.object(), "Stream::synchronize", at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: the stream is live.
-        check(unsafe { sys::cuStreamSynchronize(self.raw) }, "cuStreamSynchronize").map_err(fail)
+        check(
+            unsafe { sys::cuStreamSynchronize(self.raw) },
+            "cuStreamSynchronize",
+        )
+        .map_err(fail)
     }
 
     /// Records `event` on this stream.
@@ -355,7 +470,11 @@ impl Stream {
         let fail = |f: Failure| f.on(self.object(), "Stream::record", at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: stream and event are live and of the same context.
-        check(unsafe { sys::cuEventRecord(event.inner.raw, self.raw) }, "cuEventRecord").map_err(fail)
+        check(
+            unsafe { sys::cuEventRecord(event.inner.raw, self.raw) },
+            "cuEventRecord",
+        )
+        .map_err(fail)
     }
 
     /// Makes later work on this stream wait for `event`.
@@ -365,7 +484,11 @@ impl Stream {
         let fail = |f: Failure| f.on(self.object(), "Stream::wait", at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: stream and event are live.
-        check(unsafe { sys::cuStreamWaitEvent(self.raw, event.inner.raw, 0) }, "cuStreamWaitEvent").map_err(fail)
+        check(
+            unsafe { sys::cuStreamWaitEvent(self.raw, event.inner.raw, 0) },
+            "cuStreamWaitEvent",
+        )
+        .map_err(fail)
     }
 
     /// Makes later work on this stream wait for all work submitted to `other` so far. During a
@@ -374,14 +497,29 @@ impl Stream {
     pub fn join(&self, other: &Stream) -> Result<()> {
         let at = SourceLine::caller();
         let marker = other.marker.as_ref().ok_or_else(|| {
-            Error::new(ErrorKind::NullHandle { what: "the stream's marker event" }, other.object(), "Stream::join", at)
+            Error::new(
+                ErrorKind::NullHandle {
+                    what: "the stream's marker event",
+                },
+                other.object(),
+                "Stream::join",
+                at,
+            )
         })?;
         let fail = |f: Failure| f.on(self.object(), "Stream::join", at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: both streams and the marker event are live and of the same context.
         unsafe {
-            check(sys::cuEventRecord(marker.inner.raw, other.raw), "cuEventRecord").map_err(fail)?;
-            check(sys::cuStreamWaitEvent(self.raw, marker.inner.raw, 0), "cuStreamWaitEvent").map_err(fail)
+            check(
+                sys::cuEventRecord(marker.inner.raw, other.raw),
+                "cuEventRecord",
+            )
+            .map_err(fail)?;
+            check(
+                sys::cuStreamWaitEvent(self.raw, marker.inner.raw, 0),
+                "cuStreamWaitEvent",
+            )
+            .map_err(fail)
         }
     }
 

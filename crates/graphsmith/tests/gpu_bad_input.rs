@@ -13,21 +13,59 @@ fn invalid_geometry_is_a_typed_error_with_the_line() {
     let add = gpu.kernel("gs_add_scalar_f32");
     let mut x = gpu.buffer("x", &[1.0; 64]);
     let mut g = gpu.ctx.graph("geom").unwrap();
-    let bad = LaunchConfig { grid: Dim3::linear(1), block: Dim3::linear(2048), shared_mem_bytes: 0 };
+    let bad = LaunchConfig {
+        grid: Dim3::linear(1),
+        block: Dim3::linear(2048),
+        shared_mem_bytes: 0,
+    };
     let line = line!() + 1;
-    let err = g.kernel("too-wide", &add, bad, args![&mut x, 1.0f32, 64u32], &[]).unwrap_err();
-    assert!(matches!(err.kind, ErrorKind::InvalidGeometry { .. }), "{err}");
-    assert_eq!((err.object.kind, err.object.label.as_str()), (ObjectKind::Node, "too-wide"));
+    let err = g
+        .kernel("too-wide", &add, bad, args![&mut x, 1.0f32, 64u32], &[])
+        .unwrap_err();
+    assert!(
+        matches!(err.kind, ErrorKind::InvalidGeometry { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        (err.object.kind, err.object.label.as_str()),
+        (ObjectKind::Node, "too-wide")
+    );
     assert_eq!(err.at.line, line);
     assert!(err.at.file.ends_with("gpu_bad_input.rs"));
     println!("{err}");
-    let zero = LaunchConfig { grid: Dim3::new(0, 1, 1), block: Dim3::linear(32), shared_mem_bytes: 0 };
-    let err = gpu.stream.launch("zero-grid", &add, zero, args![&mut x, 1.0f32, 64u32]).unwrap_err();
-    assert!(matches!(err.kind, ErrorKind::InvalidGeometry { .. }), "{err}");
+    let zero = LaunchConfig {
+        grid: Dim3::new(0, 1, 1),
+        block: Dim3::linear(32),
+        shared_mem_bytes: 0,
+    };
+    let err = gpu
+        .stream
+        .launch("zero-grid", &add, zero, args![&mut x, 1.0f32, 64u32])
+        .unwrap_err();
+    assert!(
+        matches!(err.kind, ErrorKind::InvalidGeometry { .. }),
+        "{err}"
+    );
     // Wrong argument count and size are caught before the driver sees them.
-    let err = gpu.stream.launch("few-args", &add, LaunchConfig::for_elements(64), args![&mut x, 1.0f32]).unwrap_err();
+    let err = gpu
+        .stream
+        .launch(
+            "few-args",
+            &add,
+            LaunchConfig::for_elements(64),
+            args![&mut x, 1.0f32],
+        )
+        .unwrap_err();
     assert!(matches!(err.kind, ErrorKind::ArgMismatch { .. }), "{err}");
-    let err = gpu.stream.launch("wide-arg", &add, LaunchConfig::for_elements(64), args![&mut x, 1.0f64, 64u32]).unwrap_err();
+    let err = gpu
+        .stream
+        .launch(
+            "wide-arg",
+            &add,
+            LaunchConfig::for_elements(64),
+            args![&mut x, 1.0f64, 64u32],
+        )
+        .unwrap_err();
     assert!(matches!(err.kind, ErrorKind::ArgMismatch { .. }), "{err}");
 }
 
@@ -40,8 +78,17 @@ fn dependency_on_a_node_of_another_graph_is_refused() {
     let na = a.empty("start-a", &[]).unwrap();
     let line = line!() + 1;
     let err = b.empty("follows-a", &[&na]).unwrap_err();
-    assert_eq!(err.kind, ErrorKind::ForeignNode { node: "start-a".into(), node_graph: "graph-a".into() });
-    assert_eq!((err.object.kind, err.object.label.as_str()), (ObjectKind::Graph, "graph-b"));
+    assert_eq!(
+        err.kind,
+        ErrorKind::ForeignNode {
+            node: "start-a".into(),
+            node_graph: "graph-a".into()
+        }
+    );
+    assert_eq!(
+        (err.object.kind, err.object.label.as_str()),
+        (ObjectKind::Graph, "graph-b")
+    );
     assert_eq!(err.at.line, line);
     assert!(b.model().is_empty(), "nothing was added to graph-b");
     println!("{err}");
@@ -54,13 +101,26 @@ fn end_capture_without_begin_is_refused() {
     let line = line!() + 1;
     let err = gpu.stream.end_capture().unwrap_err();
     assert_eq!(err.kind, ErrorKind::NotCapturing);
-    assert_eq!((err.object.kind, err.object.label.as_str()), (ObjectKind::Stream, "test"));
+    assert_eq!(
+        (err.object.kind, err.object.label.as_str()),
+        (ObjectKind::Stream, "test")
+    );
     assert_eq!(err.at.line, line);
     println!("{err}");
     // Beginning twice is refused too, and the stream stays usable afterwards.
-    gpu.stream.begin_capture(graphsmith::CaptureMode::ThreadLocal, "first").unwrap();
-    let err = gpu.stream.begin_capture(graphsmith::CaptureMode::ThreadLocal, "second").unwrap_err();
-    assert_eq!(err.kind, ErrorKind::AlreadyCapturing { label: "first".into() });
+    gpu.stream
+        .begin_capture(graphsmith::CaptureMode::ThreadLocal, "first")
+        .unwrap();
+    let err = gpu
+        .stream
+        .begin_capture(graphsmith::CaptureMode::ThreadLocal, "second")
+        .unwrap_err();
+    assert_eq!(
+        err.kind,
+        ErrorKind::AlreadyCapturing {
+            label: "first".into()
+        }
+    );
     let g = gpu.stream.end_capture().unwrap();
     assert!(g.model().is_empty());
     gpu.stream.synchronize().unwrap();
@@ -72,9 +132,13 @@ fn null_graph_handle_is_refused() {
     let gpu = Gpu::new();
     let line = line!() + 1;
     // SAFETY: null is explicitly allowed and must be refused.
-    let err = unsafe { graphsmith::read_raw_graph(&gpu.ctx, std::ptr::null_mut(), "handed-in") }.unwrap_err();
+    let err = unsafe { graphsmith::read_raw_graph(&gpu.ctx, std::ptr::null_mut(), "handed-in") }
+        .unwrap_err();
     assert!(matches!(err.kind, ErrorKind::NullHandle { .. }), "{err}");
-    assert_eq!((err.object.kind, err.object.label.as_str()), (ObjectKind::Graph, "handed-in"));
+    assert_eq!(
+        (err.object.kind, err.object.label.as_str()),
+        (ObjectKind::Graph, "handed-in")
+    );
     assert_eq!(err.at.line, line);
     println!("{err}");
 }
@@ -84,11 +148,19 @@ fn null_graph_handle_is_refused() {
 fn uploads_and_downloads_are_refused_inside_a_capture() {
     let gpu = Gpu::new();
     let mut x = gpu.buffer("x", &[1.0; 16]);
-    gpu.stream.begin_capture(graphsmith::CaptureMode::Global, "no-host-copies").unwrap();
+    gpu.stream
+        .begin_capture(graphsmith::CaptureMode::Global, "no-host-copies")
+        .unwrap();
     let err = gpu.stream.upload(&mut x, &[2.0; 16]).unwrap_err();
-    assert!(matches!(err.kind, ErrorKind::NotAllowedDuringCapture { .. }), "{err}");
+    assert!(
+        matches!(err.kind, ErrorKind::NotAllowedDuringCapture { .. }),
+        "{err}"
+    );
     let err = gpu.stream.download(&x).unwrap_err();
-    assert!(matches!(err.kind, ErrorKind::NotAllowedDuringCapture { .. }), "{err}");
+    assert!(
+        matches!(err.kind, ErrorKind::NotAllowedDuringCapture { .. }),
+        "{err}"
+    );
     gpu.stream.end_capture().unwrap();
     assert_eq!(gpu.read(&x), vec![1.0; 16]);
 }

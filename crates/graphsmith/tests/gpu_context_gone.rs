@@ -13,7 +13,14 @@ fn launch_after_the_context_is_gone_is_a_typed_error() {
     let add = gpu.kernel("gs_add_scalar_f32");
     let mut x = gpu.buffer("x", &[1.0; 256]);
     let mut g = gpu.ctx.graph("doomed").unwrap();
-    g.kernel("add", &add, LaunchConfig::for_elements(256), args![&mut x, 1.0f32, 256u32], &[]).unwrap();
+    g.kernel(
+        "add",
+        &add,
+        LaunchConfig::for_elements(256),
+        args![&mut x, 1.0f32, 256u32],
+        &[],
+    )
+    .unwrap();
     let mut exec = g.instantiate().unwrap();
     exec.launch(&gpu.stream).unwrap();
     gpu.stream.synchronize().unwrap();
@@ -26,8 +33,17 @@ fn launch_after_the_context_is_gone_is_a_typed_error() {
     let line = line!() + 1;
     let err = exec.launch(&gpu.stream).unwrap_err();
     println!("{err}");
-    assert!(matches!(err.kind, ErrorKind::ContextGone { .. } | ErrorKind::Cuda { .. }), "{err}");
-    assert_eq!((err.object.kind, err.object.label.as_str()), (ObjectKind::Exec, "doomed#exec"));
+    assert!(
+        matches!(
+            err.kind,
+            ErrorKind::ContextGone { .. } | ErrorKind::Cuda { .. }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        (err.object.kind, err.object.label.as_str()),
+        (ObjectKind::Exec, "doomed#exec")
+    );
     assert_eq!(err.at.line, line);
     assert!(err.cuda_code().is_some());
     // Dropping everything now must not panic; failures are recorded, with labels.
@@ -37,6 +53,9 @@ fn launch_after_the_context_is_gone_is_a_typed_error() {
     drop(x);
     drop(gpu);
     for failure in ctx.drop_failures() {
-        println!("recorded in drop: {} {} {}", failure.object, failure.call, failure.code);
+        println!(
+            "recorded in drop: {} {} {}",
+            failure.object, failure.call, failure.code
+        );
     }
 }

@@ -10,7 +10,11 @@ const N: usize = 1024;
 
 fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
     pages * 4096
 }
 
@@ -24,7 +28,8 @@ fn ten_thousand_build_instantiate_launch_drop_cycles_do_not_leak() {
         let mut x = gpu.ctx.alloc::<f32>("x", N).unwrap();
         let mut g = gpu.ctx.graph("cycle").unwrap();
         let set = g.memset("set", &mut x, 1.0f32, &[]).unwrap();
-        g.kernel("add", &add, cfg, args![&mut x, 2.0f32, N as u32], &[&set]).unwrap();
+        g.kernel("add", &add, cfg, args![&mut x, 2.0f32, N as u32], &[&set])
+            .unwrap();
         let mut exec = g.instantiate().unwrap();
         exec.launch(&gpu.stream).unwrap();
         if i % 1000 == 0 {
@@ -44,7 +49,9 @@ fn ten_thousand_build_instantiate_launch_drop_cycles_do_not_leak() {
         let mut y = gpu.ctx.alloc::<f32>("y", N).unwrap();
         let (cg, ()) = gpu
             .stream
-            .capture(CaptureMode::ThreadLocal, "cycle-capture", |s| s.memset("set-y", &mut y, 4.0f32))
+            .capture(CaptureMode::ThreadLocal, "cycle-capture", |s| {
+                s.memset("set-y", &mut y, 4.0f32)
+            })
             .unwrap();
         let mut ce = cg.instantiate().unwrap();
         ce.launch(&gpu.stream).unwrap();
@@ -62,9 +69,19 @@ fn ten_thousand_build_instantiate_launch_drop_cycles_do_not_leak() {
     let (free_after, _) = gpu.ctx.memory_info().unwrap();
     let rss_after = rss_bytes();
     println!("device free before {free_before} after {free_after}; RSS before {rss_before} after {rss_after}");
-    assert_eq!(free_after, free_before, "device memory changed over 10,000 cycles");
-    assert!(rss_after <= rss_before + 4 * 1024 * 1024, "host RSS grew from {rss_before} to {rss_after}");
-    assert!(gpu.ctx.drop_failures().is_empty(), "{:?}", gpu.ctx.drop_failures());
+    assert_eq!(
+        free_after, free_before,
+        "device memory changed over 10,000 cycles"
+    );
+    assert!(
+        rss_after <= rss_before + 4 * 1024 * 1024,
+        "host RSS grew from {rss_before} to {rss_after}"
+    );
+    assert!(
+        gpu.ctx.drop_failures().is_empty(),
+        "{:?}",
+        gpu.ctx.drop_failures()
+    );
 }
 
 #[test]
@@ -78,12 +95,15 @@ fn buffer_dropped_by_user_stays_valid_for_the_executable() {
     let src = gpu.buffer("src", &src_values);
     let mut out = gpu.poisoned("out", N);
     let mut g = gpu.ctx.graph("uses-src").unwrap();
-    let c = g.kernel("copy", &copy, cfg, args![&src, &mut out, N as u32], &[]).unwrap();
-    g.kernel("add", &add, cfg, args![&mut out, 1.0f32, N as u32], &[&c]).unwrap();
+    let c = g
+        .kernel("copy", &copy, cfg, args![&src, &mut out, N as u32], &[])
+        .unwrap();
+    g.kernel("add", &add, cfg, args![&mut out, 1.0f32, N as u32], &[&c])
+        .unwrap();
     let mut exec = g.instantiate().unwrap();
     drop(g);
     drop(src); // the user lets go; the executable still holds the allocation
-    // Churn the allocator: had `src` been freed, these could take its memory and overwrite it.
+               // Churn the allocator: had `src` been freed, these could take its memory and overwrite it.
     let mut churn = Vec::new();
     for i in 0..64 {
         churn.push(gpu.buffer("churn", &vec![-7.0 - i as f32; N]));
@@ -113,7 +133,12 @@ fn sixteen_threads_each_launch_their_own_executable_1000_times() {
                     let step = (t + 1) as f32 * 0.5;
                     let (graph, ()) = stream
                         .capture(CaptureMode::ThreadLocal, &format!("g{t}"), |s| {
-                            s.launch("add", &add, LaunchConfig::for_elements(N as u32), args![&mut x, step, N as u32])
+                            s.launch(
+                                "add",
+                                &add,
+                                LaunchConfig::for_elements(N as u32),
+                                args![&mut x, step, N as u32],
+                            )
                         })
                         .unwrap();
                     let mut exec = graph.instantiate().unwrap();

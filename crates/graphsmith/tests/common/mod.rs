@@ -19,7 +19,11 @@ impl Gpu {
         let ctx = Context::new(0).expect("a CUDA GPU is needed for this test");
         let module = ctx.builtin_kernels().expect("built-in kernels load");
         let stream = ctx.stream("test").expect("stream");
-        Gpu { ctx, module, stream }
+        Gpu {
+            ctx,
+            module,
+            stream,
+        }
     }
     pub fn kernel(&self, name: &str) -> Kernel {
         self.module.kernel(name).expect("kernel exists")
@@ -59,6 +63,10 @@ pub fn inputs(n: usize, seed: u32) -> Vec<f32> {
 pub fn assert_same(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.to_bits() == w.to_bits(), "{what}: element {i} is {g} (bits {:#x}), expected {w}", g.to_bits());
+        assert!(
+            g.to_bits() == w.to_bits(),
+            "{what}: element {i} is {g} (bits {:#x}), expected {w}",
+            g.to_bits()
+        );
     }
 }

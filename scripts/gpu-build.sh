@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds, on this machine (no GPU needed), every test binary of the workspace and the
+# graphsmith CLI in release mode, and copies them into gpu-bin/ for the GPU machine.
+# Then run scripts/gpu-run.sh there (CONTRIBUTING.md says how).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rm -rf gpu-bin
+mkdir -p gpu-bin/tests
+cargo build --release -p graphsmith-cli
+cp target/release/graphsmith gpu-bin/
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, shutil, sys, os
+seen = set()
+for line in sys.stdin:
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        continue
+    if msg.get("reason") != "compiler-artifact" or not msg.get("profile", {}).get("test"):
+        continue
+    exe = msg.get("executable")
+    if not exe:
+        continue
+    name = msg["target"]["name"].replace("-", "_")
+    kind = msg["target"]["kind"][0]
+    dest = "gpu-bin/tests/%s-%s-%s" % (msg["package_id"].split("#")[0].rstrip("/").split("/")[-1], kind, name)
+    if dest in seen:
+        continue
+    seen.add(dest)
+    shutil.copy2(exe, dest)
+    print("  " + dest)
+'
+cp scripts/gpu-run.sh gpu-bin/
+du -sh gpu-bin

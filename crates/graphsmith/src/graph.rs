@@ -111,6 +111,40 @@ pub(crate) fn memset_bits<T: Element>(value: T) -> std::result::Result<u32, Stri
     Ok(u32::from_le_bytes(bytes))
 }
 
+/// A 1-D device-to-device copy description. Every field is set: the struct holds enums for
+/// which all-zero bits are not a valid value.
+fn memcpy_1d(src: sys::CUdeviceptr, dst: sys::CUdeviceptr, bytes: usize) -> sys::CUDA_MEMCPY3D {
+    let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    let null = std::ptr::null_mut();
+    sys::CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: device,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: null as _,
+        reserved0: null,
+        srcPitch: 0,
+        srcHeight: 0,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: device,
+        dstHost: null,
+        dstDevice: dst,
+        dstArray: null as _,
+        reserved1: null,
+        dstPitch: 0,
+        dstHeight: 0,
+        WidthInBytes: bytes,
+        Height: 1,
+        Depth: 1,
+    }
+}
+
 fn access<T: Element>(buffer: &DeviceBuffer<T>, mode: AccessMode) -> Access {
     Access {
         buffer: buffer.alloc.ptr,
@@ -425,15 +459,7 @@ impl Graph {
             ));
         }
         let bytes = dst.bytes();
-        // SAFETY: CUDA_MEMCPY3D is a plain C struct for which all-zero is a valid "unset" value.
-        let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-        p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        p.srcDevice = src.alloc.ptr;
-        p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-        p.dstDevice = dst.alloc.ptr;
-        p.WidthInBytes = bytes;
-        p.Height = 1;
-        p.Depth = 1;
+        let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, bytes);
         let kind = NodeKind::Memcpy(MemcpyParams {
             src: MemRef {
                 space: MemorySpace::Device,

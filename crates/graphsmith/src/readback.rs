@@ -137,11 +137,14 @@ unsafe fn read_node(node: sys::CUgraphNode, depth: u32) -> Result<NodeKind, Fail
     Ok(match ty {
         T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel(unsafe { read_kernel(node) }?),
         T::CU_GRAPH_NODE_TYPE_MEMCPY => {
-            let mut p: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+            // CUDA_MEMCPY3D holds enums without a zero value: let the driver fill it.
+            let mut p = std::mem::MaybeUninit::<sys::CUDA_MEMCPY3D>::zeroed();
             check(
-                unsafe { sys::cuGraphMemcpyNodeGetParams(node, &mut p) },
+                unsafe { sys::cuGraphMemcpyNodeGetParams(node, p.as_mut_ptr()) },
                 "cuGraphMemcpyNodeGetParams",
             )?;
+            // SAFETY: on success the driver wrote every field, enums included.
+            let p = unsafe { p.assume_init() };
             let side = |ty: sys::CUmemorytype, dev: sys::CUdeviceptr, host: u64, x: usize| {
                 let (space, base) = match ty {
                     sys::CUmemorytype::CU_MEMORYTYPE_DEVICE

@@ -30,7 +30,7 @@ fn launch_after_the_context_is_gone_is_a_typed_error() {
     let rc = unsafe { graphsmith::sys::cuDevicePrimaryCtxReset_v2(gpu.ctx.device()) };
     assert_eq!(rc, graphsmith::sys::CUresult::CUDA_SUCCESS);
 
-    let line = line!() + 1;
+    let before = line!();
     let err = exec.launch(&gpu.stream).unwrap_err();
     println!("{err}");
     assert!(
@@ -44,7 +44,7 @@ fn launch_after_the_context_is_gone_is_a_typed_error() {
         (err.object.kind, err.object.label.as_str()),
         (ObjectKind::Exec, "doomed#exec")
     );
-    assert_eq!(err.at.line, line);
+    assert!((before..before + 4).contains(&err.at.line), "{err}");
     assert!(err.cuda_code().is_some());
     // Dropping everything now must not panic; failures are recorded, with labels.
     let ctx = gpu.ctx.clone();

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs, on the GPU machine, every test binary in gpu-bin/tests (GPU tests included) and the
-# CLI's probe and tour, writes one log per binary under $OUT (or gpu-logs/), and prints the
+# CLI's probe and tour, writes one log per binary under $GPU_LOGS (default gpu-logs/), and prints the
 # closing line "N passed, N failed". A binary that dies without a result line counts as one
 # failure. Exit status 0 only when nothing failed.
 set -u
 cd "$(dirname "$0")/.."
 bin=gpu-bin
-logs=${OUT:-gpu-logs}
+logs=${GPU_LOGS:-gpu-logs}
 mkdir -p "$logs"
 passed=0
 failed=0

@@ -12,7 +12,7 @@ passed=0
 failed=0
 for t in "$bin"/tests/*; do
   name=$(basename "$t")
-  "$t" --include-ignored --test-threads=1 >"$logs/$name.log" 2>&1
+  "$t" --include-ignored --test-threads=1 --show-output >"$logs/$name.log" 2>&1
   rc=$?
   results=$(grep -E '^test result: ' "$logs/$name.log")
   if [ -z "$results" ]; then

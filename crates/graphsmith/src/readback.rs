@@ -72,11 +72,14 @@ unsafe fn read_at_depth(
         "cuGraphGetNodes",
     )?;
     let mut handles = vec![std::ptr::null_mut(); count];
-    // SAFETY: handles has room for `count` nodes.
-    check(
-        unsafe { sys::cuGraphGetNodes(raw, handles.as_mut_ptr(), &mut count) },
-        "cuGraphGetNodes",
-    )?;
+    // The driver refuses a non-null array with a count of 0 (CUDA_ERROR_INVALID_VALUE).
+    if count > 0 {
+        // SAFETY: handles has room for `count` nodes.
+        check(
+            unsafe { sys::cuGraphGetNodes(raw, handles.as_mut_ptr(), &mut count) },
+            "cuGraphGetNodes",
+        )?;
+    }
     handles.truncate(count);
     let mut graph = model::Graph::new(label);
     let mut index = HashMap::with_capacity(count);
@@ -103,19 +106,21 @@ unsafe fn read_at_depth(
     )?;
     let mut from = vec![std::ptr::null_mut(); edges];
     let mut to = vec![std::ptr::null_mut(); edges];
-    // SAFETY: both arrays have room for `edges` handles; edge data is not requested.
-    check(
-        unsafe {
-            sys::cuGraphGetEdges_v2(
-                raw,
-                from.as_mut_ptr(),
-                to.as_mut_ptr(),
-                std::ptr::null_mut(),
-                &mut edges,
-            )
-        },
-        "cuGraphGetEdges",
-    )?;
+    if edges > 0 {
+        // SAFETY: both arrays have room for `edges` handles; edge data is not requested.
+        check(
+            unsafe {
+                sys::cuGraphGetEdges_v2(
+                    raw,
+                    from.as_mut_ptr(),
+                    to.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                    &mut edges,
+                )
+            },
+            "cuGraphGetEdges",
+        )?;
+    }
     for (f, t) in from.iter().zip(&to).take(edges) {
         if let (Some(&a), Some(&b)) = (index.get(&(*f as usize)), index.get(&(*t as usize))) {
             // Indices come from this graph, so the edge is valid.

@@ -30,7 +30,11 @@ fn invalid_geometry_is_a_typed_error_with_the_line() {
         (err.object.kind, err.object.label.as_str()),
         (ObjectKind::Node, "too-wide")
     );
-    assert!((before..before + 8).contains(&err.at.line), "{err}: line {} not at the call after line {before}", err.at.line);
+    assert!(
+        (before..before + 8).contains(&err.at.line),
+        "{err}: line {} not at the call after line {before}",
+        err.at.line
+    );
     assert!(err.at.file.ends_with("gpu_bad_input.rs"));
     println!("{err}");
     let zero = LaunchConfig {
@@ -89,7 +93,11 @@ fn dependency_on_a_node_of_another_graph_is_refused() {
         (err.object.kind, err.object.label.as_str()),
         (ObjectKind::Graph, "graph-b")
     );
-    assert!((before..before + 8).contains(&err.at.line), "{err}: line {} not at the call after line {before}", err.at.line);
+    assert!(
+        (before..before + 8).contains(&err.at.line),
+        "{err}: line {} not at the call after line {before}",
+        err.at.line
+    );
     assert!(b.model().is_empty(), "nothing was added to graph-b");
     println!("{err}");
 }
@@ -105,7 +113,11 @@ fn end_capture_without_begin_is_refused() {
         (err.object.kind, err.object.label.as_str()),
         (ObjectKind::Stream, "test")
     );
-    assert!((before..before + 8).contains(&err.at.line), "{err}: line {} not at the call after line {before}", err.at.line);
+    assert!(
+        (before..before + 8).contains(&err.at.line),
+        "{err}: line {} not at the call after line {before}",
+        err.at.line
+    );
     println!("{err}");
     // Beginning twice is refused too, and the stream stays usable afterwards.
     gpu.stream
@@ -139,7 +151,11 @@ fn null_graph_handle_is_refused() {
         (err.object.kind, err.object.label.as_str()),
         (ObjectKind::Graph, "handed-in")
     );
-    assert!((before..before + 8).contains(&err.at.line), "{err}: line {} not at the call after line {before}", err.at.line);
+    assert!(
+        (before..before + 8).contains(&err.at.line),
+        "{err}: line {} not at the call after line {before}",
+        err.at.line
+    );
     println!("{err}");
 }
 

@@ -173,3 +173,94 @@ pub fn eager_vs_graph(ctx: &Context, nodes: usize, reps: usize) -> Result<EagerV
         correct: eager_ok && graph_ok,
     })
 }
+
+/// The seed's attention example (S7): Q, K and V projections of one input on three forked
+/// streams, then an attention kernel. With `racy`, attention waits only for its neighbour (the
+/// V projection), so it races with the Q and K writers; otherwise it waits for all three.
+pub struct Attention {
+    pub n: usize,
+    pub x: DeviceBuffer<f32>,
+    pub w: [DeviceBuffer<f32>; 3],
+    pub qkv: [DeviceBuffer<f32>; 3],
+    pub out: DeviceBuffer<f32>,
+    proj: Kernel,
+    attention: Kernel,
+}
+
+/// The mangled names of the C++ kernels (`kernels/mangled_names.txt`).
+pub const PROJ_KERNEL: &str = "_Z4projPKfS0_Pfii";
+pub const ATTENTION_KERNEL: &str = "_Z9attentionPKfS0_S0_Pfi";
+
+impl Attention {
+    /// Buffers of `n` elements (weights `n x n`), filled with deterministic non-zero values.
+    pub fn new(ctx: &Context, stream: &Stream, n: usize) -> Result<Attention> {
+        let module = ctx.builtin_kernels()?;
+        let fill = |label: &str, len: usize, seed: u32| -> Result<DeviceBuffer<f32>> {
+            let mut b = ctx.alloc::<f32>(label, len)?;
+            let values: Vec<f32> = (0..len)
+                .map(|i| {
+                    (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 1000.0 - 0.5
+                })
+                .collect();
+            stream.upload(&mut b, &values)?;
+            Ok(b)
+        };
+        Ok(Attention {
+            n,
+            x: fill("x", n, 1)?,
+            w: [
+                fill("w_q", n * n, 2)?,
+                fill("w_k", n * n, 3)?,
+                fill("w_v", n * n, 4)?,
+            ],
+            qkv: [fill("q", n, 5)?, fill("k", n, 6)?, fill("v", n, 7)?],
+            out: fill("attn_out", n, 8)?,
+            proj: module.kernel(PROJ_KERNEL)?,
+            attention: module.kernel(ATTENTION_KERNEL)?,
+        })
+    }
+
+    /// Issues the step on `main` with three side streams (eagerly, or into a capture).
+    pub fn issue(&mut self, main: &Stream, sides: &[Stream; 3], racy: bool) -> Result<()> {
+        let n = self.n as i32;
+        let cfg = LaunchConfig::for_elements(self.n as u32);
+        let names = ["q-proj", "k-proj", "v-proj"];
+        let [q, k, v] = &mut self.qkv;
+        let outs = [q, k, v];
+        for ((side, (w, out)), name) in sides.iter().zip(self.w.iter().zip(outs)).zip(names) {
+            side.join(main)?;
+            side.launch(name, &self.proj, cfg, args![&self.x, w, out, n, n])?;
+        }
+        // Attention runs on the V stream: it always follows v-proj (its neighbour).
+        if !racy {
+            sides[2].join(&sides[0])?;
+            sides[2].join(&sides[1])?;
+        }
+        let [q, k, v] = &self.qkv;
+        sides[2].launch(
+            "attention",
+            &self.attention,
+            cfg,
+            args![q, k, v, &mut self.out, n],
+        )?;
+        for side in sides {
+            main.join(side)?;
+        }
+        Ok(())
+    }
+
+    /// Captures the step into a graph.
+    pub fn capture(&mut self, main: &Stream, sides: &[Stream; 3], racy: bool) -> Result<Graph> {
+        let label = if racy {
+            "attention-racy"
+        } else {
+            "attention-fixed"
+        };
+        main.begin_capture(CaptureMode::Global, label)?;
+        if let Err(e) = self.issue(main, sides, racy) {
+            let _ = main.end_capture();
+            return Err(e);
+        }
+        main.end_capture()
+    }
+}

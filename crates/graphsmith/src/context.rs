@@ -222,7 +222,7 @@ impl Context {
             "cuDevicePrimaryCtxGetState",
         )?;
         let gone = || Failure {
-            call: "cuDevicePrimaryCtxGetState",
+            call: "context check (primary context no longer active)",
             code: CudaCode(sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED),
         };
         if active == 0 {

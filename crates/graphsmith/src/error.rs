@@ -165,7 +165,7 @@ impl fmt::Display for ErrorKind {
         match self {
             ErrorKind::Cuda { call, code } => write!(f, "{call} returned {code}"),
             ErrorKind::ContextGone { call, code } => {
-                write!(f, "the CUDA context is gone: {call} returned {code}")
+                write!(f, "the CUDA context is gone: {call}: {code}")
             }
             ErrorKind::NoDriver { reason } => write!(f, "no usable CUDA driver: {reason}"),
             ErrorKind::InvalidGeometry { reason } => write!(f, "invalid launch geometry: {reason}"),

@@ -694,3 +694,36 @@ impl Graph {
         ))
     }
 }
+
+impl Graph {
+    /// Writes the driver's own DOT dump of the template (`cuGraphDebugDotPrint`), with
+    /// `verbose` for every parameter the driver knows. graphsmith's `doctor` reads these back.
+    #[track_caller]
+    pub fn write_driver_dot(&self, path: &std::path::Path, verbose: bool) -> Result<()> {
+        let at = SourceLine::caller();
+        let op = "Graph::write_driver_dot";
+        let c_path = std::ffi::CString::new(path.to_string_lossy().as_bytes()).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidInput {
+                    reason: format!("path {} contains a NUL byte", path.display()),
+                },
+                self.object(),
+                op,
+                at,
+            )
+        })?;
+        let fail = |f: Failure| f.on(self.object(), op, at);
+        self.ctx.bind().map_err(fail)?;
+        let flags = if verbose {
+            sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE as u32
+        } else {
+            0
+        };
+        // SAFETY: self.raw is live; c_path is NUL-terminated.
+        check(
+            unsafe { sys::cuGraphDebugDotPrint(self.raw, c_path.as_ptr(), flags) },
+            "cuGraphDebugDotPrint",
+        )
+        .map_err(fail)
+    }
+}

@@ -65,9 +65,14 @@ impl CudaCode {
     }
     /// The driver's own description (`cuGetErrorString`), when the driver can give one.
     pub fn description(self) -> Option<String> {
+        // SAFETY: only tries to open the library (a code can be built without a driver, e.g.
+        // by `graphsmith explain` on a machine without a GPU).
+        if !unsafe { sys::is_culib_present() } {
+            return None;
+        }
         let mut text: *const std::ffi::c_char = std::ptr::null();
-        // SAFETY: a CudaCode only exists after a driver call returned it, so the driver library is
-        // loaded; cuGetErrorString writes a pointer to a static string or leaves it null.
+        // SAFETY: the library is present; cuGetErrorString writes a pointer to a static string
+        // or leaves it null.
         let rc = unsafe { sys::cuGetErrorString(self.0, &mut text) };
         if rc != sys::CUresult::CUDA_SUCCESS || text.is_null() {
             return None;

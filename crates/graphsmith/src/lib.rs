@@ -59,3 +59,6 @@ pub use cudarc::driver::sys;
 /// PTX of graphsmith's own kernels (`kernels/graphsmith_kernels.cu`), compiled ahead of time so
 /// that building needs no CUDA toolkit.
 pub const BUILTIN_PTX: &str = include_str!("../../../kernels/graphsmith_kernels.ptx");
+
+#[cfg(test)]
+mod tests;

@@ -32,11 +32,11 @@ fn ten_thousand_build_instantiate_launch_drop_cycles_do_not_leak() {
             .unwrap();
         let mut exec = g.instantiate().unwrap();
         exec.launch(&gpu.stream).unwrap();
-        if i % 1000 == 0 {
+        if i.is_multiple_of(1000) {
             assert_same("cycle", &gpu.read(&x), &vec![3.0; N]);
         }
         // Alternate drop orders: buffer first, or graph and exec first.
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             drop(x);
             drop(g);
             drop(exec);

@@ -1,0 +1,166 @@
+//! CPU tests of pure logic: error text (snapshots), geometry validation, memset bits.
+
+use graphsmith_model::Dim3;
+
+use crate::context::Limits;
+use crate::error::{CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, SourceLine};
+use crate::kernel::LaunchConfig;
+
+const H200: Limits = Limits {
+    max_threads_per_block: 1024,
+    max_block: [1024, 1024, 64],
+    max_grid: [2_147_483_647, 65_535, 65_535],
+};
+
+fn at() -> SourceLine {
+    SourceLine {
+        file: "src/main.rs",
+        line: 12,
+        column: 5,
+    }
+}
+
+#[test]
+fn error_text_names_op_object_line_and_reason() {
+    let e = Error::new(
+        ErrorKind::ForeignNode {
+            node: "start-a".into(),
+            node_graph: "graph-a".into(),
+        },
+        ObjectRef::new(ObjectKind::Graph, "graph-b"),
+        "Graph::empty",
+        at(),
+    );
+    assert_eq!(
+        e.to_string(),
+        "Graph::empty on Graph 'graph-b' at src/main.rs:12:5: dependency on node 'start-a' of graph 'graph-a', which is another graph"
+    );
+    assert_eq!(
+        e.fix(),
+        Some("depend only on nodes returned by this graph's own builder calls")
+    );
+
+    let e = Error::new(
+        ErrorKind::NotCapturing,
+        ObjectRef::new(ObjectKind::Stream, "main"),
+        "Stream::end_capture",
+        at(),
+    );
+    assert_eq!(
+        e.to_string(),
+        "Stream::end_capture on Stream 'main' at src/main.rs:12:5: the stream is not capturing"
+    );
+
+    let e = Error::new(
+        ErrorKind::NullHandle {
+            what: "the CUgraph handle",
+        },
+        ObjectRef::new(ObjectKind::Graph, "handed-in"),
+        "read_raw_graph",
+        at(),
+    );
+    assert_eq!(
+        e.to_string(),
+        "read_raw_graph on Graph 'handed-in' at src/main.rs:12:5: the CUgraph handle is null"
+    );
+}
+
+#[test]
+fn context_gone_codes_become_context_gone_errors() {
+    use cudarc::driver::sys::CUresult as R;
+    for code in [
+        R::CUDA_ERROR_CONTEXT_IS_DESTROYED,
+        R::CUDA_ERROR_INVALID_CONTEXT,
+        R::CUDA_ERROR_DEINITIALIZED,
+    ] {
+        let e = Failure {
+            call: "cuGraphLaunch",
+            code: CudaCode(code),
+        }
+        .on(
+            ObjectRef::new(ObjectKind::Exec, "step#exec"),
+            "Exec::launch",
+            at(),
+        );
+        assert!(matches!(e.kind, ErrorKind::ContextGone { .. }), "{code:?}");
+        assert_eq!(e.cuda_code(), Some(CudaCode(code)));
+    }
+    let e = Failure {
+        call: "cuGraphLaunch",
+        code: CudaCode(R::CUDA_ERROR_INVALID_VALUE),
+    }
+    .on(ObjectRef::new(ObjectKind::Exec, "x"), "Exec::launch", at());
+    assert!(matches!(e.kind, ErrorKind::Cuda { .. }));
+    assert_eq!(
+        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).number(),
+        900
+    );
+    assert_eq!(
+        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).name(),
+        "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+    );
+}
+
+#[test]
+fn geometry_is_checked_against_device_limits() {
+    let cfg = |grid: Dim3, block: Dim3| LaunchConfig {
+        grid,
+        block,
+        shared_mem_bytes: 0,
+    };
+    assert_eq!(
+        cfg(Dim3::linear(4), Dim3::linear(256)).validate(&H200),
+        Ok(())
+    );
+    assert_eq!(
+        cfg(Dim3::linear(1), Dim3::linear(2048)).validate(&H200),
+        Err("block (2048,1,1): x = 2048 exceeds the device's limit of 1024".into())
+    );
+    assert_eq!(
+        cfg(Dim3::linear(1), Dim3::new(32, 32, 2)).validate(&H200),
+        Err("block (32,32,2) has 2048 threads; this device allows at most 1024 per block".into())
+    );
+    assert_eq!(
+        cfg(Dim3::new(1, 0, 1), Dim3::linear(32)).validate(&H200),
+        Err("grid (1,0,1) and block (32,1,1) must be at least 1 on every axis".into())
+    );
+    assert_eq!(
+        cfg(Dim3::new(1, 70_000, 1), Dim3::linear(32)).validate(&H200),
+        Err("grid (1,70000,1): y = 70000 exceeds the device's limit of 65535".into())
+    );
+    assert_eq!(LaunchConfig::for_elements(1000).grid, Dim3::linear(4));
+    assert_eq!(LaunchConfig::for_elements(0).grid, Dim3::linear(1));
+}
+
+#[test]
+fn memset_bits_cover_1_2_4_byte_elements_and_refuse_8() {
+    use crate::graph::memset_bits;
+    assert_eq!(memset_bits(0xabu8), Ok(0xab));
+    assert_eq!(memset_bits(0x1234u16), Ok(0x1234));
+    assert_eq!(memset_bits(1.0f32), Ok(0x3f80_0000));
+    assert!(memset_bits(1.0f64).unwrap_err().contains("8 bytes"));
+}
+
+#[test]
+fn scalar_args_are_little_endian_bytes() {
+    let args = crate::args![1.5f32, 7u32, -2i64];
+    assert_eq!(
+        args.values,
+        vec![
+            1.5f32.to_le_bytes().to_vec(),
+            7u32.to_le_bytes().to_vec(),
+            (-2i64).to_le_bytes().to_vec()
+        ]
+    );
+    assert!(args.accesses.is_empty());
+}
+
+#[test]
+fn no_gpu_means_a_typed_error_not_a_panic() {
+    if crate::gpu_available() {
+        return; // this machine has a GPU: nothing to check here
+    }
+    let e = crate::Context::new(0).unwrap_err();
+    assert!(matches!(e.kind, ErrorKind::NoDriver { .. }), "{e}");
+    assert_eq!(e.object, ObjectRef::new(ObjectKind::Context, "gpu0"));
+}

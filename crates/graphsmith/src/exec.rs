@@ -1,36 +1,65 @@
 //! Executables: instantiated once, launched many times; exclusive access by construction.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 
 use cudarc::driver::sys;
 use graphsmith_model as model;
+use model::NodeId;
 
 use crate::capture::Keep;
 use crate::context::Context;
-use crate::error::{check, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::graph::{Graph, NodeRef};
 use crate::stream::Stream;
 
-/// An executable graph (`CUgraphExec`).
+/// Counters of what happened to an executable.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecStats {
+    pub launches: u64,
+    /// Per-node parameter updates applied in place.
+    pub node_updates: u64,
+    /// Whole-graph updates applied in place (`cuGraphExecUpdate`).
+    pub graph_updates: u64,
+    /// Times the executable was rebuilt because an update was impossible.
+    pub reinstantiations: u64,
+}
+
+/// Instantiates `graph` (`cuGraphInstantiateWithFlags`).
+pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure> {
+    graph.ctx.bind()?;
+    let mut exec = std::ptr::null_mut();
+    // SAFETY: graph.raw is live; Graph is !Sync, so no other thread uses the template now.
+    check(
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.raw, 0) },
+        "cuGraphInstantiate",
+    )?;
+    Ok(exec)
+}
+
+/// An executable graph (`CUgraphExec`) with its own template, kept in step with every update.
 ///
 /// Thread safety: the driver forbids driving one executable from two threads at once. Here
-/// launching, uploading and (later) updating take `&mut self`, so the borrow checker enforces
-/// that rule; `Exec` is `Send + Sync` because its `&self` methods only read immutable data.
-/// Launch from many threads by giving each its own executable.
+/// launching, uploading and updating take `&mut self`, so the borrow checker enforces that rule;
+/// `Exec` is `Send + Sync` because its `&self` methods only read. Launch from many threads by
+/// giving each its own executable.
 pub struct Exec {
-    raw: sys::CUgraphExec,
-    ctx: Context,
-    label: String,
-    model: Arc<model::Graph>,
-    /// Buffers, modules, events and host functions the graph references.
-    keep: Vec<Keep>,
+    pub(crate) raw: sys::CUgraphExec,
+    /// The template this executable was instantiated from (its own copy), updated with it.
+    pub(crate) template: Graph,
+    /// The id of the graph whose `NodeRef`s address this executable's nodes.
+    pub(crate) origin: u64,
+    pub(crate) label: String,
+    /// Resources of nodes whose parameters were updated (replacing, not adding to, older ones).
+    pub(crate) node_keep: HashMap<NodeId, Vec<Keep>>,
+    pub(crate) stats: ExecStats,
     /// Whether work may be in flight (a launch or upload since the last synchronisation).
     in_flight: bool,
 }
 
-// SAFETY: the raw handle is only used through &mut self (or in Drop), so no two threads touch it
-// at once; all other fields are Send + Sync.
+// SAFETY: the raw handles (exec and template) are only used through &mut self (or in Drop), so
+// no two threads touch them at once; &self methods read plain data only.
 unsafe impl Send for Exec {}
-// SAFETY: &self methods never touch the raw handle.
+// SAFETY: as above.
 unsafe impl Sync for Exec {}
 
 impl std::fmt::Debug for Exec {
@@ -39,69 +68,104 @@ impl std::fmt::Debug for Exec {
             f,
             "Exec '{}' ({} nodes)",
             self.label,
-            self.model.nodes.len()
+            self.template.model.nodes.len()
         )
     }
 }
 
 impl Drop for Exec {
     fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl Exec {
+    pub(crate) fn new(raw: sys::CUgraphExec, template: Graph, origin: u64) -> Self {
+        let label = format!("{}#exec", template.label());
+        Self {
+            raw,
+            template,
+            origin,
+            label,
+            node_keep: HashMap::new(),
+            stats: ExecStats::default(),
+            in_flight: false,
+        }
+    }
+
+    /// Destroys the raw executable (waiting first if work may be in flight). Never panics.
+    pub(crate) fn release(&mut self) {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
         if raw.is_null() {
             return;
         }
-        let me = || ObjectRef::new(ObjectKind::Exec, &self.label);
+        let label = self.label.clone();
+        let me = || ObjectRef::new(ObjectKind::Exec, &label);
+        let ctx = self.template.ctx.clone();
         if self.in_flight {
-            // The buffers and host functions in `keep` must outlive every launch: wait for the
-            // context before letting them go.
-            // SAFETY: the context is bound by drop_call first.
-            self.ctx.drop_call(me, || {
+            // Buffers and host functions the graph references must outlive every launch.
+            // SAFETY: drop_call binds the context first.
+            ctx.drop_call(me, || {
                 check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
             });
+            self.in_flight = false;
         }
-        // SAFETY: raw was created by cuGraphInstantiate and is destroyed once.
-        self.ctx.drop_call(me, || {
+        // SAFETY: raw was created by cuGraphInstantiate and is destroyed once (swapped out above).
+        ctx.drop_call(me, || {
             check(
                 unsafe { sys::cuGraphExecDestroy(raw) },
                 "cuGraphExecDestroy",
             )
         });
-        self.keep.clear();
-    }
-}
-
-impl Exec {
-    pub(crate) fn new(
-        raw: sys::CUgraphExec,
-        ctx: Context,
-        label: String,
-        model: Arc<model::Graph>,
-        keep: Vec<Keep>,
-    ) -> Self {
-        Self {
-            raw,
-            ctx,
-            label,
-            model,
-            keep,
-            in_flight: false,
-        }
     }
 
     /// The executable's label (`<graph label>#exec`).
     pub fn label(&self) -> &str {
         &self.label
     }
-    /// The model of the graph this was instantiated from.
+    /// The model of the executable's template, with every update applied.
     pub fn model(&self) -> &model::Graph {
-        &self.model
+        &self.template.model
+    }
+    /// The executable's own template, with every update applied.
+    pub fn template(&self) -> &Graph {
+        &self.template
+    }
+    /// What has happened to this executable so far.
+    pub fn stats(&self) -> ExecStats {
+        self.stats
     }
     /// The raw handle, for interop (graphsmith keeps ownership).
     pub fn raw(&self) -> sys::CUgraphExec {
         self.raw
     }
+    /// The context of this executable.
+    pub fn context(&self) -> &Context {
+        &self.template.ctx
+    }
     pub(crate) fn object(&self) -> ObjectRef {
         ObjectRef::new(ObjectKind::Exec, &self.label)
+    }
+
+    /// Checks that `node` addresses a node of this executable; returns its index.
+    pub(crate) fn node_index(
+        &self,
+        node: &NodeRef,
+        op: &'static str,
+        at: SourceLine,
+    ) -> Result<usize> {
+        if node.graph != self.origin || node.id.index() >= self.template.handles.len() {
+            return Err(Error::new(
+                ErrorKind::ForeignNode {
+                    node: node.label.to_string(),
+                    node_graph: node.graph_label.to_string(),
+                },
+                self.object(),
+                op,
+                at,
+            ));
+        }
+        Ok(node.id.index())
     }
 
     /// Launches the executable on `stream` (`cuGraphLaunch`).
@@ -109,7 +173,7 @@ impl Exec {
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
         let at = SourceLine::caller();
         let fail = |f: Failure| f.on(self.object(), "Exec::launch", at);
-        self.ctx.bind().map_err(fail)?;
+        self.template.ctx.bind().map_err(fail)?;
         // SAFETY: raw is live; &mut self guarantees no concurrent use of this executable.
         check(
             unsafe { sys::cuGraphLaunch(self.raw, stream.raw) },
@@ -117,6 +181,7 @@ impl Exec {
         )
         .map_err(fail)?;
         self.in_flight = true;
+        self.stats.launches += 1;
         Ok(())
     }
 
@@ -125,7 +190,7 @@ impl Exec {
     pub fn upload(&mut self, stream: &Stream) -> Result<()> {
         let at = SourceLine::caller();
         let fail = |f: Failure| f.on(self.object(), "Exec::upload", at);
-        self.ctx.bind().map_err(fail)?;
+        self.template.ctx.bind().map_err(fail)?;
         // SAFETY: raw is live; &mut self guarantees exclusive use.
         check(
             unsafe { sys::cuGraphUpload(self.raw, stream.raw) },
@@ -134,10 +199,5 @@ impl Exec {
         .map_err(fail)?;
         self.in_flight = true;
         Ok(())
-    }
-
-    /// The context of this executable.
-    pub fn context(&self) -> &Context {
-        &self.ctx
     }
 }

@@ -8,17 +8,11 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 use graphsmith_model as model;
-use model::{
-    Access, AccessMode, KernelArg as ModelArg, KernelParams, MemRef, MemcpyParams, MemorySpace,
-    MemsetParams, NodeId, NodeKind,
-};
+use model::NodeId;
 
-use crate::buffer::{DeviceBuffer, Element};
 use crate::capture::{CaptureRecord, Keep};
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::kernel::{Args, Kernel, LaunchConfig};
-use crate::stream::Event;
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -26,10 +20,10 @@ static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 /// It remembers its graph, so passing it to another graph is a typed error, not a crash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeRef {
-    graph: u64,
-    id: NodeId,
-    graph_label: Arc<str>,
-    label: Arc<str>,
+    pub(crate) graph: u64,
+    pub(crate) id: NodeId,
+    pub(crate) graph_label: Arc<str>,
+    pub(crate) label: Arc<str>,
 }
 
 impl NodeRef {
@@ -53,8 +47,8 @@ impl NodeRef {
 pub struct Graph {
     pub(crate) raw: sys::CUgraph,
     pub(crate) ctx: Context,
-    id: u64,
-    label: Arc<str>,
+    pub(crate) id: u64,
+    pub(crate) label: Arc<str>,
     pub(crate) model: model::Graph,
     /// The driver node of each model node, by index.
     pub(crate) handles: Vec<sys::CUgraphNode>,
@@ -94,80 +88,6 @@ impl std::fmt::Debug for Graph {
     }
 }
 
-/// The 32 bits a memset writes for `value` (1-, 2- or 4-byte elements).
-pub(crate) fn memset_bits<T: Element>(value: T) -> std::result::Result<u32, String> {
-    let size = std::mem::size_of::<T>();
-    let mut bytes = [0u8; 4];
-    if !matches!(size, 1 | 2 | 4) {
-        return Err(format!(
-            "memset takes 1-, 2- or 4-byte elements; {} is {size} bytes",
-            std::any::type_name::<T>()
-        ));
-    }
-    // SAFETY: T is an Element (plain bytes, no padding) of `size` <= 4 bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(&value as *const T as *const u8, bytes.as_mut_ptr(), size)
-    };
-    Ok(u32::from_le_bytes(bytes))
-}
-
-/// A 1-D device-to-device copy description. Every field is set: the struct holds enums for
-/// which all-zero bits are not a valid value.
-fn memcpy_1d(src: sys::CUdeviceptr, dst: sys::CUdeviceptr, bytes: usize) -> sys::CUDA_MEMCPY3D {
-    let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    let null = std::ptr::null_mut();
-    sys::CUDA_MEMCPY3D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcZ: 0,
-        srcLOD: 0,
-        srcMemoryType: device,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
-        srcArray: null as _,
-        reserved0: null,
-        srcPitch: 0,
-        srcHeight: 0,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstZ: 0,
-        dstLOD: 0,
-        dstMemoryType: device,
-        dstHost: null,
-        dstDevice: dst,
-        dstArray: null as _,
-        reserved1: null,
-        dstPitch: 0,
-        dstHeight: 0,
-        WidthInBytes: bytes,
-        Height: 1,
-        Depth: 1,
-    }
-}
-
-fn access<T: Element>(buffer: &DeviceBuffer<T>, mode: AccessMode) -> Access {
-    Access {
-        buffer: buffer.alloc.ptr,
-        label: buffer.label().to_string(),
-        offset: 0,
-        len: buffer.bytes() as u64,
-        mode,
-    }
-}
-
-/// A host function kept alive by the graphs that call it.
-struct HostFn {
-    f: Box<dyn Fn() + Send + Sync>,
-}
-
-unsafe extern "C" fn host_trampoline(user_data: *mut std::ffi::c_void) {
-    // SAFETY: user_data is Arc::as_ptr of a HostFn that every graph and executable calling it
-    // keeps alive (Keep), and executables synchronise before releasing it.
-    let host = unsafe { &*(user_data as *const HostFn) };
-    // A panic must not unwind into the driver's thread.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (host.f)()));
-}
-
 impl Context {
     /// An empty graph template (`cuGraphCreate`).
     #[track_caller]
@@ -196,7 +116,7 @@ impl Context {
 }
 
 impl Graph {
-    fn wrap(
+    pub(crate) fn wrap(
         ctx: Context,
         raw: sys::CUgraph,
         label: &str,
@@ -286,412 +206,65 @@ impl Graph {
             .map_err(fail)
     }
 
-    /// Adds a node through `add`, after checking that every dependency is a node of this graph.
-    #[allow(clippy::too_many_arguments)]
-    fn add_node(
-        &mut self,
-        label: &str,
-        op: &'static str,
-        at: SourceLine,
-        kind: NodeKind,
-        accesses: Vec<Access>,
-        keep: Vec<Keep>,
-        deps: &[&NodeRef],
-        call: &'static str,
-        add: impl FnOnce(*mut sys::CUgraphNode, *const sys::CUgraphNode, usize) -> sys::CUresult,
-    ) -> Result<NodeRef> {
-        let node_object = || ObjectRef::new(ObjectKind::Node, label);
-        let mut dep_handles = Vec::with_capacity(deps.len());
-        for dep in deps {
-            if dep.graph != self.id {
-                return Err(Error::new(
-                    ErrorKind::ForeignNode {
-                        node: dep.label.to_string(),
-                        node_graph: dep.graph_label.to_string(),
-                    },
-                    ObjectRef::new(ObjectKind::Graph, &*self.label),
-                    op,
-                    at,
-                ));
-            }
-            dep_handles.push(self.handles[dep.id.index()]);
-        }
-        let fail = |f: Failure| f.on(node_object(), op, at);
-        self.ctx.bind().map_err(fail)?;
-        let mut handle = std::ptr::null_mut();
-        check(
-            add(&mut handle, dep_handles.as_ptr(), dep_handles.len()),
-            call,
-        )
-        .map_err(fail)?;
-        let id =
-            self.model
-                .add_node_with(label, kind, Some(crate::range::provenance(at)), accesses);
-        for dep in deps {
-            self.model.add_edge(dep.id, id).map_err(|e| {
-                Error::new(
-                    ErrorKind::InvalidInput {
-                        reason: e.to_string(),
-                    },
-                    node_object(),
-                    op,
-                    at,
-                )
-            })?;
-        }
-        self.handles.push(handle);
-        self.keep.extend(keep);
-        Ok(NodeRef {
-            graph: self.id,
-            id,
-            graph_label: self.label.clone(),
-            label: self.model.nodes[id.index()].label.as_str().into(),
-        })
-    }
-
-    /// Adds a kernel node (`cuGraphAddKernelNode`). Buffers passed by `&` are recorded as
-    /// reads, by `&mut` as writes, and kept alive as long as the graph and its executables.
-    #[track_caller]
-    pub fn kernel(
-        &mut self,
-        label: &str,
-        kernel: &Kernel,
-        cfg: LaunchConfig,
-        mut args: Args<'_>,
-        deps: &[&NodeRef],
-    ) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let op = "Graph::kernel";
-        cfg.validate(&self.ctx.inner.limits).map_err(|reason| {
-            Error::new(
-                ErrorKind::InvalidGeometry { reason },
-                ObjectRef::new(ObjectKind::Node, label),
-                op,
-                at,
-            )
-        })?;
-        kernel.check_args(&args).map_err(|reason| {
-            Error::new(
-                ErrorKind::ArgMismatch { reason },
-                ObjectRef::new(ObjectKind::Node, label),
-                op,
-                at,
-            )
-        })?;
-        let model_args = kernel
-            .params
-            .iter()
-            .zip(&args.values)
-            .map(|(&(offset, _), v)| ModelArg {
-                offset: offset as u32,
-                bytes: v.clone(),
-            })
-            .collect();
-        let kind = NodeKind::Kernel(KernelParams {
-            name: kernel.name.clone(),
-            grid: cfg.grid,
-            block: cfg.block,
-            shared_mem_bytes: cfg.shared_mem_bytes,
-            args: model_args,
-        });
-        let mut pointers = args.pointers();
-        let params = sys::CUDA_KERNEL_NODE_PARAMS {
-            func: kernel.func,
-            gridDimX: cfg.grid.x,
-            gridDimY: cfg.grid.y,
-            gridDimZ: cfg.grid.z,
-            blockDimX: cfg.block.x,
-            blockDimY: cfg.block.y,
-            blockDimZ: cfg.block.z,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            kernelParams: pointers.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
-        let mut keep: Vec<Keep> = std::mem::take(&mut args.keep)
-            .into_iter()
-            .map(|a| a as Keep)
-            .collect();
-        keep.push(Arc::new(kernel.module.clone()));
-        let accesses = std::mem::take(&mut args.accesses);
-        let graph = self.raw;
-        // SAFETY: graph is live; params point into `args`, alive for the call (the driver copies
-        // the argument values); argument count and sizes were checked above.
-        self.add_node(
-            label,
-            op,
-            at,
-            kind,
-            accesses,
-            keep,
-            deps,
-            "cuGraphAddKernelNode",
-            |h, d, n| unsafe { sys::cuGraphAddKernelNode_v2(h, graph, d, n, &params) },
-        )
-    }
-
-    /// Adds a 1-D device-to-device copy node of all of `src` into `dst` (lengths must match).
-    #[track_caller]
-    pub fn memcpy<T: Element>(
-        &mut self,
-        label: &str,
-        dst: &mut DeviceBuffer<T>,
-        src: &DeviceBuffer<T>,
-        deps: &[&NodeRef],
-    ) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let op = "Graph::memcpy";
-        if dst.len() != src.len() {
-            return Err(Error::new(
-                ErrorKind::InvalidInput {
-                    reason: format!(
-                        "copy of {} elements from '{}' into {} elements of '{}'",
-                        src.len(),
-                        src.label(),
-                        dst.len(),
-                        dst.label()
-                    ),
-                },
-                ObjectRef::new(ObjectKind::Node, label),
-                op,
-                at,
-            ));
-        }
-        let bytes = dst.bytes();
-        let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, bytes);
-        let kind = NodeKind::Memcpy(MemcpyParams {
-            src: MemRef {
-                space: MemorySpace::Device,
-                address: src.alloc.ptr,
-            },
-            dst: MemRef {
-                space: MemorySpace::Device,
-                address: dst.alloc.ptr,
-            },
-            bytes: bytes as u64,
-        });
-        let accesses = vec![
-            access(src, AccessMode::Read),
-            access(dst, AccessMode::Write),
-        ];
-        let keep: Vec<Keep> = vec![src.alloc.clone(), dst.alloc.clone()];
-        let (graph, ctx) = (self.raw, self.ctx.raw());
-        // SAFETY: graph and ctx are live; both pointers are live allocations of `bytes` bytes,
-        // kept alive by `keep` for the graph's lifetime.
-        self.add_node(
-            label,
-            op,
-            at,
-            kind,
-            accesses,
-            keep,
-            deps,
-            "cuGraphAddMemcpyNode",
-            |h, d, n| unsafe { sys::cuGraphAddMemcpyNode(h, graph, d, n, &p, ctx) },
-        )
-    }
-
-    /// Adds a memset node setting every element of `dst` to `value` (1-, 2- or 4-byte elements).
-    #[track_caller]
-    pub fn memset<T: Element>(
-        &mut self,
-        label: &str,
-        dst: &mut DeviceBuffer<T>,
-        value: T,
-        deps: &[&NodeRef],
-    ) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let op = "Graph::memset";
-        let bits = memset_bits(value).map_err(|reason| {
-            Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at)
-        })?;
-        let element_size = std::mem::size_of::<T>() as u32;
-        let p = sys::CUDA_MEMSET_NODE_PARAMS {
-            dst: dst.alloc.ptr,
-            pitch: 0,
-            value: bits,
-            elementSize: element_size,
-            width: dst.len(),
-            height: 1,
-        };
-        let kind = NodeKind::Memset(MemsetParams {
-            dst: dst.alloc.ptr,
-            element_size,
-            value: bits,
-            width: dst.len() as u64,
-            height: 1,
-            pitch: 0,
-        });
-        let accesses = vec![access(dst, AccessMode::Write)];
-        let keep: Vec<Keep> = vec![dst.alloc.clone()];
-        let (graph, ctx) = (self.raw, self.ctx.raw());
-        // SAFETY: graph and ctx are live; dst is a live allocation of width*elementSize bytes.
-        self.add_node(
-            label,
-            op,
-            at,
-            kind,
-            accesses,
-            keep,
-            deps,
-            "cuGraphAddMemsetNode",
-            |h, d, n| unsafe { sys::cuGraphAddMemsetNode(h, graph, d, n, &p, ctx) },
-        )
-    }
-
-    /// Adds a host function node. The function runs on a driver thread; it must not call CUDA.
-    /// A panic inside it is caught (it cannot unwind into the driver).
-    #[track_caller]
-    pub fn host(
-        &mut self,
-        label: &str,
-        f: impl Fn() + Send + Sync + 'static,
-        deps: &[&NodeRef],
-    ) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let host = Arc::new(HostFn { f: Box::new(f) });
-        let p = sys::CUDA_HOST_NODE_PARAMS {
-            fn_: Some(host_trampoline),
-            userData: Arc::as_ptr(&host) as *mut _,
-        };
-        let graph = self.raw;
-        let kind = NodeKind::Host {
-            name: label.to_string(),
-        };
-        // SAFETY: graph is live; userData stays valid because `host` is kept with the graph.
-        self.add_node(
-            label,
-            "Graph::host",
-            at,
-            kind,
-            Vec::new(),
-            vec![host as Keep],
-            deps,
-            "cuGraphAddHostNode",
-            |h, d, n| unsafe { sys::cuGraphAddHostNode(h, graph, d, n, &p) },
-        )
-    }
-
-    /// Adds a node that records `event` (for waits in other streams or graphs).
-    #[track_caller]
-    pub fn event_record(
-        &mut self,
-        label: &str,
-        event: &Event,
-        deps: &[&NodeRef],
-    ) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let (graph, raw) = (self.raw, event.inner.raw);
-        let kind = NodeKind::EventRecord {
-            event: event.label().to_string(),
-        };
-        // SAFETY: graph and event are live; the event is kept with the graph.
-        self.add_node(
-            label,
-            "Graph::event_record",
-            at,
-            kind,
-            Vec::new(),
-            vec![event.inner.clone() as Keep],
-            deps,
-            "cuGraphAddEventRecordNode",
-            |h, d, n| unsafe { sys::cuGraphAddEventRecordNode(h, graph, d, n, raw) },
-        )
-    }
-
-    /// Adds a node that waits for `event`.
-    #[track_caller]
-    pub fn event_wait(&mut self, label: &str, event: &Event, deps: &[&NodeRef]) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let (graph, raw) = (self.raw, event.inner.raw);
-        let kind = NodeKind::EventWait {
-            event: event.label().to_string(),
-        };
-        // SAFETY: graph and event are live; the event is kept with the graph.
-        self.add_node(
-            label,
-            "Graph::event_wait",
-            at,
-            kind,
-            Vec::new(),
-            vec![event.inner.clone() as Keep],
-            deps,
-            "cuGraphAddEventWaitNode",
-            |h, d, n| unsafe { sys::cuGraphAddEventWaitNode(h, graph, d, n, raw) },
-        )
-    }
-
-    /// Adds an empty node (a join point).
-    #[track_caller]
-    pub fn empty(&mut self, label: &str, deps: &[&NodeRef]) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let graph = self.raw;
-        // SAFETY: graph is live.
-        self.add_node(
-            label,
-            "Graph::empty",
-            at,
-            NodeKind::Empty,
-            Vec::new(),
-            Vec::new(),
-            deps,
-            "cuGraphAddEmptyNode",
-            |h, d, n| unsafe { sys::cuGraphAddEmptyNode(h, graph, d, n) },
-        )
-    }
-
-    /// Adds `child` as a child-graph node (the driver embeds a copy; `child`'s resources are
-    /// kept alive with this graph).
-    #[track_caller]
-    pub fn child(&mut self, label: &str, child: &Graph, deps: &[&NodeRef]) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let (graph, raw) = (self.raw, child.raw);
-        let kind = NodeKind::ChildGraph {
-            graph: Box::new(child.model.clone()),
-        };
-        let accesses = child
-            .model
-            .nodes
-            .iter()
-            .flat_map(|n| n.accesses.iter().cloned())
-            .collect();
-        // SAFETY: both graphs are live and of this context; the driver clones `child`.
-        self.add_node(
-            label,
-            "Graph::child",
-            at,
-            kind,
-            accesses,
-            child.keep.clone(),
-            deps,
-            "cuGraphAddChildGraphNode",
-            |h, d, n| unsafe { sys::cuGraphAddChildGraphNode(h, graph, d, n, raw) },
-        )
-    }
-
     /// Instantiates the graph once (`cuGraphInstantiateWithFlags`); launch the executable as
-    /// often as needed.
+    /// often as needed. The executable keeps its own copy of the template (`cuGraphClone`), which
+    /// its parameter updates keep in step; this graph stays as it is and can be instantiated
+    /// again. [`Graph::into_exec`] saves the copy when the template is not needed any more.
     #[track_caller]
     pub fn instantiate(&self) -> Result<crate::Exec> {
         let at = SourceLine::caller();
+        let copy = self.clone_template(at)?;
+        copy.into_exec_at(self.id, at)
+    }
+
+    /// Instantiates the graph, which becomes the executable's template.
+    #[track_caller]
+    pub fn into_exec(self) -> Result<crate::Exec> {
+        let at = SourceLine::caller();
+        let origin = self.id;
+        self.into_exec_at(origin, at)
+    }
+
+    fn into_exec_at(self, origin: u64, at: SourceLine) -> Result<crate::Exec> {
+        let fail = |f: Failure| f.on(self.object(), "Graph::instantiate", at);
+        let raw = crate::exec::instantiate_raw(&self).map_err(fail)?;
+        Ok(crate::Exec::new(raw, self, origin))
+    }
+
+    /// A copy of this template (`cuGraphClone`) with the same model, node handles mapped into
+    /// the copy (`cuGraphNodeFindInClone`) and the same kept resources.
+    pub(crate) fn clone_template(&self, at: SourceLine) -> Result<Graph> {
         let fail = |f: Failure| f.on(self.object(), "Graph::instantiate", at);
         self.ctx.bind().map_err(fail)?;
-        let mut exec = std::ptr::null_mut();
-        // SAFETY: self.raw is live; exec is a valid out pointer; Graph is !Sync so no other
-        // thread uses the template during the call.
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: self.raw is live; Graph is !Sync, so nothing else uses it during the call.
         check(
-            unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, self.raw, 0) },
-            "cuGraphInstantiate",
+            unsafe { sys::cuGraphClone(&mut raw, self.raw) },
+            "cuGraphClone",
         )
         .map_err(fail)?;
-        Ok(crate::Exec::new(
-            exec,
+        // Own the copy at once, so an error below destroys it.
+        let mut copy = Graph::wrap(
             self.ctx.clone(),
-            format!("{}#exec", self.label),
-            Arc::new(self.model.clone()),
+            raw,
+            &self.label,
+            self.model.clone(),
+            Vec::new(),
             self.keep.clone(),
-        ))
+        );
+        copy.id = self.id;
+        copy.handles.reserve(self.handles.len());
+        for &original in &self.handles {
+            let mut node = std::ptr::null_mut();
+            // SAFETY: original is a node of self.raw, and raw was cloned from it.
+            check(
+                unsafe { sys::cuGraphNodeFindInClone(&mut node, original, raw) },
+                "cuGraphNodeFindInClone",
+            )
+            .map_err(fail)?;
+            copy.handles.push(node);
+        }
+        Ok(copy)
     }
 }
 

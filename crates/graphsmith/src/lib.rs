@@ -29,6 +29,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod buffer;
+mod builder;
 mod capture;
 mod context;
 mod error;

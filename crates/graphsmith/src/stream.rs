@@ -280,7 +280,7 @@ impl Stream {
         let at = SourceLine::caller();
         let op = "Stream::memset";
         let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Node, label), op, at);
-        let bits = crate::graph::memset_bits(value).map_err(|reason| {
+        let bits = crate::builder::memset_bits(value).map_err(|reason| {
             Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at)
         })?;
         self.ctx.bind().map_err(fail)?;

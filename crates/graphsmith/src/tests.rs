@@ -134,7 +134,7 @@ fn geometry_is_checked_against_device_limits() {
 
 #[test]
 fn memset_bits_cover_1_2_4_byte_elements_and_refuse_8() {
-    use crate::graph::memset_bits;
+    use crate::builder::memset_bits;
     assert_eq!(memset_bits(0xabu8), Ok(0xab));
     assert_eq!(memset_bits(0x1234u16), Ok(0x1234));
     assert_eq!(memset_bits(1.0f32), Ok(0x3f80_0000));

@@ -163,6 +163,10 @@ pub enum ErrorKind {
     NullHandle { what: &'static str },
     /// Other bad input (sizes that do not match, ...).
     InvalidInput { reason: String },
+    /// An executable cannot take a new graph's parameters in place; one reason per node.
+    UpdateImpossible {
+        reasons: Vec<crate::compat::Incompatibility>,
+    },
 }
 
 impl fmt::Display for ErrorKind {
@@ -190,6 +194,13 @@ impl fmt::Display for ErrorKind {
             }
             ErrorKind::NullHandle { what } => write!(f, "{what} is null"),
             ErrorKind::InvalidInput { reason } => write!(f, "invalid input: {reason}"),
+            ErrorKind::UpdateImpossible { reasons } => {
+                write!(f, "the update is impossible in place:")?;
+                for r in reasons {
+                    write!(f, "\n  - {r}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -242,6 +253,7 @@ impl Error {
             ErrorKind::AlreadyCapturing { .. } => "end the running capture first",
             ErrorKind::NotAllowedDuringCapture { .. } => "do it before begin_capture or after end_capture, or add an explicit graph node",
             ErrorKind::NullHandle { .. } => "pass a live handle",
+            ErrorKind::UpdateImpossible { .. } => "rebuild the graph with the executable's topology, or update with UpdatePolicy::Reinstantiate to rebuild the executable (counted in Exec::stats)",
             _ => return None,
         })
     }

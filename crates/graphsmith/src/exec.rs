@@ -51,9 +51,11 @@ pub struct Exec {
     pub(crate) label: String,
     /// Resources of nodes whose parameters were updated (replacing, not adding to, older ones).
     pub(crate) node_keep: HashMap<NodeId, Vec<Keep>>,
+    /// Function and parameter layout of kernel nodes, read once on their first update.
+    pub(crate) kernel_layouts: HashMap<usize, (sys::CUfunction, Vec<(usize, usize)>)>,
     pub(crate) stats: ExecStats,
     /// Whether work may be in flight (a launch or upload since the last synchronisation).
-    in_flight: bool,
+    pub(crate) in_flight: bool,
 }
 
 // SAFETY: the raw handles (exec and template) are only used through &mut self (or in Drop), so
@@ -88,6 +90,7 @@ impl Exec {
             origin,
             label,
             node_keep: HashMap::new(),
+            kernel_layouts: HashMap::new(),
             stats: ExecStats::default(),
             in_flight: false,
         }
@@ -166,6 +169,14 @@ impl Exec {
             ));
         }
         Ok(node.id.index())
+    }
+
+    pub(crate) fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+    /// Notes that the context was synchronised: nothing of this executable is in flight.
+    pub(crate) fn settled(&mut self) {
+        self.in_flight = false;
     }
 
     /// Launches the executable on `stream` (`cuGraphLaunch`).

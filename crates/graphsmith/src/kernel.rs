@@ -179,25 +179,33 @@ impl Kernel {
     }
     /// Checks that `args` fit this kernel's parameters.
     pub(crate) fn check_args(&self, args: &Args<'_>) -> std::result::Result<(), String> {
-        if args.values.len() != self.params.len() {
+        check_layout(&self.name, &self.params, args)
+    }
+}
+
+/// Checks `args` against a kernel's parameter layout: one argument per parameter, each of the
+/// parameter's size.
+pub(crate) fn check_layout(
+    name: &str,
+    layout: &[(usize, usize)],
+    args: &Args<'_>,
+) -> std::result::Result<(), String> {
+    if args.values.len() != layout.len() {
+        return Err(format!(
+            "kernel '{name}' takes {} parameters, {} were given",
+            layout.len(),
+            args.values.len()
+        ));
+    }
+    for (i, ((_, size), value)) in layout.iter().zip(&args.values).enumerate() {
+        if *size != value.len() {
             return Err(format!(
-                "kernel '{}' takes {} parameters, {} were given",
-                self.name,
-                self.params.len(),
-                args.values.len()
+                "parameter {i} of kernel '{name}' is {size} bytes, the argument is {} bytes",
+                value.len()
             ));
         }
-        for (i, ((_, size), value)) in self.params.iter().zip(&args.values).enumerate() {
-            if *size != value.len() {
-                return Err(format!(
-                    "parameter {i} of kernel '{}' is {size} bytes, the argument is {} bytes",
-                    self.name,
-                    value.len()
-                ));
-            }
-        }
-        Ok(())
     }
+    Ok(())
 }
 
 /// Grid, block and dynamic shared memory of a launch.

@@ -31,6 +31,7 @@
 mod buffer;
 mod builder;
 mod capture;
+mod compat;
 mod context;
 mod error;
 mod exec;
@@ -41,18 +42,21 @@ mod probe_features;
 mod range;
 mod readback;
 mod stream;
+mod update;
 
 pub use buffer::{DeviceBuffer, Element};
 pub use capture::CaptureMode;
+pub use compat::{update_compatibility, Incompatibility};
 pub use context::{gpu_available, Context, DropFailure};
 pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
-pub use exec::Exec;
+pub use exec::{Exec, ExecStats};
 pub use graph::{Graph, NodeRef};
 pub use graphsmith_model as model;
 pub use kernel::{Args, Kernel, KernelArg, LaunchConfig, Module};
 pub use range::{current_ranges, range, RangeGuard};
 pub use readback::read_raw_graph;
 pub use stream::{Event, Stream};
+pub use update::{UpdateOutcome, UpdatePolicy};
 
 /// Re-export of the raw driver bindings graphsmith uses, for interop with other CUDA code.
 pub use cudarc::driver::sys;

@@ -1,0 +1,418 @@
+//! Updating an executable: per-node parameter updates (kernel arguments and geometry, memset and
+//! memcpy operands) and whole-graph updates with a pre-check that explains, per node, why an
+//! update is impossible. Every update goes through the executable, which keeps its own template
+//! in step: there is no way to update a template and forget its executable.
+
+use cudarc::driver::sys;
+use graphsmith_model::{
+    AccessMode, KernelArg as ModelArg, MemRef, MemcpyParams, MemorySpace, MemsetParams, NodeKind,
+};
+
+use crate::buffer::{DeviceBuffer, Element};
+use crate::builder::{access, memcpy_1d, memset_bits};
+use crate::capture::Keep;
+use crate::compat::{update_compatibility, Incompatibility};
+use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::exec::{instantiate_raw, Exec};
+use crate::graph::{Graph, NodeRef};
+use crate::kernel::{check_layout, param_layout, Args, LaunchConfig};
+
+/// What to do when a whole-graph update cannot be applied in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdatePolicy {
+    /// Apply in place or fail with [`ErrorKind::UpdateImpossible`], naming each node and why.
+    InPlace,
+    /// Apply in place when possible, otherwise re-instantiate; the re-instantiation is counted in
+    /// [`Exec::stats`] and its reasons returned, never silent.
+    Reinstantiate,
+}
+
+/// How a whole-graph update was applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpdateOutcome {
+    /// `cuGraphExecUpdate` applied every parameter in place.
+    Updated,
+    /// The executable was rebuilt from the new graph, for these reasons.
+    Reinstantiated { reasons: Vec<Incompatibility> },
+}
+
+impl Exec {
+    /// Replaces the resources kept for node `index`. When a launch may still be running and we
+    /// hold the last reference to an old resource, wait for the context first.
+    fn replace_node_keep(&mut self, index: usize, keep: Vec<Keep>) -> Result<(), Failure> {
+        let id = self.template.model.nodes[index].id;
+        if let Some(old) = self.node_keep.insert(id, keep) {
+            if self.in_flight() && old.iter().any(|k| std::sync::Arc::strong_count(k) == 1) {
+                self.template.ctx.bind()?;
+                // SAFETY: the context is current.
+                check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+                self.settled();
+            }
+        }
+        Ok(())
+    }
+
+    fn wrong_kind(&self, index: usize, want: &str, op: &'static str, at: SourceLine) -> Error {
+        let node = &self.template.model.nodes[index];
+        Error::new(
+            ErrorKind::InvalidInput {
+                reason: format!(
+                    "node '{}' is a {} node, not a {want} node",
+                    node.label,
+                    node.kind.name()
+                ),
+            },
+            self.object(),
+            op,
+            at,
+        )
+    }
+
+    /// Sets a kernel node's geometry and arguments, in the executable
+    /// (`cuGraphExecKernelNodeSetParams`) and in its template. The kernel stays the same; the
+    /// arguments are checked against its parameters, and their buffers are kept alive.
+    #[track_caller]
+    pub fn set_kernel(
+        &mut self,
+        node: &NodeRef,
+        cfg: LaunchConfig,
+        mut args: Args<'_>,
+    ) -> Result<()> {
+        let at = SourceLine::caller();
+        let op = "Exec::set_kernel";
+        let index = self.node_index(node, op, at)?;
+        if !matches!(self.template.model.nodes[index].kind, NodeKind::Kernel(_)) {
+            return Err(self.wrong_kind(index, "kernel", op, at));
+        }
+        let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
+        cfg.validate(&self.template.ctx.inner.limits)
+            .map_err(|reason| {
+                Error::new(ErrorKind::InvalidGeometry { reason }, node_object(), op, at)
+            })?;
+        let fail = |f: Failure| f.on(node_object(), op, at);
+        self.template.ctx.bind().map_err(fail)?;
+        let handle = self.template.handles[index];
+        let (func, layout) = match self.kernel_layouts.get(&index) {
+            Some(known) => known.clone(),
+            None => {
+                let known = kernel_of(handle).map_err(fail)?;
+                self.kernel_layouts.insert(index, known.clone());
+                known
+            }
+        };
+        let NodeKind::Kernel(params) = &self.template.model.nodes[index].kind else {
+            return Err(self.wrong_kind(index, "kernel", op, at));
+        };
+        check_layout(&params.name, &layout, &args).map_err(|reason| {
+            Error::new(ErrorKind::ArgMismatch { reason }, node_object(), op, at)
+        })?;
+        let mut pointers = args.pointers();
+        let new = sys::CUDA_KERNEL_NODE_PARAMS {
+            func,
+            gridDimX: cfg.grid.x,
+            gridDimY: cfg.grid.y,
+            gridDimZ: cfg.grid.z,
+            blockDimX: cfg.block.x,
+            blockDimY: cfg.block.y,
+            blockDimZ: cfg.block.z,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            kernelParams: pointers.as_mut_ptr(),
+            extra: std::ptr::null_mut(),
+            kern: std::ptr::null_mut(),
+            ctx: std::ptr::null_mut(),
+        };
+        // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
+        // from); argument count and sizes were checked; pointers point into `args`, alive here.
+        unsafe {
+            check(
+                sys::cuGraphExecKernelNodeSetParams_v2(self.raw, handle, &new),
+                "cuGraphExecKernelNodeSetParams",
+            )
+            .map_err(fail)?;
+            check(
+                sys::cuGraphKernelNodeSetParams_v2(handle, &new),
+                "cuGraphKernelNodeSetParams",
+            )
+            .map_err(fail)?;
+        }
+        let model_args = layout
+            .iter()
+            .zip(&args.values)
+            .map(|(&(offset, _), v)| ModelArg {
+                offset: offset as u32,
+                bytes: v.clone(),
+            })
+            .collect();
+        let model_node = &mut self.template.model.nodes[index];
+        if let NodeKind::Kernel(k) = &mut model_node.kind {
+            k.grid = cfg.grid;
+            k.block = cfg.block;
+            k.shared_mem_bytes = cfg.shared_mem_bytes;
+            k.args = model_args;
+        }
+        model_node.accesses = std::mem::take(&mut args.accesses);
+        let keep = std::mem::take(&mut args.keep)
+            .into_iter()
+            .map(|a| a as Keep)
+            .collect();
+        self.replace_node_keep(index, keep).map_err(fail)?;
+        self.stats.node_updates += 1;
+        Ok(())
+    }
+
+    /// Sets a memset node's destination and value (1-D, same element size).
+    #[track_caller]
+    pub fn set_memset<T: Element>(
+        &mut self,
+        node: &NodeRef,
+        dst: &mut DeviceBuffer<T>,
+        value: T,
+    ) -> Result<()> {
+        let at = SourceLine::caller();
+        let op = "Exec::set_memset";
+        let index = self.node_index(node, op, at)?;
+        let NodeKind::Memset(old) = self.template.model.nodes[index].kind else {
+            return Err(self.wrong_kind(index, "memset", op, at));
+        };
+        let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
+        let bits = memset_bits(value).map_err(|reason| {
+            Error::new(ErrorKind::InvalidInput { reason }, node_object(), op, at)
+        })?;
+        let element_size = std::mem::size_of::<T>() as u32;
+        if element_size != old.element_size {
+            return Err(Error::new(
+                ErrorKind::InvalidInput {
+                    reason: format!(
+                        "the node sets {}-byte elements; the new value has {element_size} bytes",
+                        old.element_size
+                    ),
+                },
+                node_object(),
+                op,
+                at,
+            ));
+        }
+        let p = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: dst.alloc.ptr,
+            pitch: 0,
+            value: bits,
+            elementSize: element_size,
+            width: dst.len(),
+            height: 1,
+        };
+        let fail = |f: Failure| f.on(node_object(), op, at);
+        self.template.ctx.bind().map_err(fail)?;
+        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
+        // SAFETY: raw, handle and ctx are live; dst is a live allocation of width elements.
+        unsafe {
+            check(
+                sys::cuGraphExecMemsetNodeSetParams(self.raw, handle, &p, ctx),
+                "cuGraphExecMemsetNodeSetParams",
+            )
+            .map_err(fail)?;
+            check(
+                sys::cuGraphMemsetNodeSetParams(handle, &p),
+                "cuGraphMemsetNodeSetParams",
+            )
+            .map_err(fail)?;
+        }
+        let model_node = &mut self.template.model.nodes[index];
+        model_node.kind = NodeKind::Memset(MemsetParams {
+            dst: dst.alloc.ptr,
+            element_size,
+            value: bits,
+            width: dst.len() as u64,
+            height: 1,
+            pitch: 0,
+        });
+        model_node.accesses = vec![access(dst, AccessMode::Write)];
+        self.replace_node_keep(index, vec![dst.alloc.clone() as Keep])
+            .map_err(fail)?;
+        self.stats.node_updates += 1;
+        Ok(())
+    }
+
+    /// Sets a 1-D device-to-device copy node's source and destination (lengths must match).
+    #[track_caller]
+    pub fn set_memcpy<T: Element>(
+        &mut self,
+        node: &NodeRef,
+        dst: &mut DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+    ) -> Result<()> {
+        let at = SourceLine::caller();
+        let op = "Exec::set_memcpy";
+        let index = self.node_index(node, op, at)?;
+        if !matches!(self.template.model.nodes[index].kind, NodeKind::Memcpy(_)) {
+            return Err(self.wrong_kind(index, "memcpy", op, at));
+        }
+        let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
+        if dst.len() != src.len() {
+            return Err(Error::new(
+                ErrorKind::InvalidInput {
+                    reason: format!(
+                        "copy of {} elements from '{}' into {} elements of '{}'",
+                        src.len(),
+                        src.label(),
+                        dst.len(),
+                        dst.label()
+                    ),
+                },
+                node_object(),
+                op,
+                at,
+            ));
+        }
+        let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, dst.bytes());
+        let fail = |f: Failure| f.on(node_object(), op, at);
+        self.template.ctx.bind().map_err(fail)?;
+        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
+        // SAFETY: raw, handle and ctx are live; both allocations are live and dst.bytes() long.
+        unsafe {
+            check(
+                sys::cuGraphExecMemcpyNodeSetParams(self.raw, handle, &p, ctx),
+                "cuGraphExecMemcpyNodeSetParams",
+            )
+            .map_err(fail)?;
+            check(
+                sys::cuGraphMemcpyNodeSetParams(handle, &p),
+                "cuGraphMemcpyNodeSetParams",
+            )
+            .map_err(fail)?;
+        }
+        let model_node = &mut self.template.model.nodes[index];
+        model_node.kind = NodeKind::Memcpy(MemcpyParams {
+            src: MemRef {
+                space: MemorySpace::Device,
+                address: src.alloc.ptr,
+            },
+            dst: MemRef {
+                space: MemorySpace::Device,
+                address: dst.alloc.ptr,
+            },
+            bytes: dst.bytes() as u64,
+        });
+        model_node.accesses = vec![
+            access(src, AccessMode::Read),
+            access(dst, AccessMode::Write),
+        ];
+        self.replace_node_keep(
+            index,
+            vec![src.alloc.clone() as Keep, dst.alloc.clone() as Keep],
+        )
+        .map_err(fail)?;
+        self.stats.node_updates += 1;
+        Ok(())
+    }
+
+    /// Updates the whole executable from `graph` (`cuGraphExecUpdate`). The model pre-check
+    /// says, before the driver is called, whether the update is possible and, if not, which node
+    /// and why; when the driver disagrees, its `errorNode` is mapped back to a label. With
+    /// [`UpdatePolicy::Reinstantiate`], an impossible update rebuilds the executable instead
+    /// (counted in [`Exec::stats`]). Afterwards the executable's template is a copy of `graph`,
+    /// and `graph`'s `NodeRef`s address its nodes.
+    #[track_caller]
+    pub fn update(&mut self, graph: &Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
+        let at = SourceLine::caller();
+        let op = "Exec::update";
+        let mut reasons = update_compatibility(&self.template.model, &graph.model);
+        if reasons.is_empty() {
+            match self.driver_update(graph) {
+                Ok(()) => {
+                    self.adopt(graph.clone_template(at)?);
+                    self.stats.graph_updates += 1;
+                    return Ok(UpdateOutcome::Updated);
+                }
+                Err(DriverRefusal::Failed(f)) => return Err(f.on(self.object(), op, at)),
+                Err(DriverRefusal::Refused(r)) => reasons = r,
+            }
+        }
+        match policy {
+            UpdatePolicy::InPlace => Err(Error::new(
+                ErrorKind::UpdateImpossible { reasons },
+                self.object(),
+                op,
+                at,
+            )),
+            UpdatePolicy::Reinstantiate => {
+                let template = graph.clone_template(at)?;
+                let raw = instantiate_raw(&template).map_err(|f| f.on(self.object(), op, at))?;
+                self.release();
+                self.raw = raw;
+                self.adopt(template);
+                self.stats.reinstantiations += 1;
+                Ok(UpdateOutcome::Reinstantiated { reasons })
+            }
+        }
+    }
+
+    /// Takes `template` as this executable's template after an update or rebuild.
+    fn adopt(&mut self, template: Graph) {
+        self.origin = template.id;
+        self.label = format!("{}#exec", template.label());
+        self.template = template;
+        self.node_keep.clear();
+        self.kernel_layouts.clear();
+    }
+
+    fn driver_update(&mut self, graph: &Graph) -> std::result::Result<(), DriverRefusal> {
+        graph.ctx.bind().map_err(DriverRefusal::Failed)?;
+        // SAFETY: plain C struct of an enum with a zero variant (SUCCESS) and two handles.
+        let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
+        // SAFETY: raw and graph.raw are live; &mut self gives exclusive use of the executable and
+        // Graph is !Sync.
+        let rc = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
+        if rc == sys::CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        if rc != sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE {
+            return Err(DriverRefusal::Failed(
+                check(rc, "cuGraphExecUpdate").unwrap_err(),
+            ));
+        }
+        let label_of = |node: sys::CUgraphNode| {
+            graph
+                .handles
+                .iter()
+                .position(|&h| h == node)
+                .map(|i| graph.model.nodes[i].label.clone())
+        };
+        let mut reason = format!("the driver refused the update ({:?})", info.result);
+        if let Some(from) = label_of(info.errorFromNode) {
+            reason.push_str(&format!(" at the edge from '{from}'"));
+        }
+        Err(DriverRefusal::Refused(vec![Incompatibility {
+            node: label_of(info.errorNode),
+            reason,
+        }]))
+    }
+}
+
+/// The function of a kernel node and its parameter layout.
+fn kernel_of(handle: sys::CUgraphNode) -> Result<(sys::CUfunction, Vec<(usize, usize)>), Failure> {
+    // SAFETY: plain C struct of handles and integers; zero is valid; handle is a live kernel
+    // node and the context is current.
+    let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    check(
+        unsafe { sys::cuGraphKernelNodeGetParams_v2(handle, &mut p) },
+        "cuGraphKernelNodeGetParams",
+    )?;
+    let mut func = p.func;
+    if func.is_null() && !p.kern.is_null() {
+        // SAFETY: kern is a live library kernel of the current context.
+        check(
+            unsafe { sys::cuKernelGetFunction(&mut func, p.kern) },
+            "cuKernelGetFunction",
+        )?;
+    }
+    // SAFETY: func is the live function of the node.
+    let layout = unsafe { param_layout(func) }?;
+    Ok((func, layout))
+}
+
+enum DriverRefusal {
+    /// The driver call itself failed.
+    Failed(Failure),
+    /// The driver says the update is impossible, for this reason.
+    Refused(Vec<Incompatibility>),
+}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds, on this machine (no GPU needed), every test binary of the workspace and the
-# graphsmith CLI in release mode, and copies them into gpu-bin/ for the GPU machine.
+# Builds, on this machine (no GPU needed), every test binary and example of the workspace
+# and the graphsmith CLI in release mode, and copies them into gpu-bin/ for the GPU machine.
 # Then run scripts/gpu-run.sh there (CONTRIBUTING.md says how).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,5 +31,12 @@ for line in sys.stdin:
     shutil.copy2(exe, dest)
     print("  " + dest)
 '
+cargo build --release --workspace --examples
+mkdir -p gpu-bin/examples
+for f in target/release/examples/*; do
+  name=$(basename "$f")
+  case "$name" in *-*|*.d|*.rlib) continue ;; esac
+  [ -f "$f" ] && [ -x "$f" ] && cp "$f" gpu-bin/examples/
+done
 cp scripts/gpu-run.sh gpu-bin/
 du -sh gpu-bin

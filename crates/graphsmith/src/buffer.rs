@@ -28,6 +28,7 @@ elements!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 /// executable that references it; freed when the last of them drops.
 pub(crate) struct Allocation {
     pub ptr: sys::CUdeviceptr,
+    pub bytes: usize,
     pub label: String,
     pub ctx: Context,
 }
@@ -96,6 +97,16 @@ impl<T: Element> DeviceBuffer<T> {
     pub(crate) fn object(&self) -> ObjectRef {
         ObjectRef::new(ObjectKind::Buffer, &self.alloc.label)
     }
+
+    /// A buffer of `len` elements over a shared allocation of at least that many bytes.
+    pub(crate) fn over(alloc: Arc<Allocation>, len: usize) -> Self {
+        debug_assert!(len * std::mem::size_of::<T>() <= alloc.bytes);
+        Self {
+            alloc,
+            len,
+            _t: PhantomData,
+        }
+    }
 }
 
 impl Context {
@@ -131,11 +142,56 @@ impl Context {
         Ok(DeviceBuffer {
             alloc: Arc::new(Allocation {
                 ptr,
+                bytes,
                 label: label.to_string(),
                 ctx: self.clone(),
             }),
             len,
             _t: PhantomData,
         })
+    }
+}
+
+/// A read-only range of a buffer, for passing part of it to a kernel (`&buffer` passes all).
+pub struct View<'a, T: Element> {
+    pub(crate) buffer: &'a DeviceBuffer<T>,
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+}
+
+/// A writable range of a buffer, for passing part of it to a kernel (`&mut buffer` passes all).
+pub struct ViewMut<'a, T: Element> {
+    pub(crate) buffer: &'a mut DeviceBuffer<T>,
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+}
+
+fn bounds(range: &std::ops::Range<usize>, len: usize, label: &str) -> (usize, usize) {
+    assert!(
+        range.start <= range.end && range.end <= len,
+        "range {range:?} is out of bounds of buffer '{label}' of {len} elements"
+    );
+    (range.start, range.end - range.start)
+}
+
+impl<T: Element> DeviceBuffer<T> {
+    /// Elements `range` of this buffer, read-only. Panics when the range is out of bounds (a
+    /// programming error, like slice indexing).
+    pub fn slice(&self, range: std::ops::Range<usize>) -> View<'_, T> {
+        let (start, len) = bounds(&range, self.len, self.label());
+        View {
+            buffer: self,
+            start,
+            len,
+        }
+    }
+    /// Elements `range` of this buffer, writable. Panics when the range is out of bounds.
+    pub fn slice_mut(&mut self, range: std::ops::Range<usize>) -> ViewMut<'_, T> {
+        let (start, len) = bounds(&range, self.len, self.label());
+        ViewMut {
+            buffer: self,
+            start,
+            len,
+        }
     }
 }

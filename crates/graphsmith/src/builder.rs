@@ -95,6 +95,9 @@ unsafe extern "C" fn host_trampoline(user_data: *mut std::ffi::c_void) {
 }
 
 impl Graph {
+    /// Adds a node through `add`, after checking that every dependency is a node of this graph,
+    /// and mirrors it in the model with its provenance and accesses.
+    #[allow(clippy::too_many_arguments)]
     fn add_node(
         &mut self,
         label: &str,

@@ -46,7 +46,9 @@ pub struct Exec {
     pub(crate) raw: sys::CUgraphExec,
     /// The template this executable was instantiated from (its own copy), updated with it.
     pub(crate) template: Graph,
-    /// The id of the graph whose `NodeRef`s address this executable's nodes.
+    /// The ids of the graphs whose `NodeRef`s address this executable's nodes: the graph it was
+    /// instantiated from, and the graph of its latest whole-graph update.
+    pub(crate) instantiated_from: u64,
     pub(crate) origin: u64,
     pub(crate) label: String,
     /// Resources of nodes whose parameters were updated (replacing, not adding to, older ones).
@@ -87,6 +89,7 @@ impl Exec {
         Self {
             raw,
             template,
+            instantiated_from: origin,
             origin,
             label,
             node_keep: HashMap::new(),
@@ -157,7 +160,8 @@ impl Exec {
         op: &'static str,
         at: SourceLine,
     ) -> Result<usize> {
-        if node.graph != self.origin || node.id.index() >= self.template.handles.len() {
+        let ours = node.graph == self.origin || node.graph == self.instantiated_from;
+        if !ours || node.id.index() >= self.template.handles.len() {
             return Err(Error::new(
                 ErrorKind::ForeignNode {
                     node: node.label.to_string(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 use graphsmith_model::{Access, AccessMode, Dim3};
 
-use crate::buffer::{Allocation, DeviceBuffer, Element};
+use crate::buffer::{Allocation, DeviceBuffer, Element, View, ViewMut};
 use crate::context::{Context, Limits};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 
@@ -298,13 +298,22 @@ impl<'a> Args<'a> {
         self
     }
 
-    fn push_buffer<T: Element>(&mut self, buffer: &DeviceBuffer<T>, mode: AccessMode) {
-        self.values.push(buffer.alloc.ptr.to_le_bytes().to_vec());
+    fn push_buffer<T: Element>(
+        &mut self,
+        buffer: &DeviceBuffer<T>,
+        start: usize,
+        len: usize,
+        mode: AccessMode,
+    ) {
+        let size = std::mem::size_of::<T>() as u64;
+        let offset = start as u64 * size;
+        self.values
+            .push((buffer.alloc.ptr + offset).to_le_bytes().to_vec());
         self.accesses.push(Access {
             buffer: buffer.alloc.ptr,
             label: buffer.alloc.label.clone(),
-            offset: 0,
-            len: buffer.bytes() as u64,
+            offset,
+            len: len as u64 * size,
             mode,
         });
         self.keep.push(buffer.alloc.clone());
@@ -328,13 +337,26 @@ pub trait KernelArg<'a> {
 
 impl<'a, T: Element> KernelArg<'a> for &'a DeviceBuffer<T> {
     fn push_to(self, args: &mut Args<'a>) {
-        args.push_buffer(self, AccessMode::Read);
+        args.push_buffer(self, 0, self.len(), AccessMode::Read);
     }
 }
 
 impl<'a, T: Element> KernelArg<'a> for &'a mut DeviceBuffer<T> {
     fn push_to(self, args: &mut Args<'a>) {
-        args.push_buffer(self, AccessMode::Write);
+        let len = self.len();
+        args.push_buffer(self, 0, len, AccessMode::Write);
+    }
+}
+
+impl<'a, T: Element> KernelArg<'a> for View<'a, T> {
+    fn push_to(self, args: &mut Args<'a>) {
+        args.push_buffer(self.buffer, self.start, self.len, AccessMode::Read);
+    }
+}
+
+impl<'a, T: Element> KernelArg<'a> for ViewMut<'a, T> {
+    fn push_to(self, args: &mut Args<'a>) {
+        args.push_buffer(self.buffer, self.start, self.len, AccessMode::Write);
     }
 }
 

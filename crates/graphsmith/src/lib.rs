@@ -30,6 +30,7 @@
 
 mod buffer;
 mod builder;
+mod cache;
 mod capture;
 mod compat;
 mod context;
@@ -41,10 +42,14 @@ pub mod probe;
 mod probe_features;
 mod range;
 mod readback;
+mod signature;
 mod stream;
 mod update;
 
-pub use buffer::{DeviceBuffer, Element};
+pub use buffer::{DeviceBuffer, Element, View, ViewMut};
+pub use cache::{
+    CacheConfig, CacheStats, Dispatch, GraphCache, Oversize, Path, Scope, ShapeKey, Workload,
+};
 pub use capture::CaptureMode;
 pub use compat::{update_compatibility, Incompatibility};
 pub use context::{gpu_available, Context, DropFailure};

@@ -409,6 +409,42 @@ fn accesses_of(kind: &NodeKind) -> Vec<Access> {
             p.pitch * (p.height - 1) + p.width * p.element_size as u64,
             AccessMode::Write,
         )],
+        NodeKind::Kernel(k) => kernel_accesses(k),
         _ => Vec::new(),
     }
+}
+
+/// The memory a kernel of a graph graphsmith did not build may touch: every 8-byte argument
+/// whose value points into a live allocation (`cuMemGetAddressRange`) is taken as an access
+/// from that point to the allocation's end. The direction comes from the demangled C++
+/// signature where there is one (`const T*` is a read); otherwise it is `Unknown`, which the
+/// hazard checker reports as a possible hazard rather than dropping.
+fn kernel_accesses(k: &graphsmith_model::KernelParams) -> Vec<Access> {
+    let modes = crate::signature::pointer_modes(&k.name);
+    let mut out = Vec::new();
+    for (i, arg) in k.args.iter().enumerate() {
+        let Ok(bytes) = <[u8; 8]>::try_from(arg.bytes.as_slice()) else {
+            continue;
+        };
+        let ptr = u64::from_le_bytes(bytes);
+        if ptr == 0 {
+            continue;
+        }
+        let Some((base, size)) = allocation_of(ptr) else {
+            continue;
+        };
+        let mode = match modes.as_ref().and_then(|m| m.get(i).copied().flatten()) {
+            Some(mode) => mode,
+            None => AccessMode::Unknown,
+        };
+        let offset = ptr - base;
+        out.push(Access {
+            buffer: base,
+            label: String::new(),
+            offset,
+            len: size - offset,
+            mode,
+        });
+    }
+    out
 }

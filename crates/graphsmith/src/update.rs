@@ -310,7 +310,8 @@ impl Exec {
     /// and why; when the driver disagrees, its `errorNode` is mapped back to a label. With
     /// [`UpdatePolicy::Reinstantiate`], an impossible update rebuilds the executable instead
     /// (counted in [`Exec::stats`]). Afterwards the executable's template is a copy of `graph`,
-    /// and `graph`'s `NodeRef`s address its nodes.
+    /// and `graph`'s `NodeRef`s address its nodes (as do those of the graph it was instantiated
+    /// from, unless it was rebuilt).
     #[track_caller]
     pub fn update(&mut self, graph: &Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
         let at = SourceLine::caller();
@@ -339,6 +340,7 @@ impl Exec {
                 let raw = instantiate_raw(&template).map_err(|f| f.on(self.object(), op, at))?;
                 self.release();
                 self.raw = raw;
+                self.instantiated_from = template.id;
                 self.adopt(template);
                 self.stats.reinstantiations += 1;
                 Ok(UpdateOutcome::Reinstantiated { reasons })

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod doctor;
 mod probe;
 mod tour;
 
@@ -39,6 +40,23 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         nodes: usize,
     },
+    /// Checks a graph file (graphsmith JSON, or a cudaGraphDebugDotPrint dump) for races
+    /// between nodes that nothing orders, and reports its shape and redundant edges.
+    /// Exit code: 0 clean, 1 hazards found, 2 unreadable input.
+    Doctor {
+        /// The graph: graphsmith JSON (starts with `{`) or DOT (starts with `digraph`).
+        file: std::path::PathBuf,
+        /// Print a JSON report instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Also draw the graph, hazards in red, as SVG (needs Graphviz `dot`; without it the
+        /// DOT is written next to this path).
+        #[arg(long, value_name = "OUT.svg")]
+        svg: Option<std::path::PathBuf>,
+        /// Also write the graph, hazards in red, as DOT.
+        #[arg(long, value_name = "OUT.dot")]
+        dot: Option<std::path::PathBuf>,
+    },
 }
 
 /// Prints an error the way every command does: the message, then the fix when one is known.
@@ -57,5 +75,16 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Probe { device, json } => probe::run(device, json),
         Command::Tour { device, nodes } => tour::run(device, nodes),
+        Command::Doctor {
+            file,
+            json,
+            svg,
+            dot,
+        } => doctor::run(doctor::Options {
+            file,
+            json,
+            svg,
+            dot,
+        }),
     }
 }

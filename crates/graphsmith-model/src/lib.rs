@@ -16,6 +16,15 @@
 //!   width, roots, leaves, critical path. All O(N + E) and iterative.
 //! - `summary`: [`Summary`], the numbers a person wants first about a graph.
 //! - `dot`: Graphviz output, [`Graph::to_dot`], with highlights ([`DotOptions`]).
+//! - `driver_dot`: [`Graph::from_driver_dot`], reading `cudaGraphDebugDotPrint` dumps (default
+//!   and verbose) into the model ([`DotError`]).
+//! - `hazards`: [`Graph::hazards`], pairs of nodes that no path orders and whose accesses
+//!   conflict ([`HazardReport`], [`Hazard`], [`HazardKind`]).
+//! - `redundant`: [`Graph::redundant_edges`], edges that other paths imply.
+//! - `reach`: reachability during one topological sweep (vector clocks over a chain cover),
+//!   used by `hazards` and `redundant`.
+//! - `signature`: [`pointer_param_modes`], which pointer parameters of a C++ kernel are
+//!   `const`, from its mangled name; [`demangle`].
 //! - `json`: [`Graph::to_json`] and [`Graph::from_json`] with validation ([`JsonError`]).
 //! - [`hex`]: serde helper for byte strings as hex.
 //!
@@ -43,19 +52,27 @@
 #![warn(missing_docs)]
 
 mod dot;
+mod driver_dot;
 mod graph;
+mod hazards;
 pub mod hex;
 mod json;
 mod node;
+mod reach;
+mod redundant;
+mod signature;
 mod summary;
 mod topo;
 
 pub use dot::DotOptions;
+pub use driver_dot::DotError;
 pub use graph::{Edge, Graph, ModelError};
+pub use hazards::{Hazard, HazardKind, HazardNode, HazardReport};
 pub use json::JsonError;
 pub use node::{
     Access, AccessMode, ConditionalKind, Dim3, KernelArg, KernelParams, MemRef, MemcpyParams,
     MemorySpace, MemsetParams, Node, NodeId, NodeKind, Provenance,
 };
+pub use signature::{demangle, demangled_name, pointer_param_modes};
 pub use summary::Summary;
 pub use topo::Adjacency;

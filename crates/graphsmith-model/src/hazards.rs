@@ -1,0 +1,561 @@
+//! Hazards: pairs of nodes that no path orders and whose memory accesses conflict.
+//!
+//! Two accesses *conflict* when they touch at least one common byte of the same buffer
+//! ([`Access::overlaps`]) and at least one of them may write ([`AccessMode::may_write`]:
+//! `Write`, `ReadWrite` or `Unknown`). Two nodes *race* when they have conflicting accesses
+//! and neither reaches the other. A race is reported once per pair of nodes and buffer, as a
+//! [`Hazard`] naming both nodes, the buffer, the overlapping bytes and the edge that fixes it.
+//!
+//! ## How
+//!
+//! One sweep over a topological order. Reachability comes from vector clocks over a chain
+//! cover (`reach.rs`): O(log s) per query. Accesses are grouped by buffer; for each buffer the
+//! earlier accesses form a forest in which every child reaches its parent. A new access `x` of
+//! node `b` looks at the roots only: a root that reaches `b` becomes a child of `x` (its whole
+//! subtree is ordered before `b` and is never looked at again for `b`); a root that does not
+//! reach `b` is a race candidate, and only then is its subtree searched, skipping subtrees whose
+//! byte range cannot overlap `x` and those whose root reaches `b`. Read-only accesses only look
+//! at may-write accesses, so many readers of one buffer cost O(1) each.
+//!
+//! ## Cost
+//!
+//! For well-ordered buffers (each access ordered after the previous writer, readers between
+//! writers) every access does O(1) queries, so the whole check is O(N + E·s + A log s) for `A`
+//! accesses, `s` the average clock size. Races cost in proportion to what they report. The worst
+//! case is `k` accesses to one buffer that are mutually unordered yet do not conflict (e.g. `k`
+//! concurrent kernels writing disjoint slices of one buffer): O(k²) reachability queries.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dot::DotOptions;
+use crate::graph::{Edge, Graph, ModelError};
+use crate::node::{AccessMode, NodeId, NodeKind};
+use crate::reach::Clocks;
+use crate::topo;
+
+/// How two unordered accesses conflict, named for the order the fix edge imposes: the second
+/// node's access happens after the first node's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HazardKind {
+    /// Both nodes write the bytes: which value survives depends on timing.
+    WriteAfterWrite,
+    /// The first node writes, the second reads: the reader may see the old bytes.
+    ReadAfterWrite,
+    /// The first node reads, the second writes: the reader may see the new bytes.
+    WriteAfterRead,
+    /// One side's direction is unknown (a pointer argument of a kernel without a signature), so
+    /// it may write: reported so that it is never dropped, to be confirmed by a person.
+    PossibleWrite,
+}
+
+impl HazardKind {
+    /// The kind of the conflict between an access of the first node and one of the second;
+    /// `None` when both only read.
+    pub fn of(first: AccessMode, second: AccessMode) -> Option<HazardKind> {
+        if first == AccessMode::Unknown || second == AccessMode::Unknown {
+            return Some(HazardKind::PossibleWrite);
+        }
+        match (first.may_write(), second.may_write()) {
+            (true, true) => Some(HazardKind::WriteAfterWrite),
+            (true, false) => Some(HazardKind::ReadAfterWrite),
+            (false, true) => Some(HazardKind::WriteAfterRead),
+            (false, false) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for HazardKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HazardKind::WriteAfterWrite => "write-after-write",
+            HazardKind::ReadAfterWrite => "read-after-write",
+            HazardKind::WriteAfterRead => "write-after-read",
+            HazardKind::PossibleWrite => "possible write",
+        })
+    }
+}
+
+/// One side of a hazard: a node and how it touches the racing bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HazardNode {
+    /// The node.
+    pub id: NodeId,
+    /// Its label.
+    pub label: String,
+    /// How it touches the overlapping bytes (the union of its conflicting accesses: a node that
+    /// both reads and writes them shows `ReadWrite`).
+    pub mode: AccessMode,
+}
+
+/// Two nodes that no path orders, with conflicting accesses to one buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hazard {
+    /// How the accesses conflict (the most certain kind among the conflicting access pairs:
+    /// write-after-write, then read-after-write, then write-after-read, then possible write).
+    pub kind: HazardKind,
+    /// The child-graph nodes that lead from the analysed graph to the graph holding both nodes;
+    /// empty when they are in the analysed graph itself.
+    pub path: Vec<NodeId>,
+    /// Where the nodes are, e.g. `graph 'step'` or `graph 'step' > node 'body' (n3) > graph
+    /// 'inner'`.
+    pub graph: String,
+    /// The node that comes first in topological order: the fix edge starts here.
+    pub first: HazardNode,
+    /// The other node: the fix edge ends here.
+    pub second: HazardNode,
+    /// The buffer's identity (its base address).
+    pub buffer: u64,
+    /// The buffer's label, or its address in hex when no access names it.
+    pub buffer_label: String,
+    /// First overlapping byte, from the buffer's base (the smallest range that covers every
+    /// overlap of the two nodes' conflicting accesses).
+    pub offset: u64,
+    /// Number of bytes in that range.
+    pub len: u64,
+    /// The edge that would order the two nodes: `first -> second`.
+    pub fix: Edge,
+}
+
+impl std::fmt::Display for Hazard {
+    /// One line, e.g. `read-after-write on 'q' (0x7f1f00) bytes [0, 256): 'q-proj' (n0) writes,
+    /// 'attention' (n3) reads, unordered; fix: add edge 'q-proj' -> 'attention' (n0 -> n3)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} on '{}' (0x{:x}) bytes [{}, {}): '{}' ({}) {}, '{}' ({}) {}, unordered; \
+             fix: add edge '{}' -> '{}' ({} -> {})",
+            self.kind,
+            self.buffer_label,
+            self.buffer,
+            self.offset,
+            self.offset.saturating_add(self.len),
+            self.first.label,
+            self.first.id,
+            self.first.mode.verb(),
+            self.second.label,
+            self.second.id,
+            self.second.mode.verb(),
+            self.first.label,
+            self.second.label,
+            self.fix.from,
+            self.fix.to,
+        )?;
+        if !self.path.is_empty() {
+            write!(f, " in {}", self.graph)?;
+        }
+        Ok(())
+    }
+}
+
+impl AccessMode {
+    /// How a node touches bytes, as a verb for reports: `reads`, `writes`, `reads and writes`,
+    /// `may read or write`.
+    pub fn verb(self) -> &'static str {
+        match self {
+            AccessMode::Read => "reads",
+            AccessMode::Write => "writes",
+            AccessMode::ReadWrite => "reads and writes",
+            AccessMode::Unknown => "may read or write",
+        }
+    }
+}
+
+/// What [`Graph::hazards`] found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HazardReport {
+    /// The hazards, sorted by graph path, then by the ids of the first and second node, then by
+    /// buffer and offset.
+    pub hazards: Vec<Hazard>,
+    /// Graphs analysed: the graph and every child graph inside it.
+    pub graphs: usize,
+    /// Nodes with at least one memory access, in all those graphs.
+    pub nodes_with_accesses: usize,
+    /// Accesses of non-zero length, in all those graphs.
+    pub accesses: usize,
+}
+
+impl HazardReport {
+    /// Whether no hazard was found.
+    pub fn is_clean(&self) -> bool {
+        self.hazards.is_empty()
+    }
+
+    /// Highlights for [`Graph::to_dot_with`]: the racing nodes of the analysed graph in red and
+    /// each fix as a dashed red edge. Hazards inside child graphs are not drawn (the DOT output
+    /// draws a child graph as one node).
+    pub fn dot_options(&self) -> DotOptions {
+        let mut nodes = Vec::new();
+        let mut missing = Vec::new();
+        for h in self.hazards.iter().filter(|h| h.path.is_empty()) {
+            nodes.extend([h.first.id, h.second.id]);
+            missing.push((h.fix.from, h.fix.to));
+        }
+        nodes.sort();
+        nodes.dedup();
+        missing.sort();
+        missing.dedup();
+        DotOptions {
+            highlight_nodes: nodes,
+            highlight_edges: Vec::new(),
+            missing_edges: missing,
+        }
+    }
+}
+
+impl Graph {
+    /// Every pair of nodes that no path orders and whose accesses conflict, in this graph and,
+    /// separately, inside each child graph. Uses [`crate::Node::accesses`] only: whoever builds
+    /// the model supplies them (graphsmith's launches, memcpy and memset operands, kernel
+    /// arguments matched to allocations).
+    ///
+    /// A cycle or a bad edge, in this graph or a child graph, is a [`ModelError`].
+    ///
+    /// ```
+    /// # use graphsmith_model::{Access, AccessMode, Graph, HazardKind, NodeKind};
+    /// let access = |mode| Access { buffer: 0x1000, label: "q".into(), offset: 0, len: 256, mode };
+    /// let mut g = Graph::new("g");
+    /// let w = g.add_node_with("proj", NodeKind::Empty, None, vec![access(AccessMode::Write)]);
+    /// let r = g.add_node_with("attn", NodeKind::Empty, None, vec![access(AccessMode::Read)]);
+    /// let report = g.hazards().unwrap();
+    /// assert_eq!(report.hazards[0].kind, HazardKind::ReadAfterWrite);
+    /// assert_eq!((report.hazards[0].fix.from, report.hazards[0].fix.to), (w, r));
+    /// g.add_edge(w, r).unwrap();
+    /// assert!(g.hazards().unwrap().is_clean());
+    /// ```
+    pub fn hazards(&self) -> Result<HazardReport, ModelError> {
+        let mut report = HazardReport::default();
+        let mut todo = vec![(self, Vec::new(), format!("graph '{}'", self.label))];
+        while let Some((graph, path, location)) = todo.pop() {
+            check_graph(graph, &path, &location, &mut report)?;
+            for node in graph.nodes.iter().rev() {
+                if let NodeKind::ChildGraph { graph: child } = &node.kind {
+                    let mut inner = path.clone();
+                    inner.push(node.id);
+                    let where_ = format!(
+                        "{location} > node '{}' ({}) > graph '{}'",
+                        node.label, node.id, child.label
+                    );
+                    todo.push((child, inner, where_));
+                }
+            }
+        }
+        report.hazards.sort_by(|a, b| {
+            (&a.path, a.first.id, a.second.id, a.buffer, a.offset).cmp(&(
+                &b.path,
+                b.first.id,
+                b.second.id,
+                b.buffer,
+                b.offset,
+            ))
+        });
+        Ok(report)
+    }
+}
+
+/// A conflict between two accesses: `a` (earlier in the sweep) and `b`.
+struct Conflict {
+    a: NodeId,
+    a_mode: AccessMode,
+    b: NodeId,
+    b_mode: AccessMode,
+    buffer: u32,
+    lo: u64,
+    hi: u64,
+}
+
+fn check_graph(
+    graph: &Graph,
+    path: &[NodeId],
+    location: &str,
+    report: &mut HazardReport,
+) -> Result<(), ModelError> {
+    let adj = graph.adjacency()?;
+    let order = topo::topological_order(graph, &adj)?;
+    report.graphs += 1;
+    let mut clocks = Clocks::new(&adj);
+    let mut index: HashMap<u64, u32> = HashMap::new();
+    let mut buffers: Vec<BufferState> = Vec::new();
+    let mut conflicts = Vec::new();
+    for &v in &order {
+        clocks.visit(v);
+        let node = &graph.nodes[v.index()];
+        let mut touched = false;
+        for access in node.accesses.iter().filter(|a| a.len > 0) {
+            touched = true;
+            report.accesses += 1;
+            let b = *index.entry(access.buffer).or_insert_with(|| {
+                buffers.push(BufferState::new(access.buffer));
+                (buffers.len() - 1) as u32
+            });
+            let state = &mut buffers[b as usize];
+            if state.label.is_empty() && !access.label.is_empty() {
+                state.label = access.label.clone();
+            }
+            let lo = access.offset;
+            let hi = access.offset.saturating_add(access.len);
+            state.add(v, lo, hi, access.mode, &clocks, b, &mut conflicts);
+        }
+        if touched {
+            report.nodes_with_accesses += 1;
+        }
+        clocks.finish(v);
+    }
+    report
+        .hazards
+        .extend(merge(graph, path, location, &buffers, conflicts));
+    Ok(())
+}
+
+/// One [`Hazard`] per pair of nodes and buffer, from the access-level conflicts.
+fn merge(
+    graph: &Graph,
+    path: &[NodeId],
+    location: &str,
+    buffers: &[BufferState],
+    mut conflicts: Vec<Conflict>,
+) -> Vec<Hazard> {
+    conflicts.sort_by_key(|c| (c.a, c.b, c.buffer));
+    let mut out: Vec<Hazard> = Vec::new();
+    let mut last: Option<(NodeId, NodeId, u32)> = None;
+    for c in conflicts {
+        let Some(kind) = HazardKind::of(c.a_mode, c.b_mode) else {
+            continue;
+        };
+        let key = (c.a, c.b, c.buffer);
+        if let (Some(prev), Some(h)) = (last, out.last_mut()) {
+            if prev == key {
+                h.kind = h.kind.min(kind);
+                h.first.mode = union(h.first.mode, c.a_mode);
+                h.second.mode = union(h.second.mode, c.b_mode);
+                let lo = h.offset.min(c.lo);
+                let hi = h.offset.saturating_add(h.len).max(c.hi);
+                h.offset = lo;
+                h.len = hi - lo;
+                continue;
+            }
+        }
+        last = Some(key);
+        let state = &buffers[c.buffer as usize];
+        let side = |id: NodeId, mode| HazardNode {
+            id,
+            label: graph.nodes[id.index()].label.clone(),
+            mode,
+        };
+        out.push(Hazard {
+            kind,
+            path: path.to_vec(),
+            graph: location.to_string(),
+            first: side(c.a, c.a_mode),
+            second: side(c.b, c.b_mode),
+            buffer: state.address,
+            buffer_label: if state.label.is_empty() {
+                format!("0x{:x}", state.address)
+            } else {
+                state.label.clone()
+            },
+            offset: c.lo,
+            len: c.hi - c.lo,
+            fix: Edge { from: c.a, to: c.b },
+        });
+    }
+    out
+}
+
+/// The mode of a node that touches bytes in both ways.
+fn union(a: AccessMode, b: AccessMode) -> AccessMode {
+    if a == b {
+        a
+    } else if a == AccessMode::Unknown || b == AccessMode::Unknown {
+        AccessMode::Unknown
+    } else {
+        AccessMode::ReadWrite
+    }
+}
+
+const NONE: u32 = u32::MAX;
+
+/// One access in a buffer's forest. Every child reaches its parent.
+struct Entry {
+    node: NodeId,
+    lo: u64,
+    hi: u64,
+    mode: AccessMode,
+    /// Byte range covering this entry and every descendant.
+    hull: (u64, u64),
+    /// Byte range covering this entry and its may-write descendants.
+    write_hull: (u64, u64),
+    /// First may-write child (list linked through `next`).
+    write_child: u32,
+    /// First read-only child; read-only entries never have children.
+    read_child: u32,
+    next: u32,
+}
+
+/// The accesses to one buffer seen so far.
+struct BufferState {
+    address: u64,
+    label: String,
+    entries: Vec<Entry>,
+    /// May-write entries that reach no later may-write entry of this buffer (as far as known).
+    write_roots: Vec<u32>,
+    /// Read-only entries not yet under a may-write entry.
+    read_roots: Vec<u32>,
+    /// Reused work lists.
+    keep: Vec<u32>,
+    stack: Vec<u32>,
+}
+
+fn overlaps((lo, hi): (u64, u64), x_lo: u64, x_hi: u64) -> bool {
+    lo < x_hi && x_lo < hi
+}
+
+fn cover(a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+    (a.0.min(b.0), a.1.max(b.1))
+}
+
+impl BufferState {
+    fn new(address: u64) -> Self {
+        Self {
+            address,
+            label: String::new(),
+            entries: Vec::new(),
+            write_roots: Vec::new(),
+            read_roots: Vec::new(),
+            keep: Vec::new(),
+            stack: Vec::new(),
+        }
+    }
+
+    /// Adds the access `[lo, hi)` of node `b` (the node being visited) and records its
+    /// conflicts with every earlier access that does not reach `b`.
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        b: NodeId,
+        lo: u64,
+        hi: u64,
+        mode: AccessMode,
+        clocks: &Clocks,
+        buffer: u32,
+        out: &mut Vec<Conflict>,
+    ) {
+        let x = self.entries.len() as u32;
+        self.entries.push(Entry {
+            node: b,
+            lo,
+            hi,
+            mode,
+            hull: (lo, hi),
+            write_hull: (lo, hi),
+            write_child: NONE,
+            read_child: NONE,
+            next: NONE,
+        });
+        let report = |e: &Entry, out: &mut Vec<Conflict>| {
+            if e.lo < hi && lo < e.hi && (e.mode.may_write() || mode.may_write()) {
+                out.push(Conflict {
+                    a: e.node,
+                    a_mode: e.mode,
+                    b,
+                    b_mode: mode,
+                    buffer,
+                    lo: e.lo.max(lo),
+                    hi: e.hi.min(hi),
+                });
+            }
+        };
+        let writes = mode.may_write();
+        // May-write roots: adopted when they reach `b` (only by a may-write access), searched
+        // when they do not.
+        let roots = std::mem::take(&mut self.write_roots);
+        self.keep.clear();
+        for &r in &roots {
+            let node = self.entries[r as usize].node;
+            if clocks.reaches(node, b) {
+                if writes {
+                    self.adopt(x, r, true);
+                } else {
+                    self.keep.push(r);
+                }
+                continue;
+            }
+            self.keep.push(r);
+            let reach = if writes {
+                self.entries[r as usize].hull
+            } else {
+                self.entries[r as usize].write_hull
+            };
+            if !overlaps(reach, lo, hi) {
+                continue;
+            }
+            // Search the subtree of `r` for entries that do not reach `b`.
+            self.stack.clear();
+            self.stack.push(r);
+            while let Some(e) = self.stack.pop() {
+                let entry = &self.entries[e as usize];
+                report(entry, out);
+                if writes {
+                    let mut c = entry.read_child;
+                    while c != NONE {
+                        let child = &self.entries[c as usize];
+                        if overlaps((child.lo, child.hi), lo, hi) && !clocks.reaches(child.node, b)
+                        {
+                            report(child, out);
+                        }
+                        c = child.next;
+                    }
+                }
+                let mut c = entry.write_child;
+                while c != NONE {
+                    let child = &self.entries[c as usize];
+                    let span = if writes { child.hull } else { child.write_hull };
+                    if overlaps(span, lo, hi) && !clocks.reaches(child.node, b) {
+                        self.stack.push(c);
+                    }
+                    c = child.next;
+                }
+            }
+        }
+        self.write_roots = std::mem::take(&mut self.keep);
+        self.keep = roots;
+        if !writes {
+            self.read_roots.push(x);
+            return;
+        }
+        // Read-only roots: only a may-write access conflicts with them.
+        let roots = std::mem::take(&mut self.read_roots);
+        self.keep.clear();
+        for &r in &roots {
+            let entry = &self.entries[r as usize];
+            if clocks.reaches(entry.node, b) {
+                self.adopt(x, r, false);
+            } else {
+                report(entry, out);
+                self.keep.push(r);
+            }
+        }
+        self.read_roots = std::mem::take(&mut self.keep);
+        self.keep = roots;
+        self.write_roots.push(x);
+    }
+
+    /// Makes `child` (which reaches the node of `parent`) a child of `parent`.
+    fn adopt(&mut self, parent: u32, child: u32, may_write: bool) {
+        let (hull, write_hull) = {
+            let c = &self.entries[child as usize];
+            (c.hull, c.write_hull)
+        };
+        let p = &mut self.entries[parent as usize];
+        p.hull = cover(p.hull, hull);
+        let head = if may_write {
+            p.write_hull = cover(p.write_hull, write_hull);
+            std::mem::replace(&mut p.write_child, child)
+        } else {
+            std::mem::replace(&mut p.read_child, child)
+        };
+        self.entries[child as usize].next = head;
+    }
+}

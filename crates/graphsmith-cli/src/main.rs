@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod doctor;
 mod probe;
 mod tour;
@@ -40,6 +41,25 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         nodes: usize,
     },
+    /// Measures chains of N small kernels and a fork/join graph, eager and as replayed graphs,
+    /// with capture, instantiation, upload and updates (bench/SCHEMA.md). Needs a GPU.
+    Bench {
+        /// Device ordinal.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Graph sizes (kernels per graph).
+        #[arg(long, value_delimiter = ',', default_values_t = [10, 100, 1000, 10000])]
+        sizes: Vec<usize>,
+        /// Timed repetitions per measurement (after warm-up; fewer at N = 10,000).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Print one JSON object per measurement row instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Also write bench.jsonl, bench.md and bench.svg into this folder.
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+    },
     /// Checks a graph file (graphsmith JSON, or a cudaGraphDebugDotPrint dump) for races
     /// between nodes that nothing orders, and reports its shape and redundant edges.
     /// Exit code: 0 clean, 1 hazards found, 2 unreadable input.
@@ -75,6 +95,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Probe { device, json } => probe::run(device, json),
         Command::Tour { device, nodes } => tour::run(device, nodes),
+        Command::Bench { device, sizes, reps, json, out } => bench::run(bench::BenchArgs { device, sizes, reps, json, out }),
         Command::Doctor {
             file,
             json,

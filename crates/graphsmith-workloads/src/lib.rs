@@ -1,6 +1,8 @@
 //! Reference workloads shared by tests, benchmarks and the tour. The library never needs this
 //! crate.
 
+pub mod bench;
+
 use std::time::Instant;
 
 use graphsmith::{

@@ -192,6 +192,22 @@ impl Graph {
         ObjectRef::new(ObjectKind::Graph, &*self.label)
     }
 
+    /// A handle to node `id`, as the builder returns them (e.g. to update a captured node).
+    pub fn node_ref(&self, id: NodeId) -> Option<NodeRef> {
+        let node = self.model.node(id)?;
+        Some(NodeRef { graph: self.id, id, graph_label: self.label.clone(), label: node.label.as_str().into() })
+    }
+
+    /// Handles to every node, in model order.
+    pub fn node_refs(&self) -> Vec<NodeRef> {
+        self.model.nodes.iter().filter_map(|n| self.node_ref(n.id)).collect()
+    }
+
+    /// A handle to the first node labelled `label`.
+    pub fn find(&self, label: &str) -> Option<NodeRef> {
+        self.node_ref(self.model.find(label)?.id)
+    }
+
     /// Reads the graph back from the driver into a fresh model (node kinds, kernel names,
     /// geometry and argument bytes, copy and set operands, edges); labels are not the driver's
     /// to know, so nodes are labelled `<kind>#<index>`.

@@ -1,123 +1,179 @@
-//! `graphsmith tour`: the main job. On a GPU: probe, then eager launches against a replayed
-//! graph, measured and checked. Without a GPU: the parts that need none, and a clear list of
-//! what was skipped. Exits 0 in both cases; non-zero only when something that ran failed.
+//! `graphsmith tour`: the main job. On a GPU: probe; eager launches against a replayed graph,
+//! measured; an in-place update; a planted capture failure, diagnosed; a planted race, found;
+//! a closing summary. Without a GPU: the parts that need none, and a list of what was skipped.
+//! Exits 0 unless something that ran gave a wrong result.
 
 use std::process::ExitCode;
+use std::time::Instant;
 
-use graphsmith::model::{self, Dim3, KernelParams, NodeKind};
+use graphsmith::model::{self, Access, AccessMode, Dim3, KernelParams, NodeKind};
+use graphsmith::{args, CaptureMode, Context, LaunchConfig, Stream, UpdatePolicy};
 
-/// A small model graph, the seed's attention example (Q, K, V projections feeding attention),
-/// analysed without a GPU.
-fn model_demo() -> Result<(), String> {
-    let mut g = model::Graph::new("attention-demo");
-    let kernel = |name: &str| {
-        NodeKind::Kernel(KernelParams {
-            name: name.into(),
-            grid: Dim3::linear(64),
-            block: Dim3::linear(128),
-            shared_mem_bytes: 0,
-            args: vec![],
-        })
-    };
-    let x = g.add_node("embed", kernel("embed"));
-    let q = g.add_node("q-proj", kernel("proj"));
-    let k = g.add_node("k-proj", kernel("proj"));
-    let v = g.add_node("v-proj", kernel("proj"));
-    let attn = g.add_node("attention", kernel("attention"));
-    for (from, to) in [(x, q), (x, k), (x, v), (q, attn), (k, attn), (v, attn)] {
-        g.add_edge(from, to).map_err(|e| e.to_string())?;
+/// One line of the closing summary.
+struct Part {
+    name: &'static str,
+    outcome: String,
+    ok: bool,
+}
+
+/// The seed's attention example as a pure model (S7): Q, K, V projections write q, k, v;
+/// attention reads all three but waits only for its neighbour, the V projection.
+fn attention_model(racy: bool) -> Result<model::Graph, String> {
+    let mut g = model::Graph::new(if racy { "attention-racy" } else { "attention-fixed" });
+    let kernel = |name: &str| NodeKind::Kernel(KernelParams { name: name.into(), grid: Dim3::linear(64), block: Dim3::linear(128), shared_mem_bytes: 0, args: vec![] });
+    let acc = |buffer: u64, label: &str, mode| Access { buffer, label: label.into(), offset: 0, len: 4096, mode };
+    let x = g.add_node_with("embed", kernel("embed"), None, vec![acc(0x1000, "x", AccessMode::Write)]);
+    let mut projections = Vec::new();
+    for (i, name) in ["q", "k", "v"].into_iter().enumerate() {
+        let base = 0x10_000 * (i as u64 + 2);
+        let id = g.add_node_with(format!("{name}-proj"), kernel("proj"), None, vec![acc(0x1000, "x", AccessMode::Read), acc(base, name, AccessMode::Write)]);
+        g.add_edge(x, id).map_err(|e| e.to_string())?;
+        projections.push(id);
     }
-    let summary = g.summary().map_err(|e| e.to_string())?;
-    println!("{summary}");
-    println!(
-        "  DOT export: {} lines (graphsmith can write any graph as Graphviz DOT)",
-        g.to_dot().lines().count()
-    );
+    let reads = ["q", "k", "v"].iter().enumerate().map(|(i, n)| acc(0x10_000 * (i as u64 + 2), n, AccessMode::Read)).collect();
+    let attn = g.add_node_with("attention", kernel("attention"), None, reads);
+    let waits_for: &[_] = if racy { &projections[2..] } else { &projections };
+    for &p in waits_for {
+        g.add_edge(p, attn).map_err(|e| e.to_string())?;
+    }
+    Ok(g)
+}
+
+fn hazard_part() -> Result<Part, String> {
+    println!("== A planted race, found before it runs (no GPU needed) ==");
+    println!("  The seed's attention example: attention reads q, k and v but depends only on the V projection.");
+    let racy = attention_model(true)?.hazards().map_err(|e| e.to_string())?;
+    for h in &racy.hazards {
+        println!("  hazard: {h}");
+    }
+    let fixed = attention_model(false)?.hazards().map_err(|e| e.to_string())?;
+    println!("  with the multi-input dependency: {}", if fixed.is_clean() { "clean" } else { "STILL RACY" });
+    println!();
+    Ok(Part { name: "planted race", outcome: format!("{} hazards found; fixed graph clean", racy.hazards.len()), ok: racy.hazards.len() == 2 && fixed.is_clean() })
+}
+
+fn eager_vs_graph(ctx: &Context, nodes: usize) -> graphsmith::Result<Part> {
+    println!("== Eager launches vs a replayed graph: a chain of {nodes} small kernels ==");
+    let r = graphsmith_workloads::eager_vs_graph(ctx, nodes, 20)?;
+    let n = r.nodes as f64;
+    println!("  results checked against the host reference: {}", if r.correct { "ok" } else { "WRONG" });
+    println!("  capture {:.2} ms, instantiate {:.2} ms (once)", r.capture_ms, r.instantiate_ms);
+    println!("  | {:<28} | {:>12} | {:>12} |", "medians of 20 runs", "eager", "graph replay");
+    println!("  |{:-<30}|{:->14}|{:->14}|", "", "", "");
+    println!("  | {:<28} | {:>9.2} µs | {:>9.2} µs |", "host submit, per kernel", r.eager.submit_us / n, r.replay.submit_us / n);
+    println!("  | {:<28} | {:>9.2} µs | {:>9.2} µs |", "device time, per kernel", r.eager.device_us / n, r.replay.device_us / n);
+    let speedup = r.eager.device_us / r.replay.device_us;
+    println!("  speed-up of the replayed graph: {speedup:.2}x device time, {:.0}x host submit time\n", r.eager.submit_us / r.replay.submit_us);
+    Ok(Part { name: "eager vs graph", outcome: format!("{speedup:.2}x less device time per kernel"), ok: r.correct })
+}
+
+fn update_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Part> {
+    println!("== An in-place update: change every kernel's argument without re-instantiating ==");
+    let add = ctx.builtin_kernels()?.kernel("gs_add_scalar_f32")?;
+    let mut x = ctx.alloc::<f32>("x", 256)?;
+    let cfg = LaunchConfig::for_elements(256);
+    let mut g = ctx.graph("step")?;
+    let mut nodes = Vec::new();
+    for i in 0..100 {
+        let deps: Vec<_> = nodes.last().into_iter().collect();
+        let node = g.kernel(&format!("add-{i}"), &add, cfg, args![&mut x, 1.0f32, 256u32], &deps)?;
+        nodes.push(node);
+    }
+    let t = Instant::now();
+    let mut exec = g.instantiate()?;
+    let instantiate_us = t.elapsed().as_secs_f64() * 1e6;
+    let t = Instant::now();
+    for node in &nodes {
+        exec.set_kernel(node, cfg, args![&mut x, 2.0f32, 256u32])?;
+    }
+    let update_us = t.elapsed().as_secs_f64() * 1e6;
+    stream.upload(&mut x, &[0.0; 256])?;
+    exec.launch(stream)?;
+    let ok = stream.download(&x)?.iter().all(|&v| v == 200.0);
+    println!("  100 kernel nodes updated in {update_us:.0} µs (instantiating took {instantiate_us:.0} µs); result {}", if ok { "200 as expected" } else { "WRONG" });
+    // The seed's "correct" example updates the template and relaunches the old executable; in
+    // graphsmith a template has no update method at all, and a whole-graph update is explained.
+    let mut other = ctx.graph("step-v2")?;
+    other.memset("not-a-kernel", &mut x, 0.0f32, &[])?;
+    match exec.update(&other, UpdatePolicy::InPlace) {
+        Err(e) => println!("  a whole-graph update with another topology is refused, per node:\n    {}", e.kind.to_string().replace('\n', "\n    ")),
+        Ok(o) => println!("  unexpected: {o:?}"),
+    }
+    println!();
+    Ok(Part { name: "in-place update", outcome: format!("{:.0}x cheaper than re-instantiation", instantiate_us / update_us), ok })
+}
+
+fn capture_failure_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Part> {
+    println!("== A planted capture failure, diagnosed ==");
+    println!("  A stream synchronisation inside the capture (what `.item()` does in PyTorch):");
+    let add = ctx.builtin_kernels()?.kernel("gs_add_scalar_f32")?;
+    let mut x = ctx.alloc::<f32>("x", 256)?;
+    let cfg = LaunchConfig::for_elements(256);
+    let failed = stream.capture(CaptureMode::Global, "decode-step", |s| {
+        let _layer = graphsmith::range("layer-7");
+        s.launch("add", &add, cfg, args![&mut x, 1.0f32, 256u32])?;
+        s.synchronize()?;
+        s.launch("add-again", &add, cfg, args![&mut x, 1.0f32, 256u32])
+    });
+    let diagnosed = match &failed {
+        Err(e) => {
+            println!("    {}", e.to_string().replace('\n', "\n    "));
+            e.cuda_code().is_some()
+        }
+        Ok(_) => false,
+    };
+    let again = stream.capture(CaptureMode::Global, "decode-step", |s| s.launch("add", &add, cfg, args![&mut x, 1.0f32, 256u32]));
+    println!("  the stream is usable again: a second capture {}\n", if again.is_ok() { "succeeds" } else { "FAILS" });
+    Ok(Part { name: "planted capture failure", outcome: "first offending call named with its line".into(), ok: diagnosed && again.is_ok() })
+}
+
+fn gpu_parts(device: usize, nodes: usize, parts: &mut Vec<Part>) -> graphsmith::Result<()> {
+    println!("== Probe ==");
+    print!("{}", graphsmith::probe::probe(device)?);
+    println!();
+    let ctx = Context::new(device)?;
+    let stream = ctx.stream("tour")?;
+    parts.push(eager_vs_graph(&ctx, nodes)?);
+    parts.push(update_part(&ctx, &stream)?);
+    parts.push(capture_failure_part(&ctx, &stream)?);
     Ok(())
 }
 
 pub fn run(device: usize, nodes: usize) -> ExitCode {
     println!("graphsmith tour\n");
-    println!("== 1. The graph model (no GPU needed) ==");
-    if let Err(e) = model_demo() {
-        eprintln!("error: model demo failed: {e}");
-        return ExitCode::FAILURE;
-    }
-    println!();
-    if !graphsmith::gpu_available() {
-        println!("== 2. GPU parts: skipped ==");
-        match graphsmith::Context::new(device) {
-            Err(e) => println!("  no usable GPU here: {}", e.kind),
-            Ok(_) => println!("  no usable GPU here"),
-        }
-        println!(
-            "  skipped: probe, eager launches vs graph replay (both need an NVIDIA GPU and driver)"
-        );
-        println!("\ntour finished: 1 part ran, 2 skipped (no GPU)");
-        return ExitCode::SUCCESS;
-    }
-    println!("== 2. Probe ==");
-    match graphsmith::probe::probe(device) {
-        Ok(p) => print!("{p}"),
+    let mut parts = Vec::new();
+    match hazard_part() {
+        Ok(p) => parts.push(p),
         Err(e) => {
-            crate::report(&e);
+            eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     }
-    println!("\n== 3. Eager launches vs a replayed graph: a chain of {nodes} small kernels ==");
-    let ctx = match graphsmith::Context::new(device) {
-        Ok(c) => c,
-        Err(e) => {
+    let mut skipped = Vec::new();
+    if graphsmith::gpu_available() {
+        if let Err(e) = gpu_parts(device, nodes, &mut parts) {
             crate::report(&e);
             return ExitCode::FAILURE;
         }
-    };
-    let r = match graphsmith_workloads::eager_vs_graph(&ctx, nodes, 20) {
-        Ok(r) => r,
-        Err(e) => {
-            crate::report(&e);
-            return ExitCode::FAILURE;
-        }
-    };
-    let n = r.nodes as f64;
-    println!(
-        "  results checked against the host reference: {}",
-        if r.correct { "ok" } else { "WRONG" }
-    );
-    println!(
-        "  capture {:.2} ms, instantiate {:.2} ms (once)",
-        r.capture_ms, r.instantiate_ms
-    );
-    println!();
-    println!(
-        "  | {:<28} | {:>12} | {:>12} |",
-        "medians of 20 runs", "eager", "graph replay"
-    );
-    println!("  |{:-<30}|{:->14}|{:->14}|", "", "", "");
-    println!(
-        "  | {:<28} | {:>9.2} µs | {:>9.2} µs |",
-        "host submit, per kernel",
-        r.eager.submit_us / n,
-        r.replay.submit_us / n
-    );
-    println!(
-        "  | {:<28} | {:>9.2} µs | {:>9.2} µs |",
-        "device time, per kernel",
-        r.eager.device_us / n,
-        r.replay.device_us / n
-    );
-    println!(
-        "  | {:<28} | {:>9.1} µs | {:>9.1} µs |",
-        "device time, whole chain", r.eager.device_us, r.replay.device_us
-    );
-    println!();
-    println!(
-        "  speed-up of the replayed graph: {:.2}x device time, {:.1}x host submit time",
-        r.eager.device_us / r.replay.device_us,
-        r.eager.submit_us / r.replay.submit_us
-    );
-    println!("\ntour finished: 3 parts ran");
-    if r.correct {
+    } else {
+        let why = match Context::new(device) {
+            Err(e) => e.kind.to_string(),
+            Ok(_) => "no usable GPU".into(),
+        };
+        println!("== GPU parts: skipped ({why}) ==\n");
+        skipped = vec!["probe", "eager vs graph", "in-place update", "planted capture failure"];
+    }
+    println!("== Summary ==");
+    println!("  | {:<24} | {:<8} | {:<48} |", "part", "result", "what it showed");
+    println!("  |{:-<26}|{:-<10}|{:-<50}|", "", "", "");
+    for p in &parts {
+        println!("  | {:<24} | {:<8} | {:<48} |", p.name, if p.ok { "ok" } else { "FAILED" }, p.outcome);
+    }
+    for s in &skipped {
+        println!("  | {:<24} | {:<8} | {:<48} |", s, "skipped", "needs an NVIDIA GPU and driver");
+    }
+    println!("\ntour finished: {} parts ran, {} skipped", parts.len(), skipped.len());
+    if parts.iter().all(|p| p.ok) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

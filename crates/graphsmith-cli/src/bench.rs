@@ -12,7 +12,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub struct BenchArgs {
     pub device: usize,
     pub sizes: Vec<usize>,
-    pub reps: usize,
+    /// Timed repetitions; `None` for the schema's default (20, and 5 at N >= 10,000).
+    pub reps: Option<usize>,
     pub json: bool,
     pub out: Option<PathBuf>,
 }
@@ -34,7 +35,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
     bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
     let mut rows = Vec::new();
     for (workload, n) in jobs {
-        let reps = if n >= 10_000 { args.reps.min(5) } else { args.reps };
+        let reps = args.reps.unwrap_or(if n >= 10_000 { 5 } else { 20 });
         let mut progress = |phase: &str| bar.set_message(format!("{workload} N={n}: {phase}"));
         match bench(&ctx, workload, n, reps, &mut progress) {
             Ok(row) => {

@@ -47,12 +47,12 @@ enum Command {
         /// Device ordinal.
         #[arg(long, default_value_t = 0)]
         device: usize,
-        /// Graph sizes (kernels per graph).
-        #[arg(long, value_delimiter = ',', default_values_t = [10, 100, 1000, 10000])]
-        sizes: Vec<usize>,
-        /// Timed repetitions per measurement (after warm-up; fewer at N = 10,000).
-        #[arg(long, default_value_t = 20)]
-        reps: usize,
+        /// Graph sizes N (kernels per chain), comma-separated.
+        #[arg(long, alias = "sizes", value_delimiter = ',', default_values_t = [10, 100, 1000, 10000])]
+        nodes: Vec<usize>,
+        /// Timed repetitions per measurement, after warm-up (default: 20, and 5 at N >= 10,000).
+        #[arg(long)]
+        reps: Option<usize>,
         /// Print one JSON object per measurement row instead of a table.
         #[arg(long)]
         json: bool,
@@ -95,7 +95,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Probe { device, json } => probe::run(device, json),
         Command::Tour { device, nodes } => tour::run(device, nodes),
-        Command::Bench { device, sizes, reps, json, out } => bench::run(bench::BenchArgs { device, sizes, reps, json, out }),
+        Command::Bench { device, nodes, reps, json, out } => bench::run(bench::BenchArgs { device, sizes: nodes, reps, json, out }),
         Command::Doctor {
             file,
             json,

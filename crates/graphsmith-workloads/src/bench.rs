@@ -144,25 +144,28 @@ pub fn bench(ctx: &Context, workload: &'static str, nodes: usize, reps: usize, p
     }
     let graph = graph.expect("captured at least once");
     row.capture_us = median(&mut capture);
+    // The second graph, with the other scalar, is the target of whole-graph updates.
     let other = w.capture(&main, 0.25)?;
 
     progress("instantiate");
-    let mut inst = Vec::new();
+    let (mut inst, mut upload) = (Vec::new(), Vec::new());
     for r in 0..reps.min(5) + 1 {
         let t = Instant::now();
-        let e = graph.instantiate()?;
+        let mut e = graph.instantiate()?;
+        let t_inst = us(t);
+        let t = Instant::now();
+        e.upload(&main)?;
+        main.synchronize()?;
+        let t_upload = us(t);
         if r > 0 {
-            inst.push(us(t));
+            inst.push(t_inst);
+            upload.push(t_upload);
         }
-        drop(e);
     }
     row.instantiate_us = median(&mut inst);
-    row.reinstantiate_us = row.instantiate_us;
+    row.upload_us = median(&mut upload);
     let mut exec: Exec = graph.instantiate()?;
-    let t = Instant::now();
     exec.upload(&main)?;
-    main.synchronize()?;
-    row.upload_us = us(t);
 
     progress("replay");
     let replay = time_region(ctx, &main, 3, reps, || exec.launch(&main))?;
@@ -170,39 +173,65 @@ pub fn bench(ctx: &Context, workload: &'static str, nodes: usize, reps: usize, p
     row.replay_device_us = replay.device_us;
 
     progress("updates");
-    let kernels: Vec<_> = graph.node_refs().into_iter().filter(|n| matches!(graph.model().node(n.id()).map(|m| m.kind.name()), Some("kernel"))).collect();
     let cfg = LaunchConfig::for_elements(LEN);
-    let (mut per_node, mut whole) = (Vec::new(), Vec::new());
-    for r in 0..reps.min(10) + 2 {
+    let (mut per_node, mut whole, mut reinst) = (Vec::new(), Vec::new(), Vec::new());
+    let rounds = reps.min(10) + 2;
+    let mut last = 0.5f32;
+    for r in 0..rounds {
         let a = if r % 2 == 0 { 0.25f32 } else { 0.5f32 };
+        let target = if r % 2 == 0 { &other } else { &graph };
+        // Handles to the kernel nodes of the executable's own template, with the buffer each
+        // one updates (outside the timed region).
+        let kernels: Vec<_> = exec
+            .template()
+            .node_refs()
+            .into_iter()
+            .filter_map(|n| {
+                let node = exec.model().node(n.id())?;
+                let buf = node.accesses.first()?.buffer;
+                (node.kind.name() == "kernel").then(|| (n, w.bufs.iter().position(|b| b.device_ptr() == buf).unwrap_or(0)))
+            })
+            .collect();
         let t = Instant::now();
-        for node in &kernels {
-            let buf = exec.model().node(node.id()).and_then(|m| m.accesses.first()).map(|acc| acc.buffer).unwrap_or(0);
-            let k = w.bufs.iter().position(|b| b.device_ptr() == buf).unwrap_or(0);
-            exec.set_kernel(node, cfg, args![&mut w.bufs[k], a, LEN])?;
+        for (node, k) in &kernels {
+            exec.set_kernel(node, cfg, args![&mut w.bufs[*k], a, LEN])?;
         }
         let t_nodes = us(t);
         let t = Instant::now();
-        exec.update(if r % 2 == 0 { &other } else { &graph }, UpdatePolicy::InPlace)?;
+        exec.update(target, UpdatePolicy::InPlace)?;
         let t_whole = us(t);
+        let t = Instant::now();
+        let fresh = target.instantiate()?;
+        drop(std::mem::replace(&mut exec, fresh));
+        let t_reinst = us(t);
+        last = a;
         if r >= 2 {
             per_node.push(t_nodes);
             whole.push(t_whole);
+            reinst.push(t_reinst);
         }
     }
     row.per_node_update_us = median(&mut per_node);
     row.whole_graph_update_us = median(&mut whole);
+    row.reinstantiate_us = median(&mut reinst);
 
-    // Correctness: the last update set every node's scalar to `last`.
-    let last = if (reps.min(10) + 1).is_multiple_of(2) { 0.25f32 } else { 0.5f32 };
-    for b in w.bufs.iter_mut() {
-        main.upload(b, &vec![1.0; LEN as usize])?;
-    }
-    exec.launch(&main)?;
+    // Correctness: poisoned, reset to 1.0, one eager run and one replay, each checked bit for
+    // bit against the host (the executable now carries the last round's `a`).
     let want = w.expected(1.0, last);
     row.correct = true;
-    for (b, v) in w.bufs.iter().zip(&want) {
-        row.correct &= main.download(b)?.iter().all(|x| x == v);
+    for replay in [false, true] {
+        for b in w.bufs.iter_mut() {
+            main.upload(b, &vec![f32::NAN; LEN as usize])?;
+            main.upload(b, &vec![1.0; LEN as usize])?;
+        }
+        if replay {
+            exec.launch(&main)?;
+        } else {
+            w.issue(&main, last)?;
+        }
+        for (b, v) in w.bufs.iter().zip(&want) {
+            row.correct &= main.download(b)?.iter().all(|x| x.to_bits() == v.to_bits());
+        }
     }
     Ok(row)
 }

@@ -30,9 +30,15 @@ pub fn run(args: BenchArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let jobs: Vec<(&'static str, usize)> = ["chain", "forkjoin"].iter().flat_map(|w| args.sizes.iter().map(move |&n| (*w, n))).collect();
+    let jobs: Vec<(&'static str, usize)> = ["chain", "forkjoin"]
+        .iter()
+        .flat_map(|w| args.sizes.iter().map(move |&n| (*w, n)))
+        .collect();
     let bar = ProgressBar::new(jobs.len() as u64);
-    bar.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let mut rows = Vec::new();
     for (workload, n) in jobs {
         let reps = args.reps.unwrap_or(if n >= 10_000 { 5 } else { 20 });
@@ -61,7 +67,10 @@ pub fn run(args: BenchArgs) -> ExitCode {
             eprintln!("error: could not write results to {}: {e}", dir.display());
             return ExitCode::FAILURE;
         }
-        eprintln!("wrote {0}/bench.jsonl, {0}/bench.md, {0}/bench.svg", dir.display());
+        eprintln!(
+            "wrote {0}/bench.jsonl, {0}/bench.md, {0}/bench.svg",
+            dir.display()
+        );
     }
     if rows.iter().all(|r| r.correct) {
         ExitCode::SUCCESS
@@ -111,23 +120,60 @@ fn plot(path: &Path, rows: &[BenchRow]) -> Result<(), Box<dyn std::error::Error>
     let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE)?;
     let max_n = rows.iter().map(|r| r.nodes).max().unwrap_or(10).max(10) as f64;
-    let per_node = |r: &BenchRow, eager: bool| (if eager { r.eager_device_us } else { r.replay_device_us }) / r.nodes as f64;
-    let max_y = rows.iter().flat_map(|r| [per_node(r, true), per_node(r, false)]).fold(1.0f64, f64::max) * 2.0;
+    let per_node = |r: &BenchRow, eager: bool| {
+        (if eager {
+            r.eager_device_us
+        } else {
+            r.replay_device_us
+        }) / r.nodes as f64
+    };
+    let max_y = rows
+        .iter()
+        .flat_map(|r| [per_node(r, true), per_node(r, false)])
+        .fold(1.0f64, f64::max)
+        * 2.0;
     let mut chart = ChartBuilder::on(&root)
         .caption("device time per node (µs) vs N", ("sans-serif", 20))
         .margin(10)
         .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d((5.0..max_n * 2.0).log_scale(), (0.1..max_y).log_scale())?;
-    chart.configure_mesh().x_desc("N (kernels)").y_desc("µs per node").draw()?;
-    let series = [("chain", true, RED), ("chain", false, BLUE), ("forkjoin", true, MAGENTA), ("forkjoin", false, CYAN)];
+    chart
+        .configure_mesh()
+        .x_desc("N (kernels)")
+        .y_desc("µs per node")
+        .draw()?;
+    let series = [
+        ("chain", true, RED),
+        ("chain", false, BLUE),
+        ("forkjoin", true, MAGENTA),
+        ("forkjoin", false, CYAN),
+    ];
     for (workload, eager, color) in series {
-        let points: Vec<(f64, f64)> = rows.iter().filter(|r| r.workload == workload).map(|r| (r.nodes as f64, per_node(r, eager))).collect();
-        let name = format!("{workload} {}", if eager { "eager" } else { "graph replay" });
-        chart.draw_series(LineSeries::new(points.clone(), color))?.label(name).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
-        chart.draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))?;
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.workload == workload)
+            .map(|r| (r.nodes as f64, per_node(r, eager)))
+            .collect();
+        let name = format!(
+            "{workload} {}",
+            if eager { "eager" } else { "graph replay" }
+        );
+        chart
+            .draw_series(LineSeries::new(points.clone(), color))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart.draw_series(
+            points
+                .into_iter()
+                .map(|p| Circle::new(p, 3, color.filled())),
+        )?;
     }
-    chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw()?;
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
     root.present()?;
     Ok(())
 }

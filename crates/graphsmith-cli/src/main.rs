@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod doctor;
+mod explain;
 mod probe;
 mod tour;
 
@@ -60,6 +61,16 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<std::path::PathBuf>,
     },
+    /// The failure catalogue's entries for a CUDA error code or name (900,
+    /// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cudaErrorStreamCaptureUnsupported) or an entry id.
+    /// Needs no GPU.
+    Explain {
+        /// A CUDA error code, its driver or runtime name, or a catalogue id.
+        query: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Checks a graph file (graphsmith JSON, or a cudaGraphDebugDotPrint dump) for races
     /// between nodes that nothing orders, and reports its shape and redundant edges.
     /// Exit code: 0 clean, 1 hazards found, 2 unreadable input.
@@ -95,7 +106,20 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Probe { device, json } => probe::run(device, json),
         Command::Tour { device, nodes } => tour::run(device, nodes),
-        Command::Bench { device, nodes, reps, json, out } => bench::run(bench::BenchArgs { device, sizes: nodes, reps, json, out }),
+        Command::Bench {
+            device,
+            nodes,
+            reps,
+            json,
+            out,
+        } => bench::run(bench::BenchArgs {
+            device,
+            sizes: nodes,
+            reps,
+            json,
+            out,
+        }),
+        Command::Explain { query, json } => explain::run(&query, json),
         Command::Doctor {
             file,
             json,

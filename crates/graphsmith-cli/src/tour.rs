@@ -19,20 +19,59 @@ struct Part {
 /// The seed's attention example as a pure model (S7): Q, K, V projections write q, k, v;
 /// attention reads all three but waits only for its neighbour, the V projection.
 fn attention_model(racy: bool) -> Result<model::Graph, String> {
-    let mut g = model::Graph::new(if racy { "attention-racy" } else { "attention-fixed" });
-    let kernel = |name: &str| NodeKind::Kernel(KernelParams { name: name.into(), grid: Dim3::linear(64), block: Dim3::linear(128), shared_mem_bytes: 0, args: vec![] });
-    let acc = |buffer: u64, label: &str, mode| Access { buffer, label: label.into(), offset: 0, len: 4096, mode };
-    let x = g.add_node_with("embed", kernel("embed"), None, vec![acc(0x1000, "x", AccessMode::Write)]);
+    let mut g = model::Graph::new(if racy {
+        "attention-racy"
+    } else {
+        "attention-fixed"
+    });
+    let kernel = |name: &str| {
+        NodeKind::Kernel(KernelParams {
+            name: name.into(),
+            grid: Dim3::linear(64),
+            block: Dim3::linear(128),
+            shared_mem_bytes: 0,
+            args: vec![],
+        })
+    };
+    let acc = |buffer: u64, label: &str, mode| Access {
+        buffer,
+        label: label.into(),
+        offset: 0,
+        len: 4096,
+        mode,
+    };
+    let x = g.add_node_with(
+        "embed",
+        kernel("embed"),
+        None,
+        vec![acc(0x1000, "x", AccessMode::Write)],
+    );
     let mut projections = Vec::new();
     for (i, name) in ["q", "k", "v"].into_iter().enumerate() {
         let base = 0x10_000 * (i as u64 + 2);
-        let id = g.add_node_with(format!("{name}-proj"), kernel("proj"), None, vec![acc(0x1000, "x", AccessMode::Read), acc(base, name, AccessMode::Write)]);
+        let id = g.add_node_with(
+            format!("{name}-proj"),
+            kernel("proj"),
+            None,
+            vec![
+                acc(0x1000, "x", AccessMode::Read),
+                acc(base, name, AccessMode::Write),
+            ],
+        );
         g.add_edge(x, id).map_err(|e| e.to_string())?;
         projections.push(id);
     }
-    let reads = ["q", "k", "v"].iter().enumerate().map(|(i, n)| acc(0x10_000 * (i as u64 + 2), n, AccessMode::Read)).collect();
+    let reads = ["q", "k", "v"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| acc(0x10_000 * (i as u64 + 2), n, AccessMode::Read))
+        .collect();
     let attn = g.add_node_with("attention", kernel("attention"), None, reads);
-    let waits_for: &[_] = if racy { &projections[2..] } else { &projections };
+    let waits_for: &[_] = if racy {
+        &projections[2..]
+    } else {
+        &projections
+    };
     for &p in waits_for {
         g.add_edge(p, attn).map_err(|e| e.to_string())?;
     }
@@ -42,29 +81,70 @@ fn attention_model(racy: bool) -> Result<model::Graph, String> {
 fn hazard_part() -> Result<Part, String> {
     println!("== A planted race, found before it runs (no GPU needed) ==");
     println!("  The seed's attention example: attention reads q, k and v but depends only on the V projection.");
-    let racy = attention_model(true)?.hazards().map_err(|e| e.to_string())?;
+    let racy = attention_model(true)?
+        .hazards()
+        .map_err(|e| e.to_string())?;
     for h in &racy.hazards {
         println!("  hazard: {h}");
     }
-    let fixed = attention_model(false)?.hazards().map_err(|e| e.to_string())?;
-    println!("  with the multi-input dependency: {}", if fixed.is_clean() { "clean" } else { "STILL RACY" });
+    let fixed = attention_model(false)?
+        .hazards()
+        .map_err(|e| e.to_string())?;
+    println!(
+        "  with the multi-input dependency: {}",
+        if fixed.is_clean() {
+            "clean"
+        } else {
+            "STILL RACY"
+        }
+    );
     println!();
-    Ok(Part { name: "planted race", outcome: format!("{} hazards found; fixed graph clean", racy.hazards.len()), ok: racy.hazards.len() == 2 && fixed.is_clean() })
+    Ok(Part {
+        name: "planted race",
+        outcome: format!("{} hazards found; fixed graph clean", racy.hazards.len()),
+        ok: racy.hazards.len() == 2 && fixed.is_clean(),
+    })
 }
 
 fn eager_vs_graph(ctx: &Context, nodes: usize) -> graphsmith::Result<Part> {
     println!("== Eager launches vs a replayed graph: a chain of {nodes} small kernels ==");
     let r = graphsmith_workloads::eager_vs_graph(ctx, nodes, 20)?;
     let n = r.nodes as f64;
-    println!("  results checked against the host reference: {}", if r.correct { "ok" } else { "WRONG" });
-    println!("  capture {:.2} ms, instantiate {:.2} ms (once)", r.capture_ms, r.instantiate_ms);
-    println!("  | {:<28} | {:>12} | {:>12} |", "medians of 20 runs", "eager", "graph replay");
+    println!(
+        "  results checked against the host reference: {}",
+        if r.correct { "ok" } else { "WRONG" }
+    );
+    println!(
+        "  capture {:.2} ms, instantiate {:.2} ms (once)",
+        r.capture_ms, r.instantiate_ms
+    );
+    println!(
+        "  | {:<28} | {:>12} | {:>12} |",
+        "medians of 20 runs", "eager", "graph replay"
+    );
     println!("  |{:-<30}|{:->14}|{:->14}|", "", "", "");
-    println!("  | {:<28} | {:>9.2} µs | {:>9.2} µs |", "host submit, per kernel", r.eager.submit_us / n, r.replay.submit_us / n);
-    println!("  | {:<28} | {:>9.2} µs | {:>9.2} µs |", "device time, per kernel", r.eager.device_us / n, r.replay.device_us / n);
+    println!(
+        "  | {:<28} | {:>9.2} µs | {:>9.2} µs |",
+        "host submit, per kernel",
+        r.eager.submit_us / n,
+        r.replay.submit_us / n
+    );
+    println!(
+        "  | {:<28} | {:>9.2} µs | {:>9.2} µs |",
+        "device time, per kernel",
+        r.eager.device_us / n,
+        r.replay.device_us / n
+    );
     let speedup = r.eager.device_us / r.replay.device_us;
-    println!("  speed-up of the replayed graph: {speedup:.2}x device time, {:.0}x host submit time\n", r.eager.submit_us / r.replay.submit_us);
-    Ok(Part { name: "eager vs graph", outcome: format!("{speedup:.2}x less device time per kernel"), ok: r.correct })
+    println!(
+        "  speed-up of the replayed graph: {speedup:.2}x device time, {:.0}x host submit time\n",
+        r.eager.submit_us / r.replay.submit_us
+    );
+    Ok(Part {
+        name: "eager vs graph",
+        outcome: format!("{speedup:.2}x less device time per kernel"),
+        ok: r.correct,
+    })
 }
 
 fn update_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Part> {
@@ -76,7 +156,13 @@ fn update_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Part> {
     let mut nodes = Vec::new();
     for i in 0..100 {
         let deps: Vec<_> = nodes.last().into_iter().collect();
-        let node = g.kernel(&format!("add-{i}"), &add, cfg, args![&mut x, 1.0f32, 256u32], &deps)?;
+        let node = g.kernel(
+            &format!("add-{i}"),
+            &add,
+            cfg,
+            args![&mut x, 1.0f32, 256u32],
+            &deps,
+        )?;
         nodes.push(node);
     }
     let t = Instant::now();
@@ -96,11 +182,21 @@ fn update_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Part> {
     let mut other = ctx.graph("step-v2")?;
     other.memset("not-a-kernel", &mut x, 0.0f32, &[])?;
     match exec.update(&other, UpdatePolicy::InPlace) {
-        Err(e) => println!("  a whole-graph update with another topology is refused, per node:\n    {}", e.kind.to_string().replace('\n', "\n    ")),
+        Err(e) => println!(
+            "  a whole-graph update with another topology is refused, per node:\n    {}",
+            e.kind.to_string().replace('\n', "\n    ")
+        ),
         Ok(o) => println!("  unexpected: {o:?}"),
     }
     println!();
-    Ok(Part { name: "in-place update", outcome: format!("{:.0}x cheaper than re-instantiation", instantiate_us / update_us), ok })
+    Ok(Part {
+        name: "in-place update",
+        outcome: format!(
+            "{:.0}x cheaper than re-instantiation",
+            instantiate_us / update_us
+        ),
+        ok,
+    })
 }
 
 fn capture_failure_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Part> {
@@ -122,9 +218,18 @@ fn capture_failure_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Pa
         }
         Ok(_) => false,
     };
-    let again = stream.capture(CaptureMode::Global, "decode-step", |s| s.launch("add", &add, cfg, args![&mut x, 1.0f32, 256u32]));
-    println!("  the stream is usable again: a second capture {}\n", if again.is_ok() { "succeeds" } else { "FAILS" });
-    Ok(Part { name: "planted capture failure", outcome: "first offending call named with its line".into(), ok: diagnosed && again.is_ok() })
+    let again = stream.capture(CaptureMode::Global, "decode-step", |s| {
+        s.launch("add", &add, cfg, args![&mut x, 1.0f32, 256u32])
+    });
+    println!(
+        "  the stream is usable again: a second capture {}\n",
+        if again.is_ok() { "succeeds" } else { "FAILS" }
+    );
+    Ok(Part {
+        name: "planted capture failure",
+        outcome: "first offending call named with its line".into(),
+        ok: diagnosed && again.is_ok(),
+    })
 }
 
 fn gpu_parts(device: usize, nodes: usize, parts: &mut Vec<Part>) -> graphsmith::Result<()> {
@@ -161,18 +266,38 @@ pub fn run(device: usize, nodes: usize) -> ExitCode {
             Ok(_) => "no usable GPU".into(),
         };
         println!("== GPU parts: skipped ({why}) ==\n");
-        skipped = vec!["probe", "eager vs graph", "in-place update", "planted capture failure"];
+        skipped = vec![
+            "probe",
+            "eager vs graph",
+            "in-place update",
+            "planted capture failure",
+        ];
     }
     println!("== Summary ==");
-    println!("  | {:<24} | {:<8} | {:<48} |", "part", "result", "what it showed");
+    println!(
+        "  | {:<24} | {:<8} | {:<48} |",
+        "part", "result", "what it showed"
+    );
     println!("  |{:-<26}|{:-<10}|{:-<50}|", "", "", "");
     for p in &parts {
-        println!("  | {:<24} | {:<8} | {:<48} |", p.name, if p.ok { "ok" } else { "FAILED" }, p.outcome);
+        println!(
+            "  | {:<24} | {:<8} | {:<48} |",
+            p.name,
+            if p.ok { "ok" } else { "FAILED" },
+            p.outcome
+        );
     }
     for s in &skipped {
-        println!("  | {:<24} | {:<8} | {:<48} |", s, "skipped", "needs an NVIDIA GPU and driver");
+        println!(
+            "  | {:<24} | {:<8} | {:<48} |",
+            s, "skipped", "needs an NVIDIA GPU and driver"
+        );
     }
-    println!("\ntour finished: {} parts ran, {} skipped", parts.len(), skipped.len());
+    println!(
+        "\ntour finished: {} parts ran, {} skipped",
+        parts.len(),
+        skipped.len()
+    );
     if parts.iter().all(|p| p.ok) {
         ExitCode::SUCCESS
     } else {

@@ -3,7 +3,10 @@
 
 use std::time::Instant;
 
-use graphsmith::{args, CaptureMode, Context, DeviceBuffer, Exec, Graph, Kernel, LaunchConfig, Result, Stream, UpdatePolicy};
+use graphsmith::{
+    args, CaptureMode, Context, DeviceBuffer, Exec, Graph, Kernel, LaunchConfig, Result, Stream,
+    UpdatePolicy,
+};
 
 use crate::{median, time_region};
 
@@ -79,7 +82,10 @@ impl Work {
     }
 
     fn capture(&mut self, main: &Stream, a: f32) -> Result<Graph> {
-        main.begin_capture(CaptureMode::ThreadLocal, if self.forkjoin { "forkjoin" } else { "chain" })?;
+        main.begin_capture(
+            CaptureMode::ThreadLocal,
+            if self.forkjoin { "forkjoin" } else { "chain" },
+        )?;
         let issued = self.issue(main, a);
         let graph = main.end_capture();
         issued?;
@@ -111,7 +117,13 @@ fn us(t: Instant) -> f64 {
 
 /// Measures one workload at one size. `reps` timed repetitions after warm-up; `progress` is
 /// called between phases.
-pub fn bench(ctx: &Context, workload: &'static str, nodes: usize, reps: usize, progress: &mut dyn FnMut(&str)) -> Result<BenchRow> {
+pub fn bench(
+    ctx: &Context,
+    workload: &'static str,
+    nodes: usize,
+    reps: usize,
+    progress: &mut dyn FnMut(&str),
+) -> Result<BenchRow> {
     let forkjoin = workload == "forkjoin";
     let add = ctx.builtin_kernels()?.kernel("gs_add_scalar_f32")?;
     let main = ctx.stream("bench")?;
@@ -122,9 +134,21 @@ pub fn bench(ctx: &Context, workload: &'static str, nodes: usize, reps: usize, p
         main.upload(&mut b, &vec![1.0; LEN as usize])?;
         bufs.push(b);
     }
-    let sides = (1..count).map(|k| ctx.stream(&format!("side{k}"))).collect::<Result<Vec<_>>>()?;
-    let mut w = Work { add, bufs, sides, forkjoin, nodes };
-    let mut row = BenchRow { workload, nodes, ..BenchRow::default() };
+    let sides = (1..count)
+        .map(|k| ctx.stream(&format!("side{k}")))
+        .collect::<Result<Vec<_>>>()?;
+    let mut w = Work {
+        add,
+        bufs,
+        sides,
+        forkjoin,
+        nodes,
+    };
+    let mut row = BenchRow {
+        workload,
+        nodes,
+        ..BenchRow::default()
+    };
 
     progress("eager");
     let eager = time_region(ctx, &main, 3, reps, || w.issue(&main, 0.5))?;
@@ -189,7 +213,15 @@ pub fn bench(ctx: &Context, workload: &'static str, nodes: usize, reps: usize, p
             .filter_map(|n| {
                 let node = exec.model().node(n.id())?;
                 let buf = node.accesses.first()?.buffer;
-                (node.kind.name() == "kernel").then(|| (n, w.bufs.iter().position(|b| b.device_ptr() == buf).unwrap_or(0)))
+                (node.kind.name() == "kernel").then(|| {
+                    (
+                        n,
+                        w.bufs
+                            .iter()
+                            .position(|b| b.device_ptr() == buf)
+                            .unwrap_or(0),
+                    )
+                })
             })
             .collect();
         let t = Instant::now();

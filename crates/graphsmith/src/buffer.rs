@@ -132,13 +132,15 @@ impl Context {
         let fail = |f: Failure| f.on(me.clone(), "Context::alloc", at);
         self.bind().map_err(fail)?;
         let mut ptr = 0;
-        // cuMemAlloc refuses 0 bytes; a zero-length buffer still gets a distinct address.
-        // SAFETY: the context is current; ptr is a valid out pointer.
-        check(
-            unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) },
-            "cuMemAlloc",
-        )
-        .map_err(fail)?;
+        let op = crate::journal::Op::other("Context::alloc", label, at);
+        self.issue_unstreamed(op, fail, || {
+            // cuMemAlloc refuses 0 bytes; a zero-length buffer still gets a distinct address.
+            // SAFETY: the context is current; ptr is a valid out pointer.
+            check(
+                unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) },
+                "cuMemAlloc",
+            )
+        })?;
         Ok(DeviceBuffer {
             alloc: Arc::new(Allocation {
                 ptr,

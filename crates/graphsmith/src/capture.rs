@@ -1,16 +1,22 @@
-//! Stream capture: begin, record what graphsmith issues (labels, lines, ranges, accesses), end
-//! into a [`Graph`] whose model carries all of it.
+//! Stream capture: begin, journal what graphsmith issues (labels, lines, ranges, accesses, what
+//! the driver answered), end into a [`Graph`] whose model carries all of it, or into a
+//! [`Diagnosis`] that names the first offending operation. The capture is always ended, also
+//! when it failed, so the stream can capture again.
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::thread::ThreadId;
 
 use cudarc::driver::sys;
 use graphsmith_model::{Access, Provenance};
 
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::diagnosis::{diagnose, CaptureSummary, Diagnosis, Escape, JournalEntry};
+use crate::error::SourceLine;
+use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result};
 use crate::graph::Graph;
+use crate::journal::{new_record, Entry};
 use crate::stream::Stream;
 
 /// Something a graph must keep alive (a buffer's allocation, a module, an event, a host
@@ -40,6 +46,49 @@ impl CaptureMode {
     }
 }
 
+/// How to capture: the driver's mode, and graphsmith's own checks.
+///
+/// ```
+/// use graphsmith::{CaptureMode, CaptureOptions};
+/// let opts = CaptureOptions::new(CaptureMode::Global).strict(true);
+/// assert!(opts.strict && opts.journal);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaptureOptions {
+    pub mode: CaptureMode,
+    /// Work issued through graphsmith that would run outside the capture (a stream that is not
+    /// part of it, from the capturing thread; or memory the capture touches, from any thread)
+    /// is refused with [`ErrorKind::CaptureEscape`] instead of running eagerly and being
+    /// reported as a warning. Default: off.
+    pub strict: bool,
+    /// Record the journal (labels, lines, ranges, accesses, results). Off, nodes get default
+    /// labels, escapes go unnoticed, and a failure is diagnosed from the end code alone; what
+    /// the graph must keep alive is still tracked. Default: on.
+    pub journal: bool,
+}
+
+impl CaptureOptions {
+    pub fn new(mode: CaptureMode) -> Self {
+        Self {
+            mode,
+            strict: false,
+            journal: true,
+        }
+    }
+    pub fn strict(self, strict: bool) -> Self {
+        Self { strict, ..self }
+    }
+    pub fn journal(self, journal: bool) -> Self {
+        Self { journal, ..self }
+    }
+}
+
+impl From<CaptureMode> for CaptureOptions {
+    fn from(mode: CaptureMode) -> Self {
+        Self::new(mode)
+    }
+}
+
 /// What graphsmith knows of one captured node.
 #[derive(Clone, Debug)]
 pub(crate) struct NodeMeta {
@@ -48,12 +97,23 @@ pub(crate) struct NodeMeta {
     pub accesses: Vec<Access>,
 }
 
-/// A running capture's journal, by the driver's capture id.
-#[derive(Default)]
+/// A running capture: its journal and what its graph must keep alive.
 pub(crate) struct CaptureRecord {
-    /// Node handle (as usize) -> what graphsmith issued there.
+    /// Node handle (as usize) -> what graphsmith issued there (filled when the capture ends).
     pub nodes: HashMap<usize, NodeMeta>,
     pub keep: Vec<Keep>,
+    pub label: String,
+    pub options: CaptureOptions,
+    /// The stream that began it.
+    pub origin: usize,
+    pub began_at: SourceLine,
+    pub thread: ThreadId,
+    pub thread_label: Arc<str>,
+    pub entries: Vec<Entry>,
+    /// Labels of the streams seen in the journal, by handle.
+    pub streams: HashMap<usize, String>,
+    /// The stream of the last journaled operation (its label is in `streams`).
+    pub last_stream: usize,
 }
 
 /// The capture a stream began.
@@ -62,89 +122,60 @@ pub(crate) struct ActiveCapture {
     pub label: String,
 }
 
-/// The driver's view of a capturing stream.
-pub(crate) struct CaptureInfo {
-    pub id: u64,
-    /// The nodes the next captured node will depend on.
-    pub deps: Vec<sys::CUgraphNode>,
+/// What a capture that ended well leaves besides its graph.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureReport {
+    pub capture: String,
+    /// Silent escapes: graphsmith work that ran outside the capture while it ran.
+    pub escapes: Vec<Escape>,
+    /// Every journaled operation, oldest first.
+    pub journal: Vec<JournalEntry>,
+}
+
+impl CaptureReport {
+    /// Warnings: the escapes.
+    pub fn warnings(&self) -> &[Escape] {
+        &self.escapes
+    }
+}
+
+/// How `cuStreamEndCapture` went.
+struct Ended {
+    label: String,
+    record: Option<CaptureRecord>,
+    graph: std::result::Result<sys::CUgraph, Failure>,
+}
+
+impl CaptureRecord {
+    fn summary(&self, end: Option<CudaCode>, at: Option<SourceLine>) -> CaptureSummary {
+        CaptureSummary {
+            label: self.label.clone(),
+            stream: self.streams.get(&self.origin).cloned().unwrap_or_default(),
+            mode: self.options.mode,
+            began_at: self.began_at,
+            began_on: self.thread_label.to_string(),
+            ended_at: at,
+            ended_on: at.map(|_| crate::range::thread().1.to_string()),
+            end_code: end,
+        }
+    }
+
+    pub(crate) fn diagnosis(&self, end: Option<CudaCode>, at: Option<SourceLine>) -> Diagnosis {
+        diagnose(self.summary(end, at), &self.journal(), self.escapes())
+    }
 }
 
 impl Stream {
-    /// `Some` while the stream is capturing (its own capture, or one it joined by a wait).
-    pub(crate) fn capture_info(&self) -> Result<Option<CaptureInfo>, Failure> {
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let mut id = 0u64;
-        let mut graph = std::ptr::null_mut();
-        let mut deps: *const sys::CUgraphNode = std::ptr::null();
-        let mut edge_data: *const sys::CUgraphEdgeData = std::ptr::null();
-        let mut count = 0usize;
-        // SAFETY: the stream is live; every out pointer is valid. The returned array is owned by
-        // the driver and valid until the next call on this stream; it is copied at once.
-        check(
-            unsafe {
-                sys::cuStreamGetCaptureInfo_v3(
-                    self.raw,
-                    &mut status,
-                    &mut id,
-                    &mut graph,
-                    &mut deps,
-                    &mut edge_data,
-                    &mut count,
-                )
-            },
-            "cuStreamGetCaptureInfo",
-        )?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
-            return Ok(None);
-        }
-        let deps = if deps.is_null() || count == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: the driver returned `count` valid node handles at `deps`.
-            unsafe { std::slice::from_raw_parts(deps, count) }.to_vec()
-        };
-        Ok(Some(CaptureInfo { id, deps }))
-    }
-
-    /// After an operation was issued: if it was captured by a graphsmith capture, remember its
-    /// label, line, ranges and accesses under the node it became, and keep its resources alive.
-    pub(crate) fn note_captured(
-        &self,
-        label: &str,
-        at: SourceLine,
-        accesses: Vec<Access>,
-        keep: Vec<Keep>,
-    ) {
-        if !self.ctx.captures_active() {
-            return;
-        }
-        let Ok(Some(info)) = self.capture_info() else {
-            return;
-        };
-        let mut captures = match self.ctx.inner.captures.lock() {
-            Ok(c) => c,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        let Some(record) = captures.get_mut(&info.id) else {
-            return;
-        };
-        record.keep.extend(keep);
-        // After a kernel, copy or memset, the stream's dependency set is exactly the new node.
-        if let [node] = info.deps[..] {
-            record.nodes.insert(
-                node as usize,
-                NodeMeta {
-                    label: label.to_string(),
-                    provenance: crate::range::provenance(at),
-                    accesses,
-                },
-            );
-        }
-    }
-
-    /// Begins capturing this stream into a new graph labelled `label` (`cuStreamBeginCapture`).
+    /// Begins capturing this stream into a new graph labelled `label` (`cuStreamBeginCapture`),
+    /// with the journal on and strict mode off.
     #[track_caller]
     pub fn begin_capture(&self, mode: CaptureMode, label: &str) -> Result<()> {
+        self.begin_capture_with(CaptureOptions::new(mode), label)
+    }
+
+    /// Begins a capture with [`CaptureOptions`].
+    #[track_caller]
+    pub fn begin_capture_with(&self, options: CaptureOptions, label: &str) -> Result<()> {
         let at = SourceLine::caller();
         let op = "Stream::begin_capture";
         let mut slot = self.capture.lock().unwrap_or_else(|p| p.into_inner());
@@ -160,27 +191,42 @@ impl Stream {
         }
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: the stream is live and current context's.
-        check(
-            unsafe { sys::cuStreamBeginCapture_v2(self.raw, mode.raw()) },
-            "cuStreamBeginCapture",
-        )
-        .map_err(fail)?;
-        let id = match self.capture_info() {
-            Ok(Some(info)) => info.id,
-            Ok(None) => 0,
+        // SAFETY: the stream is live and of the current context.
+        let rc = unsafe { sys::cuStreamBeginCapture_v2(self.raw, options.mode.raw()) };
+        if let Err(f) = check(rc, "cuStreamBeginCapture") {
+            if !matches!(f.code.number(), 900..=908) {
+                return Err(fail(f));
+            }
+            // Diagnose a refused begin like any capture failure (e.g. the legacy stream).
+            let mut record = new_record(label, options, self, at);
+            let begin = crate::journal::Op::other(op, label, at);
+            record.push_failed(&begin, self.raw as usize, f);
+            let diagnosis = record.diagnosis(None, None);
+            return Err(Error::new(
+                ErrorKind::CaptureFailed(Box::new(diagnosis)),
+                ObjectRef::new(ObjectKind::Capture, label),
+                op,
+                at,
+            ));
+        }
+        let id = match crate::journal::stream_status(self.raw) {
+            Ok(crate::journal::Status::Active(id)) => id,
+            Ok(_) => 0,
             Err(f) => return Err(fail(f)),
         };
+        let record = new_record(label, options, self, at);
         self.ctx
             .inner
             .captures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(id, CaptureRecord::default());
+            .insert(id, record);
         self.ctx
             .inner
             .active_captures
             .fetch_add(1, Ordering::AcqRel);
+        let epoch = crate::journal::CAPTURE_EPOCH.load(Ordering::Acquire);
+        self.set_capture_hint(id, options.journal, epoch);
         *slot = Some(ActiveCapture {
             id,
             label: label.to_string(),
@@ -190,48 +236,92 @@ impl Stream {
 
     /// Ends the capture this stream began and returns the graph (`cuStreamEndCapture`), its
     /// model carrying each node's label, line, ranges and accesses.
+    ///
+    /// When the capture failed, the error is [`ErrorKind::CaptureFailed`] with a [`Diagnosis`]
+    /// naming the first offending operation; the capture is ended either way and the stream
+    /// can capture again. In strict mode, escapes found only now (work of another thread on
+    /// memory the capture touched) fail it too.
     #[track_caller]
     pub fn end_capture(&self) -> Result<Graph> {
         let at = SourceLine::caller();
-        let op = "Stream::end_capture";
-        let Some(active) = self
-            .capture
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        else {
-            return Err(Error::new(ErrorKind::NotCapturing, self.object(), op, at));
+        self.finish(at, "Stream::end_capture", false)
+            .map(|(g, _)| g)
+    }
+
+    /// [`Stream::end_capture`], also returning the [`CaptureReport`]: the journal and the
+    /// silent escapes (warnings) of a capture that ended well.
+    #[track_caller]
+    pub fn end_capture_report(&self) -> Result<(Graph, CaptureReport)> {
+        let at = SourceLine::caller();
+        self.finish(at, "Stream::end_capture", true)
+    }
+
+    fn finish(
+        &self,
+        at: SourceLine,
+        op: &'static str,
+        report: bool,
+    ) -> Result<(Graph, CaptureReport)> {
+        let ended = self
+            .end_raw()
+            .ok_or_else(|| Error::new(ErrorKind::NotCapturing, self.object(), op, at))?;
+        let object = ObjectRef::new(ObjectKind::Capture, &ended.label);
+        let failed = |d: Diagnosis| {
+            Error::new(
+                ErrorKind::CaptureFailed(Box::new(d)),
+                object.clone(),
+                op,
+                at,
+            )
         };
-        let record = self.finish_record(active.id);
-        let object = ObjectRef::new(ObjectKind::Capture, &active.label);
-        let fail = |f: Failure| f.on(object.clone(), op, at);
-        self.ctx.bind().map_err(fail)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the stream is live and was put into capture by begin_capture.
-        let rc = unsafe { sys::cuStreamEndCapture(self.raw, &mut raw) };
-        if let Err(f) = check(rc, "cuStreamEndCapture") {
-            if !raw.is_null() {
-                // SAFETY: a graph returned with an error is still ours to destroy.
-                let _ = unsafe { sys::cuGraphDestroy(raw) };
+        let raw = match ended.graph {
+            Ok(raw) => raw,
+            Err(f) => {
+                return Err(match &ended.record {
+                    Some(rec)
+                        if matches!(f.code.number(), 900..=908)
+                            || f.call == "cuStreamEndCapture" =>
+                    {
+                        failed(rec.diagnosis(Some(f.code), Some(at)))
+                    }
+                    _ => f.on(object.clone(), op, at),
+                })
             }
-            return Err(fail(f));
-        }
-        if raw.is_null() {
+        };
+        let Some(mut record) = ended.record else {
+            // SAFETY: the driver handed us raw; nobody else owns it.
+            unsafe { sys::cuGraphDestroy(raw) };
             return Err(Error::new(
                 ErrorKind::NullHandle {
-                    what: "the captured graph",
+                    what: "the capture's journal",
                 },
                 object,
                 op,
                 at,
             ));
+        };
+        let escapes = record.escapes();
+        if record.options.strict && !escapes.is_empty() {
+            // SAFETY: the driver handed us raw; nobody else owns it.
+            unsafe { sys::cuGraphDestroy(raw) };
+            return Err(failed(record.diagnosis(None, Some(at))));
         }
+        let report = CaptureReport {
+            capture: record.label.clone(),
+            journal: if report { record.journal() } else { Vec::new() },
+            escapes,
+        };
+        record.fill_nodes();
         // SAFETY: raw is a graph the driver just handed over; Graph takes ownership.
-        unsafe { Graph::from_capture(self.ctx.clone(), raw, &active.label, record, at) }
+        let graph =
+            unsafe { Graph::from_capture(self.ctx.clone(), raw, &ended.label, record, at) }?;
+        Ok((graph, report))
     }
 
     /// Captures everything `body` issues on this stream into a graph. The capture is always
-    /// ended, also when `body` fails (then its error is returned and the graph discarded).
+    /// ended. When `body` fails because of the capture (an operation the capture refused, or
+    /// one that broke it), the error is a [`Diagnosis`] ([`ErrorKind::CaptureFailed`]); other
+    /// errors of `body` are returned as they are.
     #[track_caller]
     pub fn capture<R>(
         &self,
@@ -239,57 +329,121 @@ impl Stream {
         label: &str,
         body: impl FnOnce(&Stream) -> Result<R>,
     ) -> Result<(Graph, R)> {
+        self.capture_with(CaptureOptions::new(mode), label, body)
+    }
+
+    /// [`Stream::capture`] with [`CaptureOptions`].
+    #[track_caller]
+    pub fn capture_with<R>(
+        &self,
+        options: impl Into<CaptureOptions>,
+        label: &str,
+        body: impl FnOnce(&Stream) -> Result<R>,
+    ) -> Result<(Graph, R)> {
         let at = SourceLine::caller();
+        let op = "Stream::capture";
         let _range = crate::range::range(format!("capture:{label}"));
-        self.begin_capture(mode, label)
-            .map_err(|e| Error { at, ..e })?;
+        self.begin_capture_with(options.into(), label)
+            .map_err(|e| Error { at, op, ..e })?;
         match body(self) {
             Ok(value) => {
-                let graph = self.end_capture().map_err(|e| Error { at, ..e })?;
+                let (graph, _) = self
+                    .finish(at, op, false)
+                    .map_err(|e| Error { at, op, ..e })?;
                 Ok((graph, value))
             }
             Err(error) => {
-                self.abandon_capture();
-                Err(error)
+                let Some(ended) = self.end_raw() else {
+                    return Err(error);
+                };
+                let end_code = match &ended.graph {
+                    Ok(raw) => {
+                        // SAFETY: the driver handed us raw; the body failed, so it is discarded.
+                        unsafe { sys::cuGraphDestroy(*raw) };
+                        None
+                    }
+                    Err(f) => Some(f.code),
+                };
+                let broke = end_code.is_some() || capture_related(&error);
+                match ended.record {
+                    Some(rec) if broke && !matches!(error.kind, ErrorKind::CaptureFailed(_)) => {
+                        Err(Error::new(
+                            ErrorKind::CaptureFailed(Box::new(rec.diagnosis(end_code, Some(at)))),
+                            ObjectRef::new(ObjectKind::Capture, &ended.label),
+                            op,
+                            at,
+                        ))
+                    }
+                    _ => Err(error),
+                }
             }
         }
     }
 
     /// Ends and discards this stream's capture, if any. Never fails.
     pub(crate) fn abandon_capture(&self) {
-        let Some(active) = self
-            .capture
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        else {
-            return;
-        };
-        drop(self.finish_record(active.id));
-        if self.ctx.bind().is_err() {
-            return;
-        }
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the stream is live and capturing; a returned graph is destroyed at once.
-        unsafe {
-            let _ = sys::cuStreamEndCapture(self.raw, &mut raw);
-            if !raw.is_null() {
-                let _ = sys::cuGraphDestroy(raw);
-            }
+        if let Some(Ended { graph: Ok(raw), .. }) = self.end_raw() {
+            // SAFETY: the driver handed us raw; it is discarded.
+            unsafe { sys::cuGraphDestroy(raw) };
         }
     }
 
-    fn finish_record(&self, id: u64) -> CaptureRecord {
+    /// Ends this stream's graphsmith capture in the driver, whatever state it is in, and takes
+    /// its record. `None` when the stream began no capture.
+    fn end_raw(&self) -> Option<Ended> {
+        let active = self
+            .capture
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
         self.ctx
             .inner
             .active_captures
             .fetch_sub(1, Ordering::AcqRel);
-        self.ctx
+        let record = self
+            .ctx
             .inner
             .captures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&id)
-            .unwrap_or_default()
+            .remove(&active.id);
+        crate::journal::CAPTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
+        self.capture_hint.store(0, Ordering::Release);
+        let graph = self.ctx.bind().and_then(|()| {
+            let mut raw = std::ptr::null_mut();
+            // SAFETY: the stream is live and was put into capture by begin_capture.
+            let rc = unsafe { sys::cuStreamEndCapture(self.raw, &mut raw) };
+            if let Err(f) = check(rc, "cuStreamEndCapture") {
+                if !raw.is_null() {
+                    // SAFETY: a graph returned with an error is still ours to destroy.
+                    unsafe { sys::cuGraphDestroy(raw) };
+                }
+                return Err(f);
+            }
+            if raw.is_null() {
+                return Err(Failure {
+                    call: "cuStreamEndCapture (returned no graph)",
+                    code: CudaCode(sys::CUresult::CUDA_ERROR_UNKNOWN),
+                });
+            }
+            Ok(raw)
+        });
+        Some(Ended {
+            label: active.label,
+            record,
+            graph,
+        })
+    }
+}
+
+/// Whether an error of a capture body came from the capture (a refusal or a capture code).
+fn capture_related(error: &Error) -> bool {
+    match &error.kind {
+        ErrorKind::NotAllowedDuringCapture { .. }
+        | ErrorKind::CaptureEscape(_)
+        | ErrorKind::CaptureFailed(_) => true,
+        _ => error
+            .cuda_code()
+            .is_some_and(|c| matches!(c.number(), 900..=908)),
     }
 }

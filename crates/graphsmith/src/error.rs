@@ -167,6 +167,11 @@ pub enum ErrorKind {
     UpdateImpossible {
         reasons: Vec<crate::compat::Incompatibility>,
     },
+    /// A capture failed: the diagnosis names the first offending operation, its line, thread
+    /// and ranges, the real CUDA code, the family and the fix.
+    CaptureFailed(Box<crate::diagnosis::Diagnosis>),
+    /// Work that would run outside the running capture, refused in strict mode.
+    CaptureEscape(Box<crate::diagnosis::Escape>),
 }
 
 impl fmt::Display for ErrorKind {
@@ -201,6 +206,8 @@ impl fmt::Display for ErrorKind {
                 }
                 Ok(())
             }
+            ErrorKind::CaptureFailed(diagnosis) => write!(f, "{diagnosis}"),
+            ErrorKind::CaptureEscape(escape) => write!(f, "refused in strict mode: {escape}"),
         }
     }
 }
@@ -237,6 +244,7 @@ impl Error {
     pub fn cuda_code(&self) -> Option<CudaCode> {
         match &self.kind {
             ErrorKind::Cuda { code, .. } | ErrorKind::ContextGone { code, .. } => Some(*code),
+            ErrorKind::CaptureFailed(diagnosis) => diagnosis.code,
             _ => None,
         }
     }
@@ -254,6 +262,13 @@ impl Error {
             ErrorKind::NotAllowedDuringCapture { .. } => "do it before begin_capture or after end_capture, or add an explicit graph node",
             ErrorKind::NullHandle { .. } => "pass a live handle",
             ErrorKind::UpdateImpossible { .. } => "rebuild the graph with the executable's topology, or update with UpdatePolicy::Reinstantiate to rebuild the executable (counted in Exec::stats)",
+            ErrorKind::CaptureFailed(diagnosis) => diagnosis.fix(),
+            ErrorKind::CaptureEscape(escape) => crate::catalogue::classify(escape.op.op, None)
+                .map_or("issue the work on a stream of the capture", |e| e.fix),
+            // A capture code at the offending call itself: the catalogue knows the fix.
+            ErrorKind::Cuda { code, .. } if matches!(code.number(), 900..=908) => {
+                crate::catalogue::classify(self.op, Some(code.number()))?.fix
+            }
             _ => return None,
         })
     }

@@ -162,11 +162,12 @@ impl Graph {
                 ));
             }
         };
+        let mut metas = record.nodes;
         for (node, handle) in model.nodes.iter_mut().zip(&handles) {
-            if let Some(meta) = record.nodes.get(&(*handle as usize)) {
-                node.label = meta.label.clone();
-                node.provenance = Some(meta.provenance.clone());
-                node.accesses = meta.accesses.clone();
+            if let Some(meta) = metas.remove(&(*handle as usize)) {
+                node.label = meta.label;
+                node.provenance = Some(meta.provenance);
+                node.accesses = meta.accesses;
             }
         }
         Ok(Graph::wrap(ctx, raw, label, model, handles, record.keep))
@@ -195,12 +196,21 @@ impl Graph {
     /// A handle to node `id`, as the builder returns them (e.g. to update a captured node).
     pub fn node_ref(&self, id: NodeId) -> Option<NodeRef> {
         let node = self.model.node(id)?;
-        Some(NodeRef { graph: self.id, id, graph_label: self.label.clone(), label: node.label.as_str().into() })
+        Some(NodeRef {
+            graph: self.id,
+            id,
+            graph_label: self.label.clone(),
+            label: node.label.as_str().into(),
+        })
     }
 
     /// Handles to every node, in model order.
     pub fn node_refs(&self) -> Vec<NodeRef> {
-        self.model.nodes.iter().filter_map(|n| self.node_ref(n.id)).collect()
+        self.model
+            .nodes
+            .iter()
+            .filter_map(|n| self.node_ref(n.id))
+            .collect()
     }
 
     /// A handle to the first node labelled `label`.

@@ -32,12 +32,18 @@ mod buffer;
 mod builder;
 mod cache;
 mod capture;
+pub mod catalogue;
 mod compat;
 mod context;
+mod diagnosis;
 mod error;
+mod event;
 mod exec;
+mod fallback;
 mod graph;
+mod journal;
 mod kernel;
+mod nvtx;
 pub mod probe;
 mod probe_features;
 mod range;
@@ -51,10 +57,16 @@ pub use cache::{
     CacheConfig, CacheStats, Dispatch, GraphCache, Oversize, Path, Scope, ShapeKey, Workload,
 };
 pub use capture::CaptureMode;
+pub use capture::{CaptureOptions, CaptureReport};
+pub use catalogue::Family;
 pub use compat::{update_compatibility, Incompatibility};
 pub use context::{gpu_available, Context, DropFailure};
+pub use diagnosis::{
+    diagnose, CaptureSummary, Cause, Diagnosis, Escape, JournalEntry, Outcome, Unjoined,
+};
 pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 pub use exec::{Exec, ExecStats};
+pub use fallback::Replay;
 pub use graph::{Graph, NodeRef};
 pub use graphsmith_model as model;
 pub use kernel::{Args, Kernel, KernelArg, LaunchConfig, Module};

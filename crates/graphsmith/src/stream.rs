@@ -1,133 +1,60 @@
-//! Streams and events, and eager work on streams (which a running capture records as nodes).
+//! Streams and eager work on streams (which a running capture records as nodes). Every
+//! operation goes through the capture journal ([`crate::journal`]): while no capture runs in
+//! the context that costs one atomic load.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 use graphsmith_model::{Access, AccessMode};
 
+pub use crate::event::Event;
+
 use crate::buffer::{DeviceBuffer, Element};
 use crate::capture::{ActiveCapture, Keep};
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::journal::{Kind, Op};
 use crate::kernel::{Args, Kernel, LaunchConfig};
 
-pub(crate) struct EventInner {
-    pub raw: sys::CUevent,
-    pub label: String,
-    pub ctx: Context,
-}
-
-// SAFETY: CUevent handles are thread-safe driver objects.
-unsafe impl Send for EventInner {}
-// SAFETY: as above.
-unsafe impl Sync for EventInner {}
-
-impl Drop for EventInner {
-    fn drop(&mut self) {
-        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if raw.is_null() {
-            return;
-        }
-        // SAFETY: raw came from cuEventCreate and is destroyed once; graphs that use it hold an
-        // Arc<EventInner>.
-        self.ctx.drop_call(
-            || ObjectRef::new(ObjectKind::Event, &self.label),
-            || check(unsafe { sys::cuEventDestroy_v2(raw) }, "cuEventDestroy"),
-        );
-    }
-}
-
-/// A CUDA event with a label. Cheap to clone; graphs that record or wait on it keep it alive.
-#[derive(Clone)]
-pub struct Event {
-    pub(crate) inner: Arc<EventInner>,
-}
-
-impl Event {
-    /// The event's label.
-    pub fn label(&self) -> &str {
-        &self.inner.label
-    }
-    /// Milliseconds between `start` and this event (both recorded with timing enabled, both
-    /// complete).
-    #[track_caller]
-    pub fn elapsed_ms_since(&self, start: &Event) -> Result<f32> {
-        let at = SourceLine::caller();
-        let fail = |f: Failure| {
-            f.on(
-                ObjectRef::new(ObjectKind::Event, self.label()),
-                "Event::elapsed_ms_since",
-                at,
-            )
-        };
-        self.inner.ctx.bind().map_err(fail)?;
-        let mut ms = 0.0f32;
-        // SAFETY: both events are live (held by self and start).
-        check(
-            unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.inner.raw, self.inner.raw) },
-            "cuEventElapsedTime",
-        )
-        .map_err(fail)?;
-        Ok(ms)
-    }
-    /// Blocks until the event has completed.
-    #[track_caller]
-    pub fn synchronize(&self) -> Result<()> {
-        let at = SourceLine::caller();
-        let fail = |f: Failure| {
-            f.on(
-                ObjectRef::new(ObjectKind::Event, self.label()),
-                "Event::synchronize",
-                at,
-            )
-        };
-        self.inner.ctx.bind().map_err(fail)?;
-        // SAFETY: the event is live.
-        check(
-            unsafe { sys::cuEventSynchronize(self.inner.raw) },
-            "cuEventSynchronize",
-        )
-        .map_err(fail)
-    }
-}
+/// The legacy default stream (`CU_STREAM_LEGACY`).
+const LEGACY: usize = 0x1;
 
 impl Context {
-    /// Creates an event; `timing` enables [`Event::elapsed_ms_since`].
-    #[track_caller]
-    pub fn event(&self, label: &str, timing: bool) -> Result<Event> {
-        let at = SourceLine::caller();
-        let fail = |f: Failure| {
-            f.on(
-                ObjectRef::new(ObjectKind::Event, label),
-                "Context::event",
-                at,
-            )
-        };
-        self.bind().map_err(fail)?;
-        let flags = if timing {
-            sys::CUevent_flags::CU_EVENT_DEFAULT
-        } else {
-            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
-        };
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the context is current; raw is a valid out pointer.
-        check(
-            unsafe { sys::cuEventCreate(&mut raw, flags as u32) },
-            "cuEventCreate",
-        )
-        .map_err(fail)?;
-        Ok(Event {
-            inner: Arc::new(EventInner {
-                raw,
-                label: label.to_string(),
-                ctx: self.clone(),
-            }),
-        })
-    }
-
     /// Creates a non-blocking stream (it does not synchronise with the legacy default stream).
     #[track_caller]
     pub fn stream(&self, label: &str) -> Result<Stream> {
+        self.new_stream(label, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+    }
+
+    /// Creates a blocking stream: it synchronises implicitly with the legacy default stream,
+    /// so legacy-stream work while it captures invalidates the capture
+    /// (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`). Prefer [`Context::stream`].
+    #[track_caller]
+    pub fn blocking_stream(&self, label: &str) -> Result<Stream> {
+        self.new_stream(label, sys::CUstream_flags::CU_STREAM_DEFAULT as u32)
+    }
+
+    /// The legacy default stream (`CU_STREAM_LEGACY`, what `cudaMemcpy` and other synchronous
+    /// calls use), labelled `legacy`. graphsmith does not own it; it cannot capture
+    /// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`).
+    #[track_caller]
+    pub fn legacy_stream(&self) -> Result<Stream> {
+        let marker = self.event("legacy/marker", false)?;
+        Ok(Stream {
+            raw: LEGACY as sys::CUstream,
+            ctx: self.clone(),
+            label: "legacy".into(),
+            capture: Mutex::new(None),
+            capture_hint: AtomicU64::new(0),
+            hint_epoch: AtomicU64::new(0),
+            marker: Some(marker),
+            owned: false,
+        })
+    }
+
+    #[track_caller]
+    fn new_stream(&self, label: &str, flags: u32) -> Result<Stream> {
         let at = SourceLine::caller();
         let fail = |f: Failure| {
             f.on(
@@ -140,9 +67,7 @@ impl Context {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the context is current; raw is a valid out pointer.
         check(
-            unsafe {
-                sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
-            },
+            unsafe { sys::cuStreamCreate(&mut raw, flags) },
             "cuStreamCreate",
         )
         .map_err(fail)?;
@@ -159,7 +84,10 @@ impl Context {
             ctx: self.clone(),
             label: label.to_string(),
             capture: Mutex::new(None),
+            capture_hint: AtomicU64::new(0),
+            hint_epoch: AtomicU64::new(0),
             marker: Some(marker),
+            owned: true,
         })
     }
 }
@@ -172,11 +100,18 @@ pub struct Stream {
     pub(crate) label: String,
     /// The graphsmith capture this stream began, if any.
     pub(crate) capture: Mutex<Option<ActiveCapture>>,
+    /// The id of the graphsmith capture this stream was last seen taking part in (0: none),
+    /// with the journal bit; valid while no capture has ended since `hint_epoch`.
+    pub(crate) capture_hint: AtomicU64,
+    pub(crate) hint_epoch: AtomicU64,
     /// An event used to hand this stream's progress to another stream ([`Stream::join`]).
     marker: Option<Event>,
+    /// Whether graphsmith created the stream (and destroys it); not for the legacy stream.
+    owned: bool,
 }
 
-// SAFETY: CUstream handles may be used from any thread; mutable state is behind a Mutex.
+// SAFETY: CUstream handles may be used from any thread; mutable state is behind a Mutex or
+// atomic.
 unsafe impl Send for Stream {}
 // SAFETY: as above.
 unsafe impl Sync for Stream {}
@@ -191,7 +126,7 @@ impl Drop for Stream {
     fn drop(&mut self) {
         self.abandon_capture();
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if raw.is_null() {
+        if raw.is_null() || !self.owned {
             return;
         }
         // SAFETY: raw came from cuStreamCreate and is destroyed once. Pending work completes
@@ -200,6 +135,16 @@ impl Drop for Stream {
             || ObjectRef::new(ObjectKind::Stream, &self.label),
             || check(unsafe { sys::cuStreamDestroy_v2(raw) }, "cuStreamDestroy"),
         );
+    }
+}
+
+fn access<T: Element>(b: &DeviceBuffer<T>, mode: AccessMode) -> Access {
+    Access {
+        buffer: b.alloc.ptr,
+        label: b.label().to_string(),
+        offset: 0,
+        len: b.bytes() as u64,
+        mode,
     }
 }
 
@@ -218,6 +163,18 @@ impl Stream {
     }
     pub(crate) fn object(&self) -> ObjectRef {
         ObjectRef::new(ObjectKind::Stream, &self.label)
+    }
+
+    fn op<'a>(&self, name: &'static str, label: &'a str, at: SourceLine, kind: Kind) -> Op<'a> {
+        Op {
+            name,
+            label,
+            at,
+            kind,
+            accesses: Vec::new(),
+            keep: Vec::new(),
+            waits_for: None,
+        }
     }
 
     /// Launches a kernel. While the stream captures, this becomes a kernel node labelled
@@ -242,31 +199,39 @@ impl Stream {
         self.ctx.bind().map_err(fail)?;
         let mut pointers = args.pointers();
         let (g, b) = (cfg.grid, cfg.block);
-        // SAFETY: func is alive (kernel holds its module); argument count and sizes were checked
-        // against cuFuncGetParamInfo above; the pointers point into `args`, alive for the call.
-        check(
-            unsafe {
-                sys::cuLaunchKernel(
-                    kernel.func,
-                    g.x,
-                    g.y,
-                    g.z,
-                    b.x,
-                    b.y,
-                    b.z,
-                    cfg.shared_mem_bytes,
-                    self.raw,
-                    pointers.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
-            "cuLaunchKernel",
-        )
-        .map_err(fail)?;
-        let mut keep: Vec<Keep> = args.keep.into_iter().map(|a| a as Keep).collect();
+        let mut keep: Vec<Keep> = std::mem::take(&mut args.keep)
+            .into_iter()
+            .map(|a| a as Keep)
+            .collect();
         keep.push(Arc::new(kernel.module.clone()) as Keep);
-        self.note_captured(label, at, args.accesses, keep);
-        Ok(())
+        let journal = Op {
+            accesses: std::mem::take(&mut args.accesses),
+            keep,
+            ..self.op(op, label, at, Kind::Work)
+        };
+        self.issue(journal, fail, || {
+            // SAFETY: func is alive (kernel holds its module); argument count and sizes were
+            // checked against cuFuncGetParamInfo above; the pointers point into `args`, alive
+            // for the call.
+            check(
+                unsafe {
+                    sys::cuLaunchKernel(
+                        kernel.func,
+                        g.x,
+                        g.y,
+                        g.z,
+                        b.x,
+                        b.y,
+                        b.z,
+                        cfg.shared_mem_bytes,
+                        self.raw,
+                        pointers.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                },
+                "cuLaunchKernel",
+            )
+        })
     }
 
     /// Sets every element of `dst` to `value` (`cuMemsetD8/D16/D32Async`).
@@ -285,33 +250,32 @@ impl Stream {
         })?;
         self.ctx.bind().map_err(fail)?;
         let (ptr, n) = (dst.alloc.ptr, dst.len());
-        // SAFETY: ptr is a live allocation of n elements of T (held by dst); the stream is live.
-        let (rc, call) = unsafe {
-            match std::mem::size_of::<T>() {
-                1 => (
-                    sys::cuMemsetD8Async(ptr, bits as u8, n, self.raw),
-                    "cuMemsetD8Async",
-                ),
-                2 => (
-                    sys::cuMemsetD16Async(ptr, bits as u16, n, self.raw),
-                    "cuMemsetD16Async",
-                ),
-                _ => (
-                    sys::cuMemsetD32Async(ptr, bits, n, self.raw),
-                    "cuMemsetD32Async",
-                ),
-            }
+        let journal = Op {
+            accesses: vec![access(dst, AccessMode::Write)],
+            keep: vec![dst.alloc.clone() as Keep],
+            ..self.op(op, label, at, Kind::Work)
         };
-        check(rc, call).map_err(fail)?;
-        let access = Access {
-            buffer: ptr,
-            label: dst.label().to_string(),
-            offset: 0,
-            len: dst.bytes() as u64,
-            mode: AccessMode::Write,
-        };
-        self.note_captured(label, at, vec![access], vec![dst.alloc.clone() as Keep]);
-        Ok(())
+        self.issue(journal, fail, || {
+            // SAFETY: ptr is a live allocation of n elements of T (held by dst); the stream is
+            // live.
+            let (rc, call) = unsafe {
+                match std::mem::size_of::<T>() {
+                    1 => (
+                        sys::cuMemsetD8Async(ptr, bits as u8, n, self.raw),
+                        "cuMemsetD8Async",
+                    ),
+                    2 => (
+                        sys::cuMemsetD16Async(ptr, bits as u16, n, self.raw),
+                        "cuMemsetD16Async",
+                    ),
+                    _ => (
+                        sys::cuMemsetD32Async(ptr, bits, n, self.raw),
+                        "cuMemsetD32Async",
+                    ),
+                }
+            };
+            check(rc, call)
+        })
     }
 
     /// Copies `src` into `dst` on the device (`cuMemcpyDtoDAsync`); the lengths must match.
@@ -342,37 +306,22 @@ impl Stream {
         }
         let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Node, label), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: both allocations are live and at least dst.bytes() long (lengths checked).
-        check(
-            unsafe {
-                sys::cuMemcpyDtoDAsync_v2(dst.alloc.ptr, src.alloc.ptr, dst.bytes(), self.raw)
-            },
-            "cuMemcpyDtoDAsync",
-        )
-        .map_err(fail)?;
-        let accesses = vec![
-            Access {
-                buffer: src.alloc.ptr,
-                label: src.label().into(),
-                offset: 0,
-                len: src.bytes() as u64,
-                mode: AccessMode::Read,
-            },
-            Access {
-                buffer: dst.alloc.ptr,
-                label: dst.label().into(),
-                offset: 0,
-                len: dst.bytes() as u64,
-                mode: AccessMode::Write,
-            },
-        ];
-        self.note_captured(
-            label,
-            at,
-            accesses,
-            vec![dst.alloc.clone() as Keep, src.alloc.clone() as Keep],
-        );
-        Ok(())
+        let journal = Op {
+            accesses: vec![
+                access(src, AccessMode::Read),
+                access(dst, AccessMode::Write),
+            ],
+            keep: vec![dst.alloc.clone() as Keep, src.alloc.clone() as Keep],
+            ..self.op(op, label, at, Kind::Work)
+        };
+        let (d, s, bytes) = (dst.alloc.ptr, src.alloc.ptr, dst.bytes());
+        self.issue(journal, fail, || {
+            // SAFETY: both allocations are live and at least `bytes` long (lengths checked).
+            check(
+                unsafe { sys::cuMemcpyDtoDAsync_v2(d, s, bytes, self.raw) },
+                "cuMemcpyDtoDAsync",
+            )
+        })
     }
 
     /// Copies host data into `dst` and waits until the copy is done. Refused while the stream
@@ -381,7 +330,9 @@ impl Stream {
     pub fn upload<T: Element>(&self, dst: &mut DeviceBuffer<T>, src: &[T]) -> Result<()> {
         let at = SourceLine::caller();
         let op = "Stream::upload";
-        self.refuse_in_capture(op, at, "a host-to-device copy from a borrowed slice")?;
+        let label = dst.label().to_string();
+        let what = "a host-to-device copy from a borrowed slice";
+        self.refuse_host_copy(self.op(op, &label, at, Kind::Work), what)?;
         if dst.len() != src.len() {
             return Err(Error::new(
                 ErrorKind::InvalidInput {
@@ -399,96 +350,107 @@ impl Stream {
         }
         let fail = |f: Failure| f.on(dst.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: src is a live host slice of dst.bytes() bytes; dst is a live allocation of the
-        // same size; the stream is synchronised below before src can go away.
-        check(
+        let journal = Op {
+            accesses: vec![access(dst, AccessMode::Write)],
+            ..self.op(op, &label, at, Kind::Work)
+        };
+        let (ptr, bytes) = (dst.alloc.ptr, dst.bytes());
+        self.issue(journal, fail, || {
+            // SAFETY: src is a live host slice of `bytes` bytes; dst is a live allocation of the
+            // same size; the stream is synchronised before src can go away.
             unsafe {
-                sys::cuMemcpyHtoDAsync_v2(
-                    dst.alloc.ptr,
-                    src.as_ptr() as *const _,
-                    dst.bytes(),
-                    self.raw,
-                )
-            },
-            "cuMemcpyHtoDAsync",
-        )
-        .map_err(fail)?;
-        // SAFETY: the stream is live.
-        check(
-            unsafe { sys::cuStreamSynchronize(self.raw) },
-            "cuStreamSynchronize",
-        )
-        .map_err(fail)
+                check(
+                    sys::cuMemcpyHtoDAsync_v2(ptr, src.as_ptr() as *const _, bytes, self.raw),
+                    "cuMemcpyHtoDAsync",
+                )?;
+                check(sys::cuStreamSynchronize(self.raw), "cuStreamSynchronize")
+            }
+        })
     }
 
-    /// Waits for the stream, then copies `src` to a new host vector.
+    /// Waits for the stream, then copies `src` to a new host vector. Refused while the stream
+    /// captures.
     #[track_caller]
     pub fn download<T: Element>(&self, src: &DeviceBuffer<T>) -> Result<Vec<T>> {
         let at = SourceLine::caller();
         let op = "Stream::download";
-        self.refuse_in_capture(op, at, "a device-to-host copy into a Vec")?;
+        let what = "a device-to-host copy into a Vec";
+        self.refuse_host_copy(self.op(op, src.label(), at, Kind::Work), what)?;
         let fail = |f: Failure| f.on(src.object(), op, at);
         self.ctx.bind().map_err(fail)?;
         let mut out: Vec<T> = Vec::with_capacity(src.len());
-        // SAFETY: out has capacity for src.len() elements; the copy writes all src.bytes() bytes
-        // and the stream is synchronised before set_len; T is valid for any bit pattern (Element).
-        unsafe {
-            check(
-                sys::cuMemcpyDtoHAsync_v2(
-                    out.as_mut_ptr() as *mut _,
-                    src.alloc.ptr,
-                    src.bytes(),
-                    self.raw,
-                ),
-                "cuMemcpyDtoHAsync",
-            )
-            .map_err(fail)?;
-            check(sys::cuStreamSynchronize(self.raw), "cuStreamSynchronize").map_err(fail)?;
-            out.set_len(src.len());
-        }
+        let journal = Op {
+            accesses: vec![access(src, AccessMode::Read)],
+            ..self.op(op, src.label(), at, Kind::Work)
+        };
+        let (ptr, bytes, n) = (src.alloc.ptr, src.bytes(), src.len());
+        self.issue(journal, fail, || {
+            // SAFETY: out has capacity for n elements; the copy writes all `bytes` bytes and the
+            // stream is synchronised before set_len; T is valid for any bit pattern (Element).
+            unsafe {
+                check(
+                    sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, ptr, bytes, self.raw),
+                    "cuMemcpyDtoHAsync",
+                )?;
+                check(sys::cuStreamSynchronize(self.raw), "cuStreamSynchronize")?;
+                out.set_len(n);
+            }
+            Ok(())
+        })?;
         Ok(out)
     }
 
-    /// Blocks until all work on the stream is done.
+    /// Blocks until all work on the stream is done (`cuStreamSynchronize`). Inside a capture
+    /// the driver refuses it and invalidates the capture; the journal names this call.
     #[track_caller]
     pub fn synchronize(&self) -> Result<()> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(self.object(), "Stream::synchronize", at);
+        let op = "Stream::synchronize";
+        let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: the stream is live.
-        check(
-            unsafe { sys::cuStreamSynchronize(self.raw) },
-            "cuStreamSynchronize",
-        )
-        .map_err(fail)
+        self.issue(self.op(op, &self.label, at, Kind::Other), fail, || {
+            // SAFETY: the stream is live.
+            check(
+                unsafe { sys::cuStreamSynchronize(self.raw) },
+                "cuStreamSynchronize",
+            )
+        })
     }
 
     /// Records `event` on this stream.
     #[track_caller]
     pub fn record(&self, event: &Event) -> Result<()> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(self.object(), "Stream::record", at);
+        let op = "Stream::record";
+        let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: stream and event are live and of the same context.
-        check(
-            unsafe { sys::cuEventRecord(event.inner.raw, self.raw) },
-            "cuEventRecord",
-        )
-        .map_err(fail)
+        let ev = event.inner.raw;
+        let kind = Kind::Record { event: ev as usize };
+        self.issue(self.op(op, event.label(), at, kind), fail, || {
+            // SAFETY: stream and event are live and of the same context.
+            check(unsafe { sys::cuEventRecord(ev, self.raw) }, "cuEventRecord")
+        })
     }
 
-    /// Makes later work on this stream wait for `event`.
+    /// Makes later work on this stream wait for `event`. During a capture, waiting on an event
+    /// recorded in it forks this stream into the capture.
     #[track_caller]
     pub fn wait(&self, event: &Event) -> Result<()> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(self.object(), "Stream::wait", at);
+        let op = "Stream::wait";
+        let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: stream and event are live.
-        check(
-            unsafe { sys::cuStreamWaitEvent(self.raw, event.inner.raw, 0) },
-            "cuStreamWaitEvent",
-        )
-        .map_err(fail)
+        let ev = event.inner.raw;
+        let kind = Kind::Wait {
+            event: Some(ev as usize),
+        };
+        self.issue(self.op(op, event.label(), at, kind), fail, || {
+            // SAFETY: stream and event are live.
+            check(
+                unsafe { sys::cuStreamWaitEvent(self.raw, ev, 0) },
+                "cuStreamWaitEvent",
+            )
+        })
     }
 
     /// Makes later work on this stream wait for all work submitted to `other` so far. During a
@@ -496,48 +458,49 @@ impl Stream {
     #[track_caller]
     pub fn join(&self, other: &Stream) -> Result<()> {
         let at = SourceLine::caller();
+        let op = "Stream::join";
         let marker = other.marker.as_ref().ok_or_else(|| {
             Error::new(
                 ErrorKind::NullHandle {
                     what: "the stream's marker event",
                 },
                 other.object(),
-                "Stream::join",
+                op,
                 at,
             )
         })?;
-        let fail = |f: Failure| f.on(self.object(), "Stream::join", at);
+        let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: both streams and the marker event are live and of the same context.
-        unsafe {
-            check(
-                sys::cuEventRecord(marker.inner.raw, other.raw),
-                "cuEventRecord",
-            )
-            .map_err(fail)?;
-            check(
-                sys::cuStreamWaitEvent(self.raw, marker.inner.raw, 0),
-                "cuStreamWaitEvent",
-            )
-            .map_err(fail)
-        }
+        let journal = Op {
+            waits_for: Some((other.raw as usize, other.label.as_str())),
+            ..self.op(op, &other.label, at, Kind::Wait { event: None })
+        };
+        let m = marker.inner.raw;
+        self.issue(journal, fail, || {
+            // SAFETY: both streams and the marker event are live and of the same context.
+            unsafe {
+                check(sys::cuEventRecord(m, other.raw), "cuEventRecord")?;
+                check(sys::cuStreamWaitEvent(self.raw, m, 0), "cuStreamWaitEvent")
+            }
+        })
     }
 
-    fn refuse_in_capture(&self, op: &'static str, at: SourceLine, what: &str) -> Result<()> {
-        if !self.ctx.captures_active() {
-            return Ok(());
-        }
-        match self.capture_info() {
-            Ok(Some(_)) => Err(Error::new(
-                ErrorKind::NotAllowedDuringCapture {
-                    reason: format!("{what} cannot be part of a graph"),
-                },
-                self.object(),
-                op,
-                at,
-            )),
-            Ok(None) => Ok(()),
-            Err(f) => Err(f.on(self.object(), op, at)),
-        }
+    /// Runs raw driver or library calls on this stream's handle as one graphsmith operation,
+    /// journaled like the others (line, thread, ranges, and the code when it fails). `call`
+    /// returns the outcome as a `CUresult` (map a library's status to the CUDA code behind it).
+    #[track_caller]
+    pub fn interop(
+        &self,
+        label: &str,
+        call: impl FnOnce(sys::CUstream) -> sys::CUresult,
+    ) -> Result<()> {
+        let at = SourceLine::caller();
+        let op = "Stream::interop";
+        let fail = |f: Failure| f.on(self.object(), op, at);
+        self.ctx.bind().map_err(fail)?;
+        let raw = self.raw;
+        self.issue(self.op(op, label, at, Kind::Other), fail, || {
+            check(call(raw), "interop call")
+        })
     }
 }

@@ -20,7 +20,11 @@ fn kernel_name(g: &graphsmith::model::Graph, id: graphsmith::model::NodeId) -> S
 #[ignore = "needs a CUDA GPU"]
 fn racy_attention_is_reported_and_the_fixed_graph_is_clean() {
     let gpu = Gpu::new();
-    let sides = [gpu.ctx.stream("q-stream").unwrap(), gpu.ctx.stream("k-stream").unwrap(), gpu.ctx.stream("v-stream").unwrap()];
+    let sides = [
+        gpu.ctx.stream("q-stream").unwrap(),
+        gpu.ctx.stream("k-stream").unwrap(),
+        gpu.ctx.stream("v-stream").unwrap(),
+    ];
     let mut attn = Attention::new(&gpu.ctx, &gpu.stream, 64).unwrap();
     let racy = attn.capture(&gpu.stream, &sides, true).unwrap();
     let fixed = attn.capture(&gpu.stream, &sides, false).unwrap();
@@ -30,16 +34,40 @@ fn racy_attention_is_reported_and_the_fixed_graph_is_clean() {
     for h in &report.hazards {
         println!("journal: {h}");
     }
-    let pairs: Vec<(String, String, String, HazardKind)> =
-        report.hazards.iter().map(|h| (h.first.label.clone(), h.second.label.clone(), h.buffer_label.clone(), h.kind)).collect();
+    let pairs: Vec<(String, String, String, HazardKind)> = report
+        .hazards
+        .iter()
+        .map(|h| {
+            (
+                h.first.label.clone(),
+                h.second.label.clone(),
+                h.buffer_label.clone(),
+                h.kind,
+            )
+        })
+        .collect();
     assert_eq!(
         pairs,
         [
-            ("q-proj".to_string(), "attention".to_string(), "q".to_string(), HazardKind::ReadAfterWrite),
-            ("k-proj".to_string(), "attention".to_string(), "k".to_string(), HazardKind::ReadAfterWrite),
+            (
+                "q-proj".to_string(),
+                "attention".to_string(),
+                "q".to_string(),
+                HazardKind::ReadAfterWrite
+            ),
+            (
+                "k-proj".to_string(),
+                "attention".to_string(),
+                "k".to_string(),
+                HazardKind::ReadAfterWrite
+            ),
         ]
     );
-    assert!(fixed.model().hazards().unwrap().is_clean(), "{:?}", fixed.model().hazards().unwrap().hazards);
+    assert!(
+        fixed.model().hazards().unwrap().is_clean(),
+        "{:?}",
+        fixed.model().hazards().unwrap().hazards
+    );
 
     // From a plain read-back, as for a graph another library captured: no labels, pointer
     // arguments matched to allocations; `float* out` of proj has no const, so its direction is
@@ -51,8 +79,14 @@ fn racy_attention_is_reported_and_the_fixed_graph_is_clean() {
     }
     assert_eq!(report.hazards.len(), 2, "{:?}", report.hazards);
     for h in &report.hazards {
-        assert_eq!(kernel_name(&back, h.first.id), graphsmith_workloads::PROJ_KERNEL);
-        assert_eq!(kernel_name(&back, h.second.id), graphsmith_workloads::ATTENTION_KERNEL);
+        assert_eq!(
+            kernel_name(&back, h.first.id),
+            graphsmith_workloads::PROJ_KERNEL
+        );
+        assert_eq!(
+            kernel_name(&back, h.second.id),
+            graphsmith_workloads::ATTENTION_KERNEL
+        );
     }
     let back_fixed = fixed.read_back().unwrap().hazards().unwrap();
     assert!(back_fixed.is_clean(), "{:?}", back_fixed.hazards);

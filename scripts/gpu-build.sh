@@ -8,6 +8,12 @@ rm -rf gpu-bin
 mkdir -p gpu-bin/tests
 cargo build --release -p graphsmith-cli
 cp target/release/graphsmith gpu-bin/
+# graphsmith trace's injection library goes beside the binary (where `graphsmith trace` looks
+# for it), with the tracer's GPU test programs and script (run: bash gpu-bin/trace/run_gpu.sh).
+cargo build --release -p graphsmith-trace
+cp target/release/libgraphsmith_trace.so gpu-bin/
+mkdir -p gpu-bin/trace
+cp -r crates/graphsmith-trace/tests/run_gpu.sh crates/graphsmith-trace/tests/programs gpu-bin/trace/
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, shutil, sys, os

@@ -9,6 +9,7 @@ mod doctor;
 mod explain;
 mod probe;
 mod tour;
+mod trace;
 
 #[derive(Parser)]
 #[command(
@@ -71,6 +72,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Runs a CUDA program under the capture tracer and reports every graph capture it made.
+    Trace(trace::TraceArgs),
     /// Checks a graph file (graphsmith JSON, or a cudaGraphDebugDotPrint dump) for races
     /// between nodes that nothing orders, and reports its shape and redundant edges.
     /// Exit code: 0 clean, 1 hazards found, 2 unreadable input.
@@ -120,6 +123,7 @@ fn main() -> ExitCode {
             out,
         }),
         Command::Explain { query, json } => explain::run(&query, json),
+        Command::Trace(args) => trace::run(args),
         Command::Doctor {
             file,
             json,

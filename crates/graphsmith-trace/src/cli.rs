@@ -1,0 +1,167 @@
+//! `graphsmith trace [--json FILE] [--strict] -- <command> [args...]`: runs the command with the
+//! injection library, waits for it, and prints the report on stderr. The command's stdin,
+//! stdout, stderr and exit code pass through unchanged (with `--strict`, a command that exited 0
+//! but whose report holds an error makes `graphsmith trace` exit 1).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use crate::analysis::{Attached, CommandExit, Report};
+use crate::event::read_events;
+use crate::explain::{Builtin, Catalogue};
+use crate::launch;
+use crate::render::render;
+
+/// The arguments of `graphsmith trace`.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct TraceArgs {
+    /// Also write the report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Treat silent escapes as errors; exit 1 when the command exited 0 but the report holds an
+    /// error (a failed capture or an escape).
+    #[arg(long)]
+    pub strict: bool,
+    /// Keep the raw event log (one JSON object per line) in FILE.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+    /// The injection library [default: $GRAPHSMITH_TRACE_LIB, else libgraphsmith_trace.so
+    /// beside the graphsmith binary].
+    #[arg(long, value_name = "PATH")]
+    pub lib: Option<PathBuf>,
+    /// The libcupti to use when the command has not loaded one itself [default:
+    /// $GRAPHSMITH_CUPTI, else searched: the command's Python packages, $CUDA_HOME, /usr/local/cuda,
+    /// ldconfig].
+    #[arg(long, value_name = "PATH")]
+    pub cupti: Option<PathBuf>,
+    /// The command to trace, and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<OsString>,
+}
+
+/// Runs `graphsmith trace` with the built-in catalogue.
+pub fn run(args: TraceArgs) -> ExitCode {
+    run_with(args, &Builtin)
+}
+
+/// Runs `graphsmith trace`, explaining failures with `catalogue`.
+pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
+    let command: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let plan = launch::plan(&args);
+    let mut notes = plan.notes.clone();
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    for (k, v) in &plan.env {
+        cmd.env(k, v);
+    }
+    let status = match launch::run(cmd) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("graphsmith trace: cannot run `{}`: {e}", command[0]);
+            launch::cleanup(&plan);
+            return ExitCode::from(if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            });
+        }
+    };
+    let exit = CommandExit {
+        code: status.code,
+        signal: status.signal,
+    };
+    let text = plan
+        .events
+        .as_deref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default();
+    let (events, bad) = read_events(&text);
+    let mut report = Report::build(command, exit, &events, catalogue);
+    if report
+        .processes
+        .iter()
+        .any(|p| matches!(&p.attached, Attached::No { reason, .. } if reason == "CuptiMissing"))
+    {
+        notes.push(
+            "libcupti was not found: give it with --cupti PATH (or GRAPHSMITH_CUPTI); it ships in the CUDA toolkit (extras/CUPTI/lib64) and in the nvidia-cuda-cupti Python package".into(),
+        );
+    }
+    report.notes = notes;
+    report.unreadable_lines = bad;
+    report.strict = args.strict;
+    eprint!("{}", render(&report));
+    if let Some(path) = &args.json {
+        if let Err(e) = write_json(path, &report) {
+            eprintln!(
+                "graphsmith trace: cannot write the JSON report to {}: {e}",
+                path.display()
+            );
+        }
+    }
+    launch::cleanup(&plan);
+    let code = match (status.code, status.signal) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 1,
+    };
+    if code == 0 && args.strict && report.errors() > 0 {
+        return ExitCode::from(1);
+    }
+    ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
+}
+
+fn write_json(path: &Path, report: &Report) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+    std::fs::write(path, text + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        trace: TraceArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<TraceArgs, clap::Error> {
+        let mut all = vec!["trace"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(all).map(|c| c.trace)
+    }
+
+    #[test]
+    fn options_before_the_command_are_ours_the_rest_is_the_command() {
+        let a = parse(&[
+            "--json", "r.json", "--strict", "--", "python3", "x.py", "--json", "-v",
+        ])
+        .unwrap();
+        assert_eq!(a.json, Some(PathBuf::from("r.json")));
+        assert!(a.strict);
+        assert_eq!(a.command, ["python3", "x.py", "--json", "-v"]);
+    }
+
+    #[test]
+    fn the_double_dash_may_be_left_out() {
+        let a = parse(&["./faults", "stream-sync", "--x"]).unwrap();
+        assert!(!a.strict);
+        assert_eq!(a.command, ["./faults", "stream-sync", "--x"]);
+        let a = parse(&["--strict", "./faults", "--strict"]).unwrap();
+        assert!(a.strict);
+        assert_eq!(a.command, ["./faults", "--strict"]);
+    }
+
+    #[test]
+    fn a_command_is_required() {
+        assert!(parse(&["--strict"]).is_err());
+        assert!(parse(&["--json", "r.json", "--"]).is_err());
+    }
+}

@@ -1,0 +1,323 @@
+//! What the injection library records: one JSON object per line, appended to the file named by
+//! `GRAPHSMITH_TRACE_OUT` as it happens, so that a crash, `exit()` or `_exit()` loses nothing
+//! already recorded. `graphsmith trace` reads the lines back after the command exits
+//! ([`read_events`]) and builds the report from them ([`crate::analysis`]).
+//!
+//! Only what a report needs is recorded: captures begun and ended, calls that failed, work that
+//! escaped a capture, instantiations, and a summary at exit. Successful calls outside a capture
+//! are counted, not recorded.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The environment variable naming the event log the injection library appends to.
+pub const OUT_VAR: &str = "GRAPHSMITH_TRACE_OUT";
+
+/// One line of the event log. Every variant carries the process id, so that the log of a command
+/// that starts several CUDA processes (a shell script, a launcher) stays readable.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    /// The tracer is attached to CUDA (CUPTI subscribed) in this process.
+    Start(Start),
+    /// The tracer could not attach: the process runs untraced.
+    Untraced(Untraced),
+    /// An NVTX instance in the process handed its function table to the tracer.
+    Nvtx(NvtxInit),
+    /// A stream began capturing.
+    Begin(Begin),
+    /// A CUDA call returned an error.
+    Call(Call),
+    /// Work went to a stream outside a running capture: it ran eagerly and the graph misses it.
+    Escape(Call),
+    /// A capture ended (successfully or not) on the stream that began it.
+    End(End),
+    /// A graph was instantiated.
+    Instantiate(Instantiate),
+    /// The process is exiting (an `atexit` handler); missing when it crashed or called `_exit`.
+    Exit(Exit),
+}
+
+impl Event {
+    /// The process that recorded it.
+    pub fn pid(&self) -> u32 {
+        match self {
+            Event::Start(e) => e.pid,
+            Event::Untraced(e) => e.pid,
+            Event::Nvtx(e) => e.pid,
+            Event::Begin(e) => e.pid,
+            Event::Call(e) | Event::Escape(e) => e.pid,
+            Event::End(e) => e.pid,
+            Event::Instantiate(e) => e.pid,
+            Event::Exit(e) => e.pid,
+        }
+    }
+}
+
+/// A thread: its OS id (`gettid`) and its name (`/proc/self/task/<tid>/comm`, or the name given
+/// with `nvtxNameOsThread`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thread {
+    pub tid: u32,
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    pub pid: u32,
+    /// The executable (`/proc/self/exe`).
+    pub exe: String,
+    /// The libcupti the tracer subscribed through, and how it was found.
+    pub cupti: String,
+    /// `cuptiGetVersion`.
+    pub cupti_version: u32,
+}
+
+/// Why a process runs untraced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UntracedReason {
+    /// No libcupti could be loaded.
+    CuptiMissing,
+    /// libcupti loaded, but a symbol the tracer needs is missing.
+    CuptiIncomplete,
+    /// Another tool already subscribed to CUPTI (a profiler, Nsight Systems, `torch.profiler`).
+    CuptiTaken,
+    /// `cuptiSubscribe` or `cuptiEnableDomain` failed for another reason.
+    CuptiFailed,
+    /// The event log could not be opened.
+    NoOutput,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Untraced {
+    pub pid: u32,
+    pub reason: UntracedReason,
+    pub detail: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvtxInit {
+    pub pid: u32,
+    /// How many NVTX instances of this process attached so far (each library compiled with the
+    /// header-only NVTX3 has its own).
+    pub instances: u32,
+    /// The NVTX version its export table reports, when it reports one.
+    pub version: Option<u32>,
+}
+
+/// A capture's mode (`CUstreamCaptureMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Global,
+    ThreadLocal,
+    Relaxed,
+    Unknown,
+}
+
+impl Mode {
+    pub fn from_raw(raw: u32) -> Mode {
+        match raw {
+            0 => Mode::Global,
+            1 => Mode::ThreadLocal,
+            2 => Mode::Relaxed,
+            _ => Mode::Unknown,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Global => "global",
+            Mode::ThreadLocal => "thread-local",
+            Mode::Relaxed => "relaxed",
+            Mode::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Begin {
+    pub pid: u32,
+    pub seq: u64,
+    /// The driver's capture id (`cuStreamGetCaptureInfo`), unique in the process.
+    pub capture: u64,
+    pub stream: u64,
+    pub context: u64,
+    pub mode: Mode,
+    pub thread: Thread,
+    /// The NVTX range stack of the capturing thread at begin, outermost first.
+    pub ranges: Vec<String>,
+    pub driver: Option<String>,
+    pub runtime: Option<String>,
+}
+
+/// A native stack frame.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Frame {
+    /// Demangled symbol, when one is known.
+    #[serde(default)]
+    pub symbol: String,
+    /// The shared object or executable (file name only).
+    #[serde(default)]
+    pub module: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+}
+
+/// The range stack of a capture's thread, seen from a call made on another thread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapturingRanges {
+    pub capture: u64,
+    pub thread: Thread,
+    pub ranges: Vec<String>,
+}
+
+/// A call: failed (`Event::Call`) or escaped (`Event::Escape`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Call {
+    pub pid: u32,
+    pub seq: u64,
+    /// The driver function (`cuStreamSynchronize`), when the call reached the driver.
+    pub driver: Option<String>,
+    /// The runtime function around it (`cudaStreamSynchronize`), when the call came through
+    /// the runtime.
+    pub runtime: Option<String>,
+    /// The CUDA result (0 for an escape).
+    pub code: u32,
+    /// The driver's name for the code (`cuGetErrorName`), when it has one.
+    #[serde(default)]
+    pub code_name: Option<String>,
+    /// The driver's text for the code (`cuGetErrorString`).
+    #[serde(default)]
+    pub code_text: Option<String>,
+    pub thread: Thread,
+    /// The stream argument, when the call has one (the legacy stream is 0x0, per-thread 0x2).
+    pub stream: Option<u64>,
+    /// The capture the stream (or the event) belongs to, when it belongs to one.
+    pub capture: Option<u64>,
+    /// The call came after its capture had ended (e.g. ending it a second time).
+    #[serde(default)]
+    pub after_end: bool,
+    /// Captures running in the call's context when it was made.
+    #[serde(default)]
+    pub active: Vec<u64>,
+    pub ranges: Vec<String>,
+    /// For a call from another thread than a running capture's: that thread's ranges.
+    #[serde(default)]
+    pub capturing: Vec<CapturingRanges>,
+    /// Innermost frame first, starting at the caller of the CUDA API.
+    #[serde(default)]
+    pub backtrace: Vec<Frame>,
+}
+
+impl Call {
+    /// The name to show: the runtime function when there is one, with the driver function.
+    pub fn name(&self) -> String {
+        match (&self.runtime, &self.driver) {
+            (Some(r), Some(d)) => format!("{r} ({d})"),
+            (Some(r), None) => r.clone(),
+            (None, Some(d)) => d.clone(),
+            (None, None) => "an unnamed CUDA call".to_string(),
+        }
+    }
+
+    /// The outermost function name alone.
+    pub fn short_name(&self) -> &str {
+        self.runtime
+            .as_deref()
+            .or(self.driver.as_deref())
+            .unwrap_or("?")
+    }
+}
+
+/// A stream that took part in a capture.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamUse {
+    pub stream: u64,
+    /// Calls captured on it.
+    pub calls: u64,
+    /// Its first and last captured call, with the ranges at that call.
+    pub first: String,
+    pub last: String,
+    #[serde(default)]
+    pub last_ranges: Vec<String>,
+    #[serde(default)]
+    pub last_thread: Thread,
+    /// Another stream of the capture waited on an event recorded on this one after its last
+    /// work (the fork was joined back).
+    #[serde(default)]
+    pub joined: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct End {
+    pub pid: u32,
+    pub seq: u64,
+    pub capture: u64,
+    pub stream: u64,
+    pub thread: Thread,
+    pub code: u32,
+    /// The graph, when the end succeeded.
+    pub graph: Option<u64>,
+    pub ranges: Vec<String>,
+    /// Every stream that took part, the origin first.
+    #[serde(default)]
+    pub streams: Vec<StreamUse>,
+    pub driver: Option<String>,
+    pub runtime: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instantiate {
+    pub pid: u32,
+    pub seq: u64,
+    pub graph: u64,
+    pub exec: Option<u64>,
+    pub code: u32,
+    pub thread: Thread,
+    /// Node counts by kind (`kernel`, `memcpy`, ...), read from the graph at instantiation.
+    pub nodes: BTreeMap<String, u64>,
+    pub driver: Option<String>,
+    pub runtime: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exit {
+    pub pid: u32,
+    pub seq: u64,
+    /// Driver and runtime API calls seen.
+    pub driver_calls: u64,
+    pub runtime_calls: u64,
+    /// Launches of each executable (`cuGraphLaunch`): (handle, count).
+    #[serde(default)]
+    pub graph_launches: Vec<(u64, u64)>,
+    /// Failed calls and escapes recorded without a backtrace, past the cap.
+    #[serde(default)]
+    pub backtraces_skipped: u64,
+    /// Events not recorded, past the cap.
+    #[serde(default)]
+    pub events_dropped: u64,
+}
+
+/// Reads an event log. Lines that do not parse (a line cut short by a crash) are skipped and
+/// counted.
+pub fn read_events(text: &str) -> (Vec<Event>, usize) {
+    let mut events = Vec::new();
+    let mut bad = 0;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Event>(line) {
+            Ok(e) => events.push(e),
+            Err(_) => bad += 1,
+        }
+    }
+    (events, bad)
+}

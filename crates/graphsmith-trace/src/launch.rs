@@ -1,0 +1,228 @@
+//! Preparing and running the traced command: where the injection library and libcupti are, the
+//! environment the command gets, and waiting for it (Ctrl-C goes to the command; the report is
+//! still printed).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::cli::TraceArgs;
+
+/// The injection library's file name.
+pub const LIB_NAME: &str = "libgraphsmith_trace.so";
+
+/// What `graphsmith trace` will do.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Plan {
+    /// Variables set for the command (none when it runs untraced).
+    pub env: Vec<(String, OsString)>,
+    /// The event log, when traced.
+    pub events: Option<PathBuf>,
+    /// Remove the event log afterwards (it is a temporary file).
+    pub temporary: bool,
+    pub notes: Vec<String>,
+}
+
+/// The injection library: --lib, $GRAPHSMITH_TRACE_LIB, beside the binary, in deps/ (cargo's
+/// layout), or ../lib.
+pub(crate) fn find_lib(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = explicit {
+        candidates.push(p.to_path_buf());
+    } else if let Some(p) = std::env::var_os("GRAPHSMITH_TRACE_LIB").filter(|p| !p.is_empty()) {
+        candidates.push(PathBuf::from(p));
+    } else if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        candidates.push(dir.join(LIB_NAME));
+        candidates.push(dir.join("deps").join(LIB_NAME));
+        candidates.push(dir.join("../lib").join(LIB_NAME));
+    }
+    for c in &candidates {
+        if c.is_file() {
+            return c
+                .canonicalize()
+                .map_err(|e| format!("{}: {e}", c.display()));
+        }
+    }
+    Err(format!(
+        "{LIB_NAME} not found (looked at {}); build it with `cargo build -p graphsmith-trace` or give --lib",
+        candidates
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+fn cupti_in(dir: &Path) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libcupti.so"))
+        })
+        .collect();
+    // Prefer the versioned soname (libcupti.so.13) the loader would pick.
+    found.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
+    found.into_iter().next()
+}
+
+/// Directories on the command's Python path that hold NVIDIA's wheels' libcupti.
+fn python_dirs(command: &[OsString]) -> Vec<PathBuf> {
+    let Some(first) = command.first() else {
+        return Vec::new();
+    };
+    let is_python = Path::new(first)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("python"));
+    if !is_python {
+        return Vec::new();
+    }
+    let Ok(out) = Command::new(first)
+        .args(["-c", "import sys; print('\\n'.join(sys.path))"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .flat_map(|l| {
+            let p = PathBuf::from(l).join("nvidia");
+            [
+                p.join("cu13/lib"),
+                p.join("cuda_cupti/lib"),
+                p.join("cu12/lib"),
+            ]
+        })
+        .collect()
+}
+
+/// A libcupti to offer the tracer, for processes that have not loaded one themselves.
+pub(crate) fn find_cupti(command: &[OsString]) -> Option<PathBuf> {
+    let mut dirs = python_dirs(command);
+    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
+        if let Some(root) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            let root = PathBuf::from(root);
+            dirs.push(root.join("extras/CUPTI/lib64"));
+            dirs.push(root.join("lib64"));
+        }
+    }
+    dirs.push("/usr/local/cuda/extras/CUPTI/lib64".into());
+    dirs.push("/usr/local/cuda/lib64".into());
+    dirs.push("/usr/local/cuda/targets/x86_64-linux/lib".into());
+    if let Some(p) = dirs.iter().find_map(|d| cupti_in(d)) {
+        return Some(p);
+    }
+    let out = Command::new("ldconfig").arg("-p").output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("libcupti.so"))
+        .find_map(|l| l.split("=>").nth(1).map(|p| PathBuf::from(p.trim())))
+}
+
+fn temp_log() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    std::env::temp_dir().join(format!(
+        "graphsmith-trace-{}-{nanos}.jsonl",
+        std::process::id()
+    ))
+}
+
+/// Decides the environment of the command.
+pub(crate) fn plan(args: &TraceArgs) -> Plan {
+    let mut plan = Plan::default();
+    let lib = match find_lib(args.lib.as_deref()) {
+        Ok(l) => l,
+        Err(e) => {
+            plan.notes.push(format!("{e}; the command runs untraced"));
+            return plan;
+        }
+    };
+    if let Some(other) = std::env::var_os("CUDA_INJECTION64_PATH").filter(|v| !v.is_empty()) {
+        if Path::new(&other) != lib {
+            plan.notes.push(format!(
+                "CUDA_INJECTION64_PATH is already set ({}): another tool injects into CUDA; the command runs untraced",
+                Path::new(&other).display()
+            ));
+            return plan;
+        }
+    }
+    let events = args.events.clone().unwrap_or_else(temp_log);
+    if let Err(e) = std::fs::write(&events, "") {
+        plan.notes.push(format!(
+            "cannot create the event log {}: {e}; the command runs untraced",
+            events.display()
+        ));
+        return plan;
+    }
+    plan.temporary = args.events.is_none();
+    plan.env
+        .push(("CUDA_INJECTION64_PATH".into(), lib.clone().into()));
+    match std::env::var_os("NVTX_INJECTION64_PATH").filter(|v| !v.is_empty()) {
+        Some(other) if Path::new(&other) != lib => plan.notes.push(format!(
+            "NVTX_INJECTION64_PATH is already set ({}): NVTX ranges are not recorded",
+            Path::new(&other).display()
+        )),
+        _ => plan.env.push(("NVTX_INJECTION64_PATH".into(), lib.into())),
+    }
+    plan.env
+        .push((crate::event::OUT_VAR.into(), events.clone().into()));
+    let cupti = args
+        .cupti
+        .clone()
+        .or_else(|| std::env::var_os("GRAPHSMITH_CUPTI").map(PathBuf::from))
+        .or_else(|| find_cupti(&args.command));
+    if let Some(c) = cupti {
+        plan.env.push(("GRAPHSMITH_CUPTI".into(), c.into()));
+    }
+    plan.events = Some(events);
+    plan
+}
+
+/// How the command ended.
+pub(crate) struct Status {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// Runs the command with inherited stdio. While it runs, SIGINT and SIGQUIT are ignored here
+/// (the terminal delivers them to the command too), so the report is printed after a Ctrl-C.
+pub(crate) fn run(mut cmd: Command) -> std::io::Result<Status> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = cmd.spawn()?;
+    // SAFETY: setting a signal disposition to SIG_IGN and back has no memory-safety
+    // preconditions; the child was spawned before, with the default dispositions.
+    let old = unsafe {
+        (
+            libc::signal(libc::SIGINT, libc::SIG_IGN),
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+        )
+    };
+    let status = child.wait();
+    // SAFETY: restores the dispositions saved above.
+    unsafe {
+        libc::signal(libc::SIGINT, old.0);
+        libc::signal(libc::SIGQUIT, old.1);
+    }
+    let status = status?;
+    Ok(Status {
+        code: status.code(),
+        signal: status.signal(),
+    })
+}
+
+/// Removes a temporary event log.
+pub(crate) fn cleanup(plan: &Plan) {
+    if let (true, Some(p)) = (plan.temporary, &plan.events) {
+        let _ = std::fs::remove_file(p);
+    }
+}

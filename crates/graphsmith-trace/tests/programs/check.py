@@ -1,0 +1,128 @@
+"""Checks one `graphsmith trace --json` report against tests/programs/expect.json.
+
+Usage: check.py EXPECT.json CASE REPORT.json EXIT_CODE
+Prints PASS or FAIL with every mismatch and the values actually found; exits 0 or 1.
+"""
+import fnmatch
+import json
+import sys
+
+
+def matches(actual, allowed):
+    """allowed: None (anything), or a list of names/patterns (fnmatch)."""
+    if allowed is None:
+        return True
+    return actual is not None and any(fnmatch.fnmatchcase(actual, a) for a in allowed)
+
+
+def first_capture(report, pred):
+    for p in report["processes"]:
+        for c in p["captures"]:
+            if pred(c):
+                return p, c
+    return None, None
+
+
+def check_call(errs, what, call, exp, process):
+    if call is None:
+        errs.append(f"{what}: none found")
+        return
+    for key in ("runtime", "driver"):
+        if key in exp and not matches(call.get(key), exp[key]):
+            errs.append(f"{what}.{key}: {call.get(key)!r}, expected one of {exp[key]}")
+    if "code" in exp and call["code"] != exp["code"]:
+        errs.append(f"{what}.code: {call['code']}, expected {exp['code']}")
+    if exp.get("thread") and call["thread"]["name"] != exp["thread"]:
+        errs.append(f"{what}.thread: {call['thread']}, expected name {exp['thread']}")
+    if exp.get("main_thread") and process and call["thread"]["tid"] != process["pid"]:
+        errs.append(f"{what}.thread: {call['thread']}, expected the main thread {process['pid']}")
+    if "ranges" in exp and call["ranges"] != exp["ranges"]:
+        errs.append(f"{what}.ranges: {call['ranges']}, expected {exp['ranges']}")
+    if "capturing_ranges" in exp:
+        got = [c["ranges"] for c in call.get("capturing", [])]
+        if exp["capturing_ranges"] not in got:
+            errs.append(f"{what}.capturing ranges: {got}, expected {exp['capturing_ranges']}")
+    for s in exp.get("backtrace_contains", []):
+        frames = [f.get("symbol", "") for f in call.get("backtrace", [])]
+        if not any(s in f for f in frames):
+            errs.append(f"{what}.backtrace has no frame with {s!r}: {frames[:16]}")
+
+
+def main():
+    expect_all, case, report_path, exit_code = sys.argv[1:5]
+    exp = json.load(open(expect_all))[case]
+    errs = []
+    if "exit" in exp and int(exit_code) != exp["exit"]:
+        errs.append(f"exit code {exit_code}, expected {exp['exit']}")
+    try:
+        report = json.load(open(report_path))
+    except (OSError, ValueError) as e:
+        print(f"FAIL {case}: no readable report ({e})")
+        return 1
+    procs = report["processes"]
+    caps = [c for p in procs for c in p["captures"]]
+    escapes = [(p, e) for p in procs for e in p["escapes"]]
+    failed = [c for c in caps if c["outcome"] != "captured" or c["first"]]
+    if "note_contains" in exp and not any(exp["note_contains"] in n for n in report["notes"]):
+        errs.append(f"notes {report['notes']} lack {exp['note_contains']!r}")
+    if "first" in exp:
+        p, c = first_capture(report, lambda c: c["first"] is not None)
+        check_call(errs, "first failing call", c and c["first"], exp["first"], p)
+        if c and "outcome" in exp and c["outcome"] != exp["outcome"]:
+            errs.append(f"outcome {c['outcome']}, expected {exp['outcome']}")
+        if c and "unjoined_ranges" in exp:
+            got = [u["last_ranges"] for u in c["unjoined"]]
+            if exp["unjoined_ranges"] not in got:
+                errs.append(f"unjoined streams' ranges {got}, expected {exp['unjoined_ranges']}")
+        if c and "cascade_contains" in exp:
+            names = [i["call"] for i in c["cascade"]]
+            for n in exp["cascade_contains"]:
+                if n not in names:
+                    errs.append(f"cascade {c['cascade']} lacks {n}")
+    elif "outcome" in exp:
+        if not caps:
+            errs.append("no capture recorded")
+        elif caps[0]["outcome"] != exp["outcome"]:
+            errs.append(f"outcome {caps[0]['outcome']}, expected {exp['outcome']}")
+    if "exited_normally" in exp and procs and procs[0]["exited_normally"] != exp["exited_normally"]:
+        errs.append(f"exited_normally {procs[0]['exited_normally']}, expected {exp['exited_normally']}")
+    if "failed_captures" in exp and len(failed) != exp["failed_captures"]:
+        errs.append(f"{len(failed)} failed captures, expected {exp['failed_captures']}: "
+                    + "; ".join(f"{c['outcome']} {c['first'] and (c['first']['runtime'], c['first']['driver'], c['first']['code'])}" for c in failed))
+    if "escapes" in exp and len(escapes) != exp["escapes"]:
+        errs.append(f"{len(escapes)} escapes, expected {exp['escapes']}: "
+                    + "; ".join(f"{e['runtime']}/{e['driver']} ranges {e['ranges']}" for _, e in escapes[:5]))
+    if "escapes_min" in exp and len(escapes) < exp["escapes_min"]:
+        errs.append(f"{len(escapes)} escapes, expected at least {exp['escapes_min']}")
+    if "escape" in exp:
+        p, e = escapes[0] if escapes else (None, None)
+        check_call(errs, "escape", e, exp["escape"], p)
+    graphs = [g for p in procs for g in p["graphs"] if g["instantiate"]["code"] == 0]
+    if "graphs_min" in exp and len(graphs) < exp["graphs_min"]:
+        errs.append(f"{len(graphs)} graphs instantiated, expected at least {exp['graphs_min']}")
+    for kind, n in exp.get("nodes_min", {}).items():
+        got = max((g["instantiate"]["nodes"].get(kind, 0) for g in graphs), default=0)
+        if got < n:
+            errs.append(f"{got} {kind} nodes, expected at least {n} ({[g['instantiate']['nodes'] for g in graphs]})")
+    if "launches_min" in exp:
+        got = max((g["launches"] for g in graphs), default=0)
+        if got < exp["launches_min"]:
+            errs.append(f"{got} graph launches, expected at least {exp['launches_min']}")
+    if "nvtx_min" in exp:
+        got = max((p["nvtx_instances"] for p in procs), default=0)
+        if got < exp["nvtx_min"]:
+            errs.append(f"{got} NVTX instances attached, expected at least {exp['nvtx_min']}")
+    for p in procs:
+        if p["attached"]["state"] == "no":
+            errs.append(f"process {p['pid']} untraced: {p['attached']}")
+    if errs:
+        print(f"FAIL {case}")
+        for e in errs:
+            print(f"  - {e}")
+        return 1
+    print(f"PASS {case}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

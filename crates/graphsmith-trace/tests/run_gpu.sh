@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# GPU tests of `graphsmith trace`: builds the planted-fault C++ program with nvcc, runs each case
+# (C++ and PyTorch) under `graphsmith trace --json`, checks every report with check.py against
+# programs/expect.json, measures the tracer's overhead on a PyTorch capture-and-replay program,
+# and ends with "N passed, N failed".
+#
+# It first prints what it finds on the machine (CUPTI, NVTX, PyTorch), so that one run answers
+# the open questions too. Logs and reports go to $TRACE_OUT (default: ./trace-gpu-out).
+#
+# Usage (on the GPU machine, from the folder gpu-build.sh filled):
+#   bash trace/run_gpu.sh [case ...]            # all cases, or only those named
+# Environment: GRAPHSMITH (the graphsmith binary; default: ../graphsmith beside this folder),
+#   PYTHON (default python3), NVCC (default nvcc), BENCH_REPLAYS (default 2000), BENCH_RUNS (3).
+set -uo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+PROGRAMS="$HERE/programs"
+GS="${GRAPHSMITH:-$HERE/../graphsmith}"
+PY="${PYTHON:-python3}"
+NVCC="${NVCC:-nvcc}"
+OUT="${TRACE_OUT:-$PWD/trace-gpu-out}"
+mkdir -p "$OUT"
+pass=0
+fail=0
+failed=()
+
+section() { printf '\n=== %s\n' "$*"; }
+
+section "machine"
+nvidia-smi -L 2>&1 | head -4
+nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -1
+"$NVCC" --version 2>&1 | tail -2
+echo "graphsmith: $GS ($(ls -la "$GS" 2>&1 | awk '{print $5}') bytes)"
+ls -la "$(dirname "$GS")"/libgraphsmith_trace.so 2>&1
+
+section "CUPTI on this machine"
+ldconfig -p 2>/dev/null | grep -i cupti || echo "(ldconfig knows no libcupti)"
+ls -1 /usr/local/cuda*/extras/CUPTI/lib64/libcupti.so* 2>/dev/null || echo "(none under /usr/local/cuda*/extras/CUPTI)"
+echo "CUDA_HOME=${CUDA_HOME:-} CUDA_INJECTION64_PATH=${CUDA_INJECTION64_PATH:-} NVTX_INJECTION64_PATH=${NVTX_INJECTION64_PATH:-}"
+
+section "PyTorch, and why libcupti as NVTX injection did not see torch.cuda.nvtx ranges"
+"$PY" - <<'EOF' 2>&1
+import glob, os, subprocess
+try:
+    import torch
+except Exception as e:
+    print("no torch:", e); raise SystemExit
+print("torch", torch.__version__, "cuda", torch.version.cuda, "at", torch.__file__)
+lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+site = os.path.dirname(os.path.dirname(torch.__file__))
+print("nvidia wheels' libcupti:", glob.glob(os.path.join(site, "nvidia", "*", "lib", "libcupti.so*")))
+for name in ("libtorch_cuda.so", "libtorch_python.so", "libtorch.so", "libtorch_cpu.so"):
+    path = os.path.join(lib, name)
+    if not os.path.exists(path):
+        continue
+    ldd = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+    deps = [l.strip() for l in ldd.splitlines() if "cupti" in l or "nvToolsExt" in l or "nvtx" in l.lower()]
+    nm = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True).stdout
+    nvtx_syms = [l.split()[-1] for l in nm.splitlines() if "nvtx" in l.lower()][:6]
+    cupti_syms = sum(1 for l in nm.splitlines() if " cupti" in l)
+    with open(path, "rb") as f:
+        data = f.read()
+    print(f"{name}: needs {deps or 'no cupti/nvtx library'}; defines {cupti_syms} cupti* symbols; "
+          f"nvtx symbols {nvtx_syms}; mentions NVTX_INJECTION64_PATH: {b'NVTX_INJECTION64_PATH' in data}; "
+          f"InitializeInjectionNvtx2: {b'InitializeInjectionNvtx2' in data}")
+torch.zeros(1, device="cuda")
+torch.cuda.nvtx.range_push("probe"); torch.cuda.nvtx.range_pop()
+maps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "cupti" in l or "nvToolsExt" in l or "graphsmith" in l})
+print("loaded after CUDA init and one NVTX range (untraced):", maps)
+EOF
+
+section "build the planted-fault program"
+FAULTS="$OUT/faults"
+if "$NVCC" -O1 -g -std=c++17 -lineinfo -Xlinker -export-dynamic -o "$FAULTS" "$PROGRAMS/faults.cu" -lpthread 2>"$OUT/nvcc.log"; then
+  echo "built $FAULTS"
+else
+  echo "nvcc failed:"; cat "$OUT/nvcc.log"
+fi
+
+has_torch=0
+"$PY" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && has_torch=1
+
+run_case() {
+  local case="$1"
+  local spec
+  spec="$("$PY" - "$PROGRAMS/expect.json" "$case" "$FAULTS" "$PROGRAMS" <<'EOF'
+import json, shlex, sys
+e = json.load(open(sys.argv[1]))[sys.argv[2]]
+cmd = [a.replace("{faults}", sys.argv[3]).replace("{programs}", sys.argv[4]) for a in e["cmd"]]
+env = " ".join(f"{k}={shlex.quote(v)}" for k, v in e.get("env", {}).items())
+print(env)
+print(" ".join(shlex.quote(a) for a in e.get("trace_args", [])))
+print(" ".join(shlex.quote(a) for a in cmd))
+EOF
+)"
+  local env_line args_line cmd_line
+  env_line="$(sed -n 1p <<<"$spec")"
+  args_line="$(sed -n 2p <<<"$spec")"
+  cmd_line="$(sed -n 3p <<<"$spec")"
+  if [[ "$cmd_line" == python3* && $has_torch == 0 ]]; then
+    echo "SKIP $case (no PyTorch with CUDA)"; return
+  fi
+  if [[ "$cmd_line" == *faults* && ! -x "$FAULTS" ]]; then
+    echo "FAIL $case (faults was not built)"; fail=$((fail + 1)); failed+=("$case"); return
+  fi
+  local code
+  eval "env $env_line timeout 300 \"$GS\" trace --json \"$OUT/$case.json\" --events \"$OUT/$case.events.jsonl\" $args_line -- $cmd_line" \
+    >"$OUT/$case.out" 2>"$OUT/$case.err"
+  code=$?
+  if "$PY" "$PROGRAMS/check.py" "$PROGRAMS/expect.json" "$case" "$OUT/$case.json" "$code"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1)); failed+=("$case")
+    echo "  --- report ($OUT/$case.err):"; sed 's/^/  | /' "$OUT/$case.err" | head -60
+  fi
+}
+
+section "cases"
+if [[ $# -gt 0 ]]; then
+  cases=("$@")
+else
+  mapfile -t cases < <("$PY" -c "import json,sys; print('\n'.join(json.load(open(sys.argv[1]))))" "$PROGRAMS/expect.json")
+fi
+for c in "${cases[@]}"; do run_case "$c"; done
+
+section "an example report (stream-sync)"
+cat "$OUT/stream-sync.err" 2>/dev/null | head -40
+
+if [[ $has_torch == 1 && $# -eq 0 ]]; then
+  section "overhead: PyTorch capture and replay, end to end, untraced vs traced"
+  if "$PY" - "$GS" "$PY" "$PROGRAMS/torch_bench.py" "${BENCH_REPLAYS:-2000}" "${BENCH_RUNS:-3}" "$OUT" <<'EOF'
+import statistics, subprocess, sys, time
+gs, py, bench, replays, runs, out = sys.argv[1:7]
+log = open(f"{out}/bench.log", "w")
+def timed(cmd):
+    t = time.perf_counter()
+    subprocess.run(cmd, stdout=log, stderr=log, check=False)
+    return time.perf_counter() - t
+timed([py, bench, "50"])  # warm the file cache
+plain, traced = [], []
+for _ in range(int(runs)):
+    plain.append(timed([py, bench, replays]))
+    traced.append(timed([gs, "trace", "--json", f"{out}/bench.json", "--", py, bench, replays]))
+mp, mt = statistics.median(plain), statistics.median(traced)
+print("untraced runs:", " ".join(f"{t:.3f}" for t in plain))
+print("traced runs:  ", " ".join(f"{t:.3f}" for t in traced))
+print(f"median untraced {mp:.3f} s, traced {mt:.3f} s, ratio {mt / mp:.3f} (limit 1.10)")
+sys.exit(0 if mt / mp <= 1.10 else 1)
+EOF
+  then
+    echo "PASS overhead"; pass=$((pass + 1))
+  else
+    echo "FAIL overhead"; fail=$((fail + 1)); failed+=(overhead)
+  fi
+fi
+
+section "result"
+[[ ${#failed[@]} -gt 0 ]] && echo "failed: ${failed[*]}"
+echo "logs and reports: $OUT"
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

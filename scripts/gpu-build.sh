@@ -44,5 +44,8 @@ for f in target/release/examples/*; do
   case "$name" in *-*|*.d|*.rlib) continue ;; esac
   [ -f "$f" ] && [ -x "$f" ] && cp "$f" gpu-bin/examples/
 done
+# Symbols are not needed there; stripping keeps what the device tool carries small.
+strip gpu-bin/graphsmith gpu-bin/tests/* gpu-bin/examples/* 2>/dev/null || true
+strip --strip-debug gpu-bin/libgraphsmith_trace.so 2>/dev/null || true
 cp scripts/gpu-run.sh gpu-bin/
 du -sh gpu-bin

@@ -10,6 +10,9 @@ logs=${GPU_LOGS:-gpu-logs}
 mkdir -p "$logs"
 passed=0
 failed=0
+# Tests that run the CLI find it here (they were built where the binary had another path).
+GRAPHSMITH_BIN="$PWD/$bin/graphsmith"
+export GRAPHSMITH_BIN
 for t in "$bin"/tests/*; do
   name=$(basename "$t")
   "$t" --include-ignored --test-threads=1 --show-output >"$logs/$name.log" 2>&1

@@ -191,10 +191,10 @@ impl Graph {
         let model_args = kernel
             .params
             .iter()
-            .zip(&args.values)
+            .zip(args.values())
             .map(|(&(offset, _), v)| ModelArg {
                 offset: offset as u32,
-                bytes: v.clone(),
+                bytes: v.to_vec(),
             })
             .collect();
         let kind = NodeKind::Kernel(KernelParams {
@@ -219,12 +219,9 @@ impl Graph {
             kern: std::ptr::null_mut(),
             ctx: std::ptr::null_mut(),
         };
-        let mut keep: Vec<Keep> = std::mem::take(&mut args.keep)
-            .into_iter()
-            .map(|a| a as Keep)
-            .collect();
+        let mut keep = args.take_keep();
         keep.push(Arc::new(kernel.module.clone()));
-        let accesses = std::mem::take(&mut args.accesses);
+        let accesses = args.take_accesses();
         let graph = self.raw;
         // SAFETY: graph is live; params point into `args`, alive for the call (the driver copies
         // the argument values); argument count and sizes were checked above.

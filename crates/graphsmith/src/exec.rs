@@ -44,8 +44,12 @@ pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure
 /// giving each its own executable.
 pub struct Exec {
     pub(crate) raw: sys::CUgraphExec,
-    /// The template this executable was instantiated from (its own copy), updated with it.
+    /// The template this executable was instantiated from (its own copy). Its node handles
+    /// address the executable's nodes in per-node updates, for the executable's whole life.
     pub(crate) template: Graph,
+    /// After whole-graph updates: a copy of the latest graph, which per-node updates keep in
+    /// step. `None` while `template` itself is current.
+    pub(crate) current: Option<Graph>,
     /// The ids of the graphs whose `NodeRef`s address this executable's nodes: the graph it was
     /// instantiated from, and the graph of its latest whole-graph update.
     pub(crate) instantiated_from: u64,
@@ -72,7 +76,7 @@ impl std::fmt::Debug for Exec {
             f,
             "Exec '{}' ({} nodes)",
             self.label,
-            self.template.model.nodes.len()
+            self.current().model.nodes.len()
         )
     }
 }
@@ -89,6 +93,7 @@ impl Exec {
         Self {
             raw,
             template,
+            current: None,
             instantiated_from: origin,
             origin,
             label,
@@ -131,11 +136,18 @@ impl Exec {
     }
     /// The model of the executable's template, with every update applied.
     pub fn model(&self) -> &model::Graph {
-        &self.template.model
+        &self.current().model
     }
     /// The executable's own template, with every update applied.
     pub fn template(&self) -> &Graph {
-        &self.template
+        self.current()
+    }
+    /// The template that reflects every update so far.
+    pub(crate) fn current(&self) -> &Graph {
+        self.current.as_ref().unwrap_or(&self.template)
+    }
+    pub(crate) fn current_mut(&mut self) -> &mut Graph {
+        self.current.as_mut().unwrap_or(&mut self.template)
     }
     /// What has happened to this executable so far.
     pub fn stats(&self) -> ExecStats {

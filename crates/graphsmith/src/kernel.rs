@@ -8,6 +8,7 @@ use cudarc::driver::sys;
 use graphsmith_model::{Access, AccessMode, Dim3};
 
 use crate::buffer::{Allocation, DeviceBuffer, Element, View, ViewMut};
+use crate::capture::Keep;
 use crate::context::{Context, Limits};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 
@@ -190,14 +191,14 @@ pub(crate) fn check_layout(
     layout: &[(usize, usize)],
     args: &Args<'_>,
 ) -> std::result::Result<(), String> {
-    if args.values.len() != layout.len() {
+    if args.len() != layout.len() {
         return Err(format!(
             "kernel '{name}' takes {} parameters, {} were given",
             layout.len(),
-            args.values.len()
+            args.len()
         ));
     }
-    for (i, ((_, size), value)) in layout.iter().zip(&args.values).enumerate() {
+    for (i, ((_, size), value)) in layout.iter().zip(args.values()).enumerate() {
         if *size != value.len() {
             return Err(format!(
                 "parameter {i} of kernel '{name}' is {size} bytes, the argument is {} bytes",
@@ -267,11 +268,25 @@ impl LaunchConfig {
 /// ```ignore
 /// let args = Args::new().arg(&x).arg(&mut y).arg(2.0f32).arg(n);
 /// ```
+///
+/// All values live in one byte buffer, so building arguments costs a few allocations however
+/// many there are; the accesses and keep-alives are only materialised when a graph needs them.
 pub struct Args<'a> {
-    pub(crate) values: Vec<Vec<u8>>,
-    pub(crate) accesses: Vec<Access>,
-    pub(crate) keep: Vec<Arc<Allocation>>,
+    /// Every value, each starting at a multiple of 8 bytes.
+    bytes: Vec<u8>,
+    /// (start, length) of each value in `bytes`.
+    spans: Vec<(usize, usize)>,
+    /// The buffers passed, with the range and direction of each.
+    buffers: Vec<BufferArg>,
     _borrows: PhantomData<&'a mut ()>,
+}
+
+/// A buffer argument: what it touches, and the allocation a graph must keep alive.
+pub(crate) struct BufferArg {
+    alloc: Arc<Allocation>,
+    offset: u64,
+    len: u64,
+    mode: AccessMode,
 }
 
 impl Default for Args<'_> {
@@ -284,9 +299,9 @@ impl<'a> Args<'a> {
     /// No arguments yet.
     pub fn new() -> Self {
         Self {
-            values: Vec::new(),
-            accesses: Vec::new(),
-            keep: Vec::new(),
+            bytes: Vec::with_capacity(64),
+            spans: Vec::with_capacity(8),
+            buffers: Vec::new(),
             _borrows: PhantomData,
         }
     }
@@ -298,6 +313,14 @@ impl<'a> Args<'a> {
         self
     }
 
+    /// Appends one value's bytes, 8-byte aligned within the buffer.
+    pub(crate) fn push_bytes(&mut self, value: &[u8]) {
+        let start = self.bytes.len().next_multiple_of(8);
+        self.bytes.resize(start, 0);
+        self.bytes.extend_from_slice(value);
+        self.spans.push((start, value.len()));
+    }
+
     fn push_buffer<T: Element>(
         &mut self,
         buffer: &DeviceBuffer<T>,
@@ -307,25 +330,55 @@ impl<'a> Args<'a> {
     ) {
         let size = std::mem::size_of::<T>() as u64;
         let offset = start as u64 * size;
-        self.values
-            .push((buffer.alloc.ptr + offset).to_le_bytes().to_vec());
-        self.accesses.push(Access {
-            buffer: buffer.alloc.ptr,
-            label: buffer.alloc.label.clone(),
+        self.push_bytes(&(buffer.alloc.ptr + offset).to_le_bytes());
+        self.buffers.push(BufferArg {
+            alloc: buffer.alloc.clone(),
             offset,
             len: len as u64 * size,
             mode,
         });
-        self.keep.push(buffer.alloc.clone());
+    }
+
+    /// Number of arguments.
+    pub(crate) fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The bytes of each argument, in order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.spans
+            .iter()
+            .map(|&(start, len)| &self.bytes[start..start + len])
     }
 
     /// Pointers to each argument's bytes, as `cuLaunchKernel` and kernel nodes take them.
     /// Valid while `self` is neither moved nor changed.
     pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.values
-            .iter_mut()
-            .map(|v| v.as_mut_ptr() as *mut c_void)
+        let base = self.bytes.as_mut_ptr();
+        // SAFETY: every span lies inside `bytes` (push_bytes), so each offset stays in bounds.
+        self.spans
+            .iter()
+            .map(|&(start, _)| unsafe { base.add(start) } as *mut c_void)
             .collect()
+    }
+
+    /// The memory the arguments touch, for the model.
+    pub(crate) fn take_accesses(&self) -> Vec<Access> {
+        self.buffers
+            .iter()
+            .map(|b| Access {
+                buffer: b.alloc.ptr,
+                label: b.alloc.label.clone(),
+                offset: b.offset,
+                len: b.len,
+                mode: b.mode,
+            })
+            .collect()
+    }
+
+    /// The allocations a graph using these arguments must keep alive.
+    pub(crate) fn take_keep(&mut self) -> Vec<Keep> {
+        self.buffers.drain(..).map(|b| b.alloc as Keep).collect()
     }
 }
 
@@ -364,7 +417,7 @@ macro_rules! scalar_args {
     ($($t:ty),*) => { $(
         impl<'a> KernelArg<'a> for $t {
             fn push_to(self, args: &mut Args<'a>) {
-                args.values.push(self.to_le_bytes().to_vec());
+                args.push_bytes(&self.to_le_bytes());
             }
         }
     )* };

@@ -199,20 +199,10 @@ impl Stream {
         self.ctx.bind().map_err(fail)?;
         let mut pointers = args.pointers();
         let (g, b) = (cfg.grid, cfg.block);
-        let mut keep: Vec<Keep> = std::mem::take(&mut args.keep)
-            .into_iter()
-            .map(|a| a as Keep)
-            .collect();
-        keep.push(Arc::new(kernel.module.clone()) as Keep);
-        let journal = Op {
-            accesses: std::mem::take(&mut args.accesses),
-            keep,
-            ..self.op(op, label, at, Kind::Work)
-        };
-        self.issue(journal, fail, || {
-            // SAFETY: func is alive (kernel holds its module); argument count and sizes were
-            // checked against cuFuncGetParamInfo above; the pointers point into `args`, alive
-            // for the call.
+        // SAFETY: func is alive (kernel holds its module); argument count and sizes were
+        // checked against cuFuncGetParamInfo above; the pointers point into `args`, alive and
+        // unchanged for the call.
+        let launch = |pointers: &mut Vec<*mut std::ffi::c_void>| {
             check(
                 unsafe {
                     sys::cuLaunchKernel(
@@ -231,9 +221,20 @@ impl Stream {
                 },
                 "cuLaunchKernel",
             )
-        })
+        };
+        if !self.ctx.captures_active() {
+            // Eager fast path: nothing to journal, nothing for a graph to keep.
+            return launch(&mut pointers).map_err(fail);
+        }
+        let mut keep = args.take_keep();
+        keep.push(Arc::new(kernel.module.clone()) as Keep);
+        let journal = Op {
+            accesses: args.take_accesses(),
+            keep,
+            ..self.op(op, label, at, Kind::Work)
+        };
+        self.issue(journal, fail, || launch(&mut pointers))
     }
-
     /// Sets every element of `dst` to `value` (`cuMemsetD8/D16/D32Async`).
     #[track_caller]
     pub fn memset<T: Element>(

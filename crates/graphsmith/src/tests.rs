@@ -143,16 +143,21 @@ fn memset_bits_cover_1_2_4_byte_elements_and_refuse_8() {
 
 #[test]
 fn scalar_args_are_little_endian_bytes() {
-    let args = crate::args![1.5f32, 7u32, -2i64];
+    let mut args = crate::args![1.5f32, 7u32, -2i64];
+    let values: Vec<Vec<u8>> = args.values().map(|v| v.to_vec()).collect();
     assert_eq!(
-        args.values,
+        values,
         vec![
             1.5f32.to_le_bytes().to_vec(),
             7u32.to_le_bytes().to_vec(),
             (-2i64).to_le_bytes().to_vec()
         ]
     );
-    assert!(args.accesses.is_empty());
+    assert!(args.take_accesses().is_empty());
+    // Each value starts 8-byte aligned in the shared buffer, so the pointers are aligned too.
+    for p in args.pointers() {
+        assert_eq!(p as usize % 8, 0);
+    }
 }
 
 #[test]

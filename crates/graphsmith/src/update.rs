@@ -40,7 +40,7 @@ impl Exec {
     /// Replaces the resources kept for node `index`. When a launch may still be running and we
     /// hold the last reference to an old resource, wait for the context first.
     fn replace_node_keep(&mut self, index: usize, keep: Vec<Keep>) -> Result<(), Failure> {
-        let id = self.template.model.nodes[index].id;
+        let id = self.current().model.nodes[index].id;
         if let Some(old) = self.node_keep.insert(id, keep) {
             if self.in_flight() && old.iter().any(|k| std::sync::Arc::strong_count(k) == 1) {
                 self.template.ctx.bind()?;
@@ -53,7 +53,7 @@ impl Exec {
     }
 
     fn wrong_kind(&self, index: usize, want: &str, op: &'static str, at: SourceLine) -> Error {
-        let node = &self.template.model.nodes[index];
+        let node = &self.current().model.nodes[index];
         Error::new(
             ErrorKind::InvalidInput {
                 reason: format!(
@@ -81,7 +81,7 @@ impl Exec {
         let at = SourceLine::caller();
         let op = "Exec::set_kernel";
         let index = self.node_index(node, op, at)?;
-        if !matches!(self.template.model.nodes[index].kind, NodeKind::Kernel(_)) {
+        if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
             return Err(self.wrong_kind(index, "kernel", op, at));
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
@@ -91,16 +91,18 @@ impl Exec {
             })?;
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let handle = self.template.handles[index];
+        // The instantiation template's handle addresses the executable's node; the current
+        // template's node has the current function and is kept in step.
+        let (handle, current) = (self.template.handles[index], self.current().handles[index]);
         let (func, layout) = match self.kernel_layouts.get(&index) {
             Some(known) => known.clone(),
             None => {
-                let known = kernel_of(handle).map_err(fail)?;
+                let known = kernel_of(current).map_err(fail)?;
                 self.kernel_layouts.insert(index, known.clone());
                 known
             }
         };
-        let NodeKind::Kernel(params) = &self.template.model.nodes[index].kind else {
+        let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
             return Err(self.wrong_kind(index, "kernel", op, at));
         };
         check_layout(&params.name, &layout, &args).map_err(|reason| {
@@ -130,31 +132,28 @@ impl Exec {
             )
             .map_err(fail)?;
             check(
-                sys::cuGraphKernelNodeSetParams_v2(handle, &new),
+                sys::cuGraphKernelNodeSetParams_v2(current, &new),
                 "cuGraphKernelNodeSetParams",
             )
             .map_err(fail)?;
         }
         let model_args = layout
             .iter()
-            .zip(&args.values)
+            .zip(args.values())
             .map(|(&(offset, _), v)| ModelArg {
                 offset: offset as u32,
-                bytes: v.clone(),
+                bytes: v.to_vec(),
             })
             .collect();
-        let model_node = &mut self.template.model.nodes[index];
+        let model_node = &mut self.current_mut().model.nodes[index];
         if let NodeKind::Kernel(k) = &mut model_node.kind {
             k.grid = cfg.grid;
             k.block = cfg.block;
             k.shared_mem_bytes = cfg.shared_mem_bytes;
             k.args = model_args;
         }
-        model_node.accesses = std::mem::take(&mut args.accesses);
-        let keep = std::mem::take(&mut args.keep)
-            .into_iter()
-            .map(|a| a as Keep)
-            .collect();
+        model_node.accesses = args.take_accesses();
+        let keep = args.take_keep();
         self.replace_node_keep(index, keep).map_err(fail)?;
         self.stats.node_updates += 1;
         Ok(())
@@ -171,7 +170,7 @@ impl Exec {
         let at = SourceLine::caller();
         let op = "Exec::set_memset";
         let index = self.node_index(node, op, at)?;
-        let NodeKind::Memset(old) = self.template.model.nodes[index].kind else {
+        let NodeKind::Memset(old) = self.current().model.nodes[index].kind else {
             return Err(self.wrong_kind(index, "memset", op, at));
         };
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
@@ -202,7 +201,11 @@ impl Exec {
         };
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
+        let (handle, current, ctx) = (
+            self.template.handles[index],
+            self.current().handles[index],
+            self.template.ctx.raw(),
+        );
         // SAFETY: raw, handle and ctx are live; dst is a live allocation of width elements.
         unsafe {
             check(
@@ -211,12 +214,12 @@ impl Exec {
             )
             .map_err(fail)?;
             check(
-                sys::cuGraphMemsetNodeSetParams(handle, &p),
+                sys::cuGraphMemsetNodeSetParams(current, &p),
                 "cuGraphMemsetNodeSetParams",
             )
             .map_err(fail)?;
         }
-        let model_node = &mut self.template.model.nodes[index];
+        let model_node = &mut self.current_mut().model.nodes[index];
         model_node.kind = NodeKind::Memset(MemsetParams {
             dst: dst.alloc.ptr,
             element_size,
@@ -243,7 +246,7 @@ impl Exec {
         let at = SourceLine::caller();
         let op = "Exec::set_memcpy";
         let index = self.node_index(node, op, at)?;
-        if !matches!(self.template.model.nodes[index].kind, NodeKind::Memcpy(_)) {
+        if !matches!(self.current().model.nodes[index].kind, NodeKind::Memcpy(_)) {
             return Err(self.wrong_kind(index, "memcpy", op, at));
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
@@ -266,7 +269,11 @@ impl Exec {
         let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, dst.bytes());
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
+        let (handle, current, ctx) = (
+            self.template.handles[index],
+            self.current().handles[index],
+            self.template.ctx.raw(),
+        );
         // SAFETY: raw, handle and ctx are live; both allocations are live and dst.bytes() long.
         unsafe {
             check(
@@ -275,12 +282,12 @@ impl Exec {
             )
             .map_err(fail)?;
             check(
-                sys::cuGraphMemcpyNodeSetParams(handle, &p),
+                sys::cuGraphMemcpyNodeSetParams(current, &p),
                 "cuGraphMemcpyNodeSetParams",
             )
             .map_err(fail)?;
         }
-        let model_node = &mut self.template.model.nodes[index];
+        let model_node = &mut self.current_mut().model.nodes[index];
         model_node.kind = NodeKind::Memcpy(MemcpyParams {
             src: MemRef {
                 space: MemorySpace::Device,
@@ -316,11 +323,18 @@ impl Exec {
     pub fn update(&mut self, graph: &Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
         let at = SourceLine::caller();
         let op = "Exec::update";
-        let mut reasons = update_compatibility(&self.template.model, &graph.model);
+        let mut reasons = update_compatibility(&self.current().model, &graph.model);
         if reasons.is_empty() {
             match self.driver_update(graph) {
                 Ok(()) => {
-                    self.adopt(graph.clone_template(at)?);
+                    let copy = graph.clone_template(at)?;
+                    self.settle_before_release()
+                        .map_err(|f| f.on(self.object(), op, at))?;
+                    self.origin = copy.id;
+                    self.label = format!("{}#exec", copy.label());
+                    self.current = Some(copy);
+                    self.node_keep.clear();
+                    self.kernel_layouts.clear();
                     self.stats.graph_updates += 1;
                     return Ok(UpdateOutcome::Updated);
                 }
@@ -341,20 +355,36 @@ impl Exec {
                 self.release();
                 self.raw = raw;
                 self.instantiated_from = template.id;
-                self.adopt(template);
+                self.origin = template.id;
+                self.label = format!("{}#exec", template.label());
+                self.template = template;
+                self.current = None;
+                self.node_keep.clear();
+                self.kernel_layouts.clear();
                 self.stats.reinstantiations += 1;
                 Ok(UpdateOutcome::Reinstantiated { reasons })
             }
         }
     }
 
-    /// Takes `template` as this executable's template after an update or rebuild.
-    fn adopt(&mut self, template: Graph) {
-        self.origin = template.id;
-        self.label = format!("{}#exec", template.label());
-        self.template = template;
-        self.node_keep.clear();
-        self.kernel_layouts.clear();
+    /// Before an update lets go of resources a launch may still use (the previous current
+    /// template's, and those of per-node updates): when any of them would be released for good
+    /// while a launch may be in flight, wait for the context first.
+    fn settle_before_release(&mut self) -> Result<(), Failure> {
+        let last = |k: &Keep| std::sync::Arc::strong_count(k) == 1;
+        let releasing = self
+            .current
+            .iter()
+            .flat_map(|g| g.keep.iter())
+            .chain(self.node_keep.values().flatten())
+            .any(last);
+        if self.in_flight() && releasing {
+            self.template.ctx.bind()?;
+            // SAFETY: the context is current.
+            check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+            self.settled();
+        }
+        Ok(())
     }
 
     fn driver_update(&mut self, graph: &Graph) -> std::result::Result<(), DriverRefusal> {

@@ -151,6 +151,49 @@ fn whole_graph_update_applies_or_explains_per_node() {
     let want: Vec<f32> = start.iter().map(|v| ((v + 10.0) + 20.0) + 30.0).collect();
     assert_same("updated", &gpu.read(&x), &want);
 
+    // Per-node updates still address the executable after a whole-graph update, with handles
+    // of either graph, and keep the current template in step.
+    let node = b.find("step-0").unwrap();
+    exec.set_kernel(
+        &node,
+        LaunchConfig::for_elements(N as u32),
+        args![&mut x, 100.0f32, N as u32],
+    )
+    .unwrap();
+    let first_of_a = a.find("step-2").unwrap();
+    exec.set_kernel(
+        &first_of_a,
+        LaunchConfig::for_elements(N as u32),
+        args![&mut x, 300.0f32, N as u32],
+    )
+    .unwrap();
+    gpu.stream.upload(&mut x, &start).unwrap();
+    exec.launch(&gpu.stream).unwrap();
+    let want_nodes: Vec<f32> = start.iter().map(|v| ((v + 100.0) + 20.0) + 300.0).collect();
+    assert_same(
+        "per-node after whole-graph update",
+        &gpu.read(&x),
+        &want_nodes,
+    );
+    let back = exec.template().read_back().unwrap();
+    let scalars: Vec<Vec<u8>> = back
+        .nodes
+        .iter()
+        .filter_map(|n| {
+            if let NodeKind::Kernel(k) = &n.kind {
+                Some(k.args[1].bytes.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert!(
+        scalars.contains(&100.0f32.to_le_bytes().to_vec())
+            && scalars.contains(&300.0f32.to_le_bytes().to_vec()),
+        "template in step: {scalars:?}"
+    );
+    exec.update(&b, UpdatePolicy::InPlace).unwrap();
+
     // A memset where the executable has a kernel: impossible, explained by label.
     let c = chain(&gpu, "v3", &mut x, &[1.0, 7.0, 1.0], true);
     let before = line!();

@@ -363,7 +363,8 @@ impl Tracer {
         let capture = match (enter, stream) {
             (Some((s, id)), Some(stream)) if s == stream => id,
             _ => None,
-        };
+        }
+        .or_else(|| stream.and_then(|s| lock(&self.state).open_on(s)));
         let Some(id) = capture else {
             if site.code != 0 {
                 let ended = stream.and_then(|s| lock(&self.state).recently_ended(s));

@@ -163,6 +163,17 @@ impl State {
         Some(c)
     }
 
+    /// The running capture begun on `stream`, if any. After a call invalidated a capture the
+    /// driver reports no capture id for the stream, so a failing end is matched to the capture
+    /// by the stream it was begun on.
+    pub(crate) fn open_on(&self, stream: u64) -> Option<u64> {
+        self.active
+            .iter()
+            .rev()
+            .find(|c| c.origin == stream)
+            .map(|c| c.id)
+    }
+
     /// The capture that last ended on this stream.
     pub(crate) fn recently_ended(&self, stream: u64) -> Option<u64> {
         self.ended

@@ -171,9 +171,18 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
     for (i, begin) in begins.iter().enumerate() {
         let calls = per_capture.remove(&begin.capture).unwrap_or_default();
         let end = ends.remove(&begin.capture);
+        // After a call invalidated the capture the driver no longer reports its id, so the
+        // failing end may arrive as a failing call of the capture rather than as an end event.
+        let failed_end = calls.iter().any(|c| {
+            [c.driver.as_deref(), c.runtime.as_deref()]
+                .into_iter()
+                .flatten()
+                .any(|n| n.contains("EndCapture"))
+        });
         let outcome = match &end {
             Some(e) if e.code == 0 => Outcome::Captured,
             Some(_) => Outcome::Failed,
+            None if failed_end => Outcome::Failed,
             None => Outcome::NotEnded,
         };
         let first = calls.first().map(|c| (*c).clone());

@@ -85,8 +85,9 @@ fn main() -> graphsmith::Result<()> {
     for r in 0..reps + 3 {
         let v = if r % 2 == 1 { 0.5f32 } else { 0.25f32 };
         let t = Instant::now();
+        let mut batch = exec.batch()?;
         for node in &nodes {
-            exec.set_kernel(node, cfg, args![&mut x, v, 256u32])?;
+            batch.set_kernel(node, cfg, args![&mut x, v, 256u32])?;
         }
         let t_nodes = us(t);
         let t = Instant::now();

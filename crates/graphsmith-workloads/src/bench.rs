@@ -207,7 +207,7 @@ pub fn bench(
         // Handles to the kernel nodes of the executable's own template, with the buffer each
         // one updates (outside the timed region).
         let kernels: Vec<_> = exec
-            .template()
+            .template()?
             .node_refs()
             .into_iter()
             .filter_map(|n| {
@@ -225,8 +225,9 @@ pub fn bench(
             })
             .collect();
         let t = Instant::now();
+        let mut batch = exec.batch()?;
         for (node, k) in &kernels {
-            exec.set_kernel(node, cfg, args![&mut w.bufs[*k], a, LEN])?;
+            batch.set_kernel(node, cfg, args![&mut w.bufs[*k], a, LEN])?;
         }
         let t_nodes = us(t);
         let t = Instant::now();

@@ -219,7 +219,7 @@ impl Graph {
             kern: std::ptr::null_mut(),
             ctx: std::ptr::null_mut(),
         };
-        let mut keep = args.take_keep();
+        let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()));
         let accesses = args.take_accesses();
         let graph = self.raw;

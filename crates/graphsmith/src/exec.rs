@@ -24,6 +24,9 @@ pub struct ExecStats {
     pub reinstantiations: u64,
 }
 
+/// A kernel node's function and parameter layout (offset, size), read once.
+pub(crate) type KernelLayout = (sys::CUfunction, std::sync::Arc<Vec<(usize, usize)>>);
+
 /// Instantiates `graph` (`cuGraphInstantiateWithFlags`).
 pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure> {
     graph.ctx.bind()?;
@@ -58,7 +61,10 @@ pub struct Exec {
     /// Resources of nodes whose parameters were updated (replacing, not adding to, older ones).
     pub(crate) node_keep: HashMap<NodeId, Vec<Keep>>,
     /// Function and parameter layout of kernel nodes, read once on their first update.
-    pub(crate) kernel_layouts: HashMap<usize, (sys::CUfunction, Vec<(usize, usize)>)>,
+    pub(crate) kernel_layouts: HashMap<usize, KernelLayout>,
+    /// Kernel nodes whose new parameters are in the model but not yet in the current driver
+    /// template: pushed there by [`Exec::template`] (so per-node updates cost one driver call).
+    pub(crate) stale_kernels: std::collections::BTreeSet<usize>,
     pub(crate) stats: ExecStats,
     /// Whether work may be in flight (a launch or upload since the last synchronisation).
     pub(crate) in_flight: bool,
@@ -99,6 +105,7 @@ impl Exec {
             label,
             node_keep: HashMap::new(),
             kernel_layouts: HashMap::new(),
+            stale_kernels: Default::default(),
             stats: ExecStats::default(),
             in_flight: false,
         }
@@ -138,9 +145,14 @@ impl Exec {
     pub fn model(&self) -> &model::Graph {
         &self.current().model
     }
-    /// The executable's own template, with every update applied.
-    pub fn template(&self) -> &Graph {
-        self.current()
+    /// The executable's own template, with every update applied: per-node kernel updates not
+    /// yet pushed into the driver's template are pushed first (`cuGraphKernelNodeSetParams`).
+    #[track_caller]
+    pub fn template(&mut self) -> Result<&Graph> {
+        let at = SourceLine::caller();
+        crate::update::flush_template(self)
+            .map_err(|f| f.on(self.object(), "Exec::template", at))?;
+        Ok(self.current())
     }
     /// The template that reflects every update so far.
     pub(crate) fn current(&self) -> &Graph {

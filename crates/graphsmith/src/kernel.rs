@@ -377,8 +377,11 @@ impl<'a> Args<'a> {
     }
 
     /// The allocations a graph using these arguments must keep alive.
-    pub(crate) fn take_keep(&mut self) -> Vec<Keep> {
-        self.buffers.drain(..).map(|b| b.alloc as Keep).collect()
+    pub(crate) fn keep(&self) -> Vec<Keep> {
+        self.buffers
+            .iter()
+            .map(|b| b.alloc.clone() as Keep)
+            .collect()
     }
 }
 

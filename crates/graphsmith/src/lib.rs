@@ -73,7 +73,7 @@ pub use kernel::{Args, Kernel, KernelArg, LaunchConfig, Module};
 pub use range::{current_ranges, range, RangeGuard};
 pub use readback::read_raw_graph;
 pub use stream::{Event, Stream};
-pub use update::{UpdateOutcome, UpdatePolicy};
+pub use update::{UpdateBatch, UpdateOutcome, UpdatePolicy};
 
 /// Re-export of the raw driver bindings graphsmith uses, for interop with other CUDA code.
 pub use cudarc::driver::sys;

@@ -226,7 +226,7 @@ impl Stream {
             // Eager fast path: nothing to journal, nothing for a graph to keep.
             return launch(&mut pointers).map_err(fail);
         }
-        let mut keep = args.take_keep();
+        let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()) as Keep);
         let journal = Op {
             accesses: args.take_accesses(),

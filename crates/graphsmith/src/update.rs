@@ -68,38 +68,60 @@ impl Exec {
         )
     }
 
-    /// Sets a kernel node's geometry and arguments, in the executable
-    /// (`cuGraphExecKernelNodeSetParams`) and in its template. The kernel stays the same; the
-    /// arguments are checked against its parameters, and their buffers are kept alive.
+    /// Sets a kernel node's geometry and arguments in the executable
+    /// (`cuGraphExecKernelNodeSetParams`); its template is kept in step (the model at once, the
+    /// driver's template when [`Exec::template`] is next asked for). The kernel stays the same;
+    /// the arguments are checked against its parameters, and their buffers are kept alive.
     #[track_caller]
-    pub fn set_kernel(
+    pub fn set_kernel(&mut self, node: &NodeRef, cfg: LaunchConfig, args: Args<'_>) -> Result<()> {
+        let at = SourceLine::caller();
+        self.template
+            .ctx
+            .bind()
+            .map_err(|f| f.on(self.object(), "Exec::set_kernel", at))?;
+        self.set_kernel_bound(node, cfg, args, at)
+    }
+
+    /// A batch of per-node updates: the context is made current once for all of them (what
+    /// updating every node of a large graph should use).
+    #[track_caller]
+    pub fn batch(&mut self) -> Result<UpdateBatch<'_>> {
+        let at = SourceLine::caller();
+        self.template
+            .ctx
+            .bind()
+            .map_err(|f| f.on(self.object(), "Exec::batch", at))?;
+        Ok(UpdateBatch { exec: self })
+    }
+
+    fn set_kernel_bound(
         &mut self,
         node: &NodeRef,
         cfg: LaunchConfig,
         mut args: Args<'_>,
+        at: SourceLine,
     ) -> Result<()> {
-        let at = SourceLine::caller();
         let op = "Exec::set_kernel";
         let index = self.node_index(node, op, at)?;
-        if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
-            return Err(self.wrong_kind(index, "kernel", op, at));
-        }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
         cfg.validate(&self.template.ctx.inner.limits)
             .map_err(|reason| {
                 Error::new(ErrorKind::InvalidGeometry { reason }, node_object(), op, at)
             })?;
         let fail = |f: Failure| f.on(node_object(), op, at);
-        self.template.ctx.bind().map_err(fail)?;
         // The instantiation template's handle addresses the executable's node; the current
-        // template's node has the current function and is kept in step.
+        // template's node has the current function.
         let (handle, current) = (self.template.handles[index], self.current().handles[index]);
+        if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
+            return Err(self.wrong_kind(index, "kernel", op, at));
+        }
         let (func, layout) = match self.kernel_layouts.get(&index) {
-            Some(known) => known.clone(),
+            Some((func, layout)) => (*func, layout.clone()),
             None => {
-                let known = kernel_of(current).map_err(fail)?;
-                self.kernel_layouts.insert(index, known.clone());
-                known
+                let (func, layout) = kernel_of(current).map_err(fail)?;
+                let layout = std::sync::Arc::new(layout);
+                self.kernel_layouts.insert(index, (func, layout.clone()));
+                (func, layout)
             }
         };
         let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
@@ -109,51 +131,35 @@ impl Exec {
             Error::new(ErrorKind::ArgMismatch { reason }, node_object(), op, at)
         })?;
         let mut pointers = args.pointers();
-        let new = sys::CUDA_KERNEL_NODE_PARAMS {
-            func,
-            gridDimX: cfg.grid.x,
-            gridDimY: cfg.grid.y,
-            gridDimZ: cfg.grid.z,
-            blockDimX: cfg.block.x,
-            blockDimY: cfg.block.y,
-            blockDimZ: cfg.block.z,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            kernelParams: pointers.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
-        };
+        let new = kernel_params(func, cfg, pointers.as_mut_ptr());
         // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
         // from); argument count and sizes were checked; pointers point into `args`, alive here.
-        unsafe {
-            check(
-                sys::cuGraphExecKernelNodeSetParams_v2(self.raw, handle, &new),
-                "cuGraphExecKernelNodeSetParams",
-            )
-            .map_err(fail)?;
-            check(
-                sys::cuGraphKernelNodeSetParams_v2(current, &new),
-                "cuGraphKernelNodeSetParams",
-            )
-            .map_err(fail)?;
-        }
-        let model_args = layout
-            .iter()
-            .zip(args.values())
-            .map(|(&(offset, _), v)| ModelArg {
-                offset: offset as u32,
-                bytes: v.to_vec(),
-            })
-            .collect();
+        check(
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.raw, handle, &new) },
+            "cuGraphExecKernelNodeSetParams",
+        )
+        .map_err(fail)?;
         let model_node = &mut self.current_mut().model.nodes[index];
         if let NodeKind::Kernel(k) = &mut model_node.kind {
             k.grid = cfg.grid;
             k.block = cfg.block;
             k.shared_mem_bytes = cfg.shared_mem_bytes;
-            k.args = model_args;
+            // Reuse the model's buffers: no allocation when the shapes are unchanged.
+            k.args.resize_with(layout.len(), || ModelArg {
+                offset: 0,
+                bytes: Vec::new(),
+            });
+            for (arg, (&(offset, _), value)) in
+                k.args.iter_mut().zip(layout.iter().zip(args.values()))
+            {
+                arg.offset = offset as u32;
+                arg.bytes.clear();
+                arg.bytes.extend_from_slice(value);
+            }
         }
         model_node.accesses = args.take_accesses();
-        let keep = args.take_keep();
+        let keep = args.keep();
+        self.stale_kernels.insert(index);
         self.replace_node_keep(index, keep).map_err(fail)?;
         self.stats.node_updates += 1;
         Ok(())
@@ -335,6 +341,7 @@ impl Exec {
                     self.current = Some(copy);
                     self.node_keep.clear();
                     self.kernel_layouts.clear();
+                    self.stale_kernels.clear();
                     self.stats.graph_updates += 1;
                     return Ok(UpdateOutcome::Updated);
                 }
@@ -361,6 +368,7 @@ impl Exec {
                 self.current = None;
                 self.node_keep.clear();
                 self.kernel_layouts.clear();
+                self.stale_kernels.clear();
                 self.stats.reinstantiations += 1;
                 Ok(UpdateOutcome::Reinstantiated { reasons })
             }
@@ -418,6 +426,80 @@ impl Exec {
             reason,
         }]))
     }
+}
+
+/// Per-node updates of one executable with the context made current once ([`Exec::batch`]).
+pub struct UpdateBatch<'e> {
+    exec: &'e mut Exec,
+}
+
+impl UpdateBatch<'_> {
+    /// [`Exec::set_kernel`] within the batch.
+    #[track_caller]
+    pub fn set_kernel(&mut self, node: &NodeRef, cfg: LaunchConfig, args: Args<'_>) -> Result<()> {
+        self.exec
+            .set_kernel_bound(node, cfg, args, SourceLine::caller())
+    }
+}
+
+/// Kernel node parameters for `func` with `cfg` and argument pointers.
+fn kernel_params(
+    func: sys::CUfunction,
+    cfg: LaunchConfig,
+    pointers: *mut *mut std::ffi::c_void,
+) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    sys::CUDA_KERNEL_NODE_PARAMS {
+        func,
+        gridDimX: cfg.grid.x,
+        gridDimY: cfg.grid.y,
+        gridDimZ: cfg.grid.z,
+        blockDimX: cfg.block.x,
+        blockDimY: cfg.block.y,
+        blockDimZ: cfg.block.z,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        kernelParams: pointers,
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    }
+}
+
+/// Pushes the parameters of kernel nodes updated since the last call from the model into the
+/// executable's current driver template (`cuGraphKernelNodeSetParams`).
+pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
+    if exec.stale_kernels.is_empty() {
+        return Ok(());
+    }
+    exec.template.ctx.bind()?;
+    let stale = std::mem::take(&mut exec.stale_kernels);
+    for index in stale {
+        let Some((func, _)) = exec.kernel_layouts.get(&index).cloned() else {
+            continue;
+        };
+        let current = exec.current();
+        let NodeKind::Kernel(k) = &current.model.nodes[index].kind else {
+            continue;
+        };
+        let mut pointers: Vec<*mut std::ffi::c_void> = k
+            .args
+            .iter()
+            .map(|a| a.bytes.as_ptr() as *mut std::ffi::c_void)
+            .collect();
+        let cfg = LaunchConfig {
+            grid: k.grid,
+            block: k.block,
+            shared_mem_bytes: k.shared_mem_bytes,
+        };
+        let params = kernel_params(func, cfg, pointers.as_mut_ptr());
+        // SAFETY: the handle is a live kernel node of the current template; the pointers point
+        // at the model's argument bytes, which the driver copies during the call; their count
+        // and sizes were checked against the kernel's layout when they were set.
+        check(
+            unsafe { sys::cuGraphKernelNodeSetParams_v2(current.handles[index], &params) },
+            "cuGraphKernelNodeSetParams",
+        )?;
+    }
+    Ok(())
 }
 
 /// The function of a kernel node and its parameter layout.

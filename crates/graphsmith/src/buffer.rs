@@ -39,13 +39,10 @@ impl Drop for Allocation {
         if ptr == 0 {
             return;
         }
-        // SAFETY: ptr came from cuMemAlloc in this context and is freed exactly once (swapped to
-        // 0 above). No executable can still use it: every executable holds an Arc to this
-        // allocation and synchronises in its own Drop before releasing it.
-        self.ctx.drop_call(
-            || ObjectRef::new(ObjectKind::Buffer, &self.label),
-            || check(unsafe { sys::cuMemFree_v2(ptr) }, "cuMemFree"),
-        );
+        // No executable can still use ptr: every executable holds an Arc to this allocation and
+        // waits for its own work in its Drop before releasing it. While a capture runs the free
+        // is deferred until it ends (cuMemFree may synchronise the device).
+        self.ctx.free_device(ptr, &self.label);
     }
 }
 

@@ -396,10 +396,16 @@ impl Stream {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()?;
-        self.ctx
+        if self
+            .ctx
             .inner
             .active_captures
-            .fetch_sub(1, Ordering::AcqRel);
+            .fetch_sub(1, Ordering::AcqRel)
+            == 1
+        {
+            // The last capture ended: free what was dropped while it ran.
+            self.ctx.free_deferred();
+        }
         let record = self
             .ctx
             .inner

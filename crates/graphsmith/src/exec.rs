@@ -27,6 +27,18 @@ pub struct ExecStats {
 /// A kernel node's function and parameter layout (offset, size), read once.
 pub(crate) type KernelLayout = (sys::CUfunction, std::sync::Arc<Vec<(usize, usize)>>);
 
+/// Waits for `done` (nothing to wait for when it was never recorded).
+fn wait_for(done: sys::CUevent) -> Result<(), Failure> {
+    if done.is_null() {
+        return Ok(());
+    }
+    // SAFETY: done is a live event owned by an Exec; the context is current.
+    check(
+        unsafe { sys::cuEventSynchronize(done) },
+        "cuEventSynchronize",
+    )
+}
+
 /// Instantiates `graph` (`cuGraphInstantiateWithFlags`).
 pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure> {
     graph.ctx.bind()?;
@@ -68,6 +80,9 @@ pub struct Exec {
     pub(crate) stats: ExecStats,
     /// Whether work may be in flight (a launch or upload since the last synchronisation).
     pub(crate) in_flight: bool,
+    /// Recorded after every launch and upload: waiting for it waits for this executable's work
+    /// only (a context-wide synchronisation would invalidate captures on other threads).
+    done: sys::CUevent,
 }
 
 // SAFETY: the raw handles (exec and template) are only used through &mut self (or in Drop), so
@@ -90,6 +105,15 @@ impl std::fmt::Debug for Exec {
 impl Drop for Exec {
     fn drop(&mut self) {
         self.release();
+        let done = std::mem::replace(&mut self.done, std::ptr::null_mut());
+        if !done.is_null() {
+            let label = self.label.clone();
+            // SAFETY: done was created by cuEventCreate in `mark_in_flight` and is destroyed once.
+            self.template.ctx.drop_call(
+                || ObjectRef::new(ObjectKind::Exec, &label),
+                || check(unsafe { sys::cuEventDestroy_v2(done) }, "cuEventDestroy"),
+            );
+        }
     }
 }
 
@@ -108,6 +132,7 @@ impl Exec {
             stale_kernels: Default::default(),
             stats: ExecStats::default(),
             in_flight: false,
+            done: std::ptr::null_mut(),
         }
     }
 
@@ -122,10 +147,8 @@ impl Exec {
         let ctx = self.template.ctx.clone();
         if self.in_flight {
             // Buffers and host functions the graph references must outlive every launch.
-            // SAFETY: drop_call binds the context first.
-            ctx.drop_call(me, || {
-                check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")
-            });
+            let done = self.done;
+            ctx.drop_call(me, || wait_for(done));
             self.in_flight = false;
         }
         // SAFETY: raw was created by cuGraphInstantiate and is destroyed once (swapped out above).
@@ -199,44 +222,73 @@ impl Exec {
         Ok(node.id.index())
     }
 
+    /// Records `done` on `stream` after a launch or upload.
+    fn mark_in_flight(&mut self, stream: &Stream) -> Result<(), Failure> {
+        if self.done.is_null() {
+            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+            // SAFETY: the context is current (bound by the caller); done is a valid out pointer.
+            check(
+                unsafe { sys::cuEventCreate(&mut self.done, flags) },
+                "cuEventCreate",
+            )?;
+        }
+        // SAFETY: done and the stream are live and of this context.
+        check(
+            unsafe { sys::cuEventRecord(self.done, stream.raw) },
+            "cuEventRecord",
+        )?;
+        self.in_flight = true;
+        Ok(())
+    }
+
+    /// Waits until every launch and upload of this executable so far has finished.
+    pub(crate) fn wait_done(&mut self) -> Result<(), Failure> {
+        self.template.ctx.bind()?;
+        wait_for(self.done)?;
+        self.in_flight = false;
+        Ok(())
+    }
+
     pub(crate) fn in_flight(&self) -> bool {
         self.in_flight
-    }
-    /// Notes that the context was synchronised: nothing of this executable is in flight.
-    pub(crate) fn settled(&mut self) {
-        self.in_flight = false;
     }
 
     /// Launches the executable on `stream` (`cuGraphLaunch`).
     #[track_caller]
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(self.object(), "Exec::launch", at);
-        self.template.ctx.bind().map_err(fail)?;
+        match self.launch_raw(stream) {
+            Ok(()) => {
+                self.stats.launches += 1;
+                Ok(())
+            }
+            Err(f) => Err(f.on(self.object(), "Exec::launch", at)),
+        }
+    }
+
+    fn launch_raw(&mut self, stream: &Stream) -> Result<(), Failure> {
+        self.template.ctx.bind()?;
         // SAFETY: raw is live; &mut self guarantees no concurrent use of this executable.
         check(
             unsafe { sys::cuGraphLaunch(self.raw, stream.raw) },
             "cuGraphLaunch",
-        )
-        .map_err(fail)?;
-        self.in_flight = true;
-        self.stats.launches += 1;
-        Ok(())
+        )?;
+        self.mark_in_flight(stream)
     }
 
     /// Uploads the executable's resources ahead of the first launch (`cuGraphUpload`).
     #[track_caller]
     pub fn upload(&mut self, stream: &Stream) -> Result<()> {
         let at = SourceLine::caller();
-        let fail = |f: Failure| f.on(self.object(), "Exec::upload", at);
-        self.template.ctx.bind().map_err(fail)?;
-        // SAFETY: raw is live; &mut self guarantees exclusive use.
-        check(
-            unsafe { sys::cuGraphUpload(self.raw, stream.raw) },
-            "cuGraphUpload",
-        )
-        .map_err(fail)?;
-        self.in_flight = true;
-        Ok(())
+        let uploaded = self.template.ctx.bind().and_then(|()| {
+            // SAFETY: raw is live; &mut self guarantees exclusive use.
+            check(
+                unsafe { sys::cuGraphUpload(self.raw, stream.raw) },
+                "cuGraphUpload",
+            )
+        });
+        uploaded
+            .and_then(|()| self.mark_in_flight(stream))
+            .map_err(|f| f.on(self.object(), "Exec::upload", at))
     }
 }

@@ -43,10 +43,7 @@ impl Exec {
         let id = self.current().model.nodes[index].id;
         if let Some(old) = self.node_keep.insert(id, keep) {
             if self.in_flight() && old.iter().any(|k| std::sync::Arc::strong_count(k) == 1) {
-                self.template.ctx.bind()?;
-                // SAFETY: the context is current.
-                check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
-                self.settled();
+                self.wait_done()?;
             }
         }
         Ok(())
@@ -387,10 +384,7 @@ impl Exec {
             .chain(self.node_keep.values().flatten())
             .any(last);
         if self.in_flight() && releasing {
-            self.template.ctx.bind()?;
-            // SAFETY: the context is current.
-            check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
-            self.settled();
+            self.wait_done()?;
         }
         Ok(())
     }

@@ -65,12 +65,14 @@ impl Work {
             return Ok(());
         }
         main.launch("root", &self.add, cfg, args![&mut self.bufs[0], a, LEN])?;
+        // Fork every side stream right after the root, before any branch is issued, so that
+        // the four branches run in parallel (bench/SCHEMA.md).
+        for side in &self.sides {
+            side.join(main)?;
+        }
         let per_branch = self.nodes / BRANCHES;
         for (k, buf) in self.bufs.iter_mut().enumerate() {
             let s = if k == 0 { main } else { &self.sides[k - 1] };
-            if k > 0 {
-                s.join(main)?;
-            }
             for _ in 0..per_branch {
                 s.launch("branch", &self.add, cfg, args![&mut *buf, a, LEN])?;
             }

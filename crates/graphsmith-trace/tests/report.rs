@@ -24,6 +24,7 @@ fn embedded(name: &str) -> &'static str {
         "failures.txt" => include_str!("fixtures/failures.txt"),
         "failures-strict.txt" => include_str!("fixtures/failures-strict.txt"),
         "clean.txt" => include_str!("fixtures/clean.txt"),
+        "h200-stream-sync.jsonl" => include_str!("fixtures/h200-stream-sync.jsonl"),
         _ => panic!("no fixture {name}"),
     }
 }
@@ -152,4 +153,23 @@ fn a_log_cut_short_by_a_crash_still_reports_what_it_holds() {
     assert!(text.contains("was killed by signal 11"), "{text}");
     assert!(text.contains("NEVER ENDED"), "{text}");
     assert!(text.contains("did not exit normally"), "{text}");
+}
+
+/// A log recorded on the H200 (faults.cu, case stream-sync): after the synchronize invalidated
+/// the capture, the driver reports no capture id for the stream, so the failing end arrives as a
+/// failing call of the capture, not as an end event. The capture is still reported as failed,
+/// with the synchronize as its first cause.
+#[test]
+fn a_failing_end_without_an_end_event_still_fails_the_capture() {
+    let r = report("h200-stream-sync.jsonl", false);
+    let p = &r.processes[0];
+    assert_eq!(p.captures.len(), 1);
+    let c = &p.captures[0];
+    assert_eq!(c.outcome, Outcome::Failed);
+    let first = c.first.as_ref().expect("a first cause");
+    assert_eq!(
+        (first.short_name(), first.code),
+        ("cudaStreamSynchronize", 900)
+    );
+    assert_eq!(first.ranges, ["case:stream-sync", "capture", "fault"]);
 }

@@ -14,6 +14,7 @@ Only the standard library is needed.
 import argparse
 import importlib.util
 import json
+import statistics
 import math
 import os
 import sys
@@ -66,8 +67,25 @@ def kernels_of(row):
     return BRANCHES * (n // BRANCHES) + 2 if row["workload"] == "forkjoin" else n
 
 
+def merge_rounds(runs):
+    """One row from the rows of several rounds of the same (impl, workload, N): the median of
+    each number, `correct` only when every round was correct, and `rounds` = how many."""
+    if len(runs) == 1:
+        return runs[0]
+    out = dict(runs[-1])
+    for key in out:
+        values = [r.get(key) for r in runs]
+        if key == "correct":
+            out[key] = all(v is True for v in values)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            out[key] = statistics.median(values)
+    out["nodes"] = runs[-1]["nodes"]
+    out["rounds"] = len(runs)
+    return out
+
+
 def load(path):
-    rows, meta, bad = {}, {}, 0
+    rounds, meta, bad = {}, {}, 0
     with open(path) as f:
         for line in f:
             line = line.strip()
@@ -81,9 +99,10 @@ def load(path):
             if isinstance(obj.get("meta"), dict):
                 meta.update(obj["meta"])
             elif obj.get("impl") in LABEL and obj.get("workload") in WORKLOADS and isinstance(obj.get("nodes"), int):
-                rows[(obj["impl"], obj["workload"], obj["nodes"])] = obj
+                rounds.setdefault((obj["impl"], obj["workload"], obj["nodes"]), []).append(obj)
             else:
                 bad += 1
+    rows = {key: merge_rounds(runs) for key, runs in rounds.items()}
     return rows, meta, bad
 
 
@@ -173,6 +192,10 @@ def report(rows, meta, svg_names):
     ]
     md += [f"- {k}: {v}" for k, v in facts if v]
     md.append(f"- implementations in this run: {', '.join(LABEL[i] for i, _ in IMPLS if i in have) or 'none'}")
+    rounds = sorted({r.get("rounds", 1) for r in rows.values()})
+    if rounds and rounds != [1]:
+        md.append(f"- rounds: every implementation ran {'/'.join(map(str, rounds))} times, in turn; "
+                  "each figure is the median of its rounds")
     for note in meta.get("notes", []):
         md.append(f"- note: {note}")
     md.append("")
@@ -528,6 +551,12 @@ def self_test():
                 expect("Not evaluated: this run has no graphsmith rows" in md, "missing graphsmith said")
                 expect("PyTorch/C++" in md, "fallback ratio column")
             expect("| C++ replay, device time per node | 0.870 | 0.870 | 1.00x |" in md, "reference table")
+    # Rounds: the median of each number, correct only when every round was.
+    base = {"impl": "cuda-c++", "workload": "chain", "nodes": 10, "correct": True}
+    merged = merge_rounds([dict(base, replay_device_us=v, correct=c)
+                           for v, c in ((3.0, True), (1.0, True), (2.0, False))])
+    expect(merged["replay_device_us"] == 2.0 and merged["rounds"] == 3, "median over rounds")
+    expect(merged["correct"] is False and merged["nodes"] == 10, "correct in every round")
     if failures:
         print("report.py self-test: " + "; ".join(failures), file=sys.stderr)
         print(f"0 passed, {len(failures)} failed")

@@ -12,6 +12,7 @@
 #              (paths relative to the repository root: `tar xzf TARBALL` there puts them back)
 #
 # Environment: BENCH_NODES (10,100,1000,10000), BENCH_REPS (auto = 20 for N <= 1000, 5 above),
+# BENCH_ROUNDS (3: each implementation runs this often, in turn; the report takes medians),
 # GPU_TAG (from the GPU's name, e.g. h200), NVCC, CUDA_ARCH (sm_90), GRAPHSMITH
 # (gpu-bin/graphsmith), GRAPHSMITH_BENCH_ARGS (replaces "bench --json --nodes ... [--reps ...]").
 # With the device tool: run(command="bash bench/run_all.sh --claims $OUT/bench.tgz", carry=["gpu-bin"])
@@ -30,6 +31,7 @@ done
 
 nodes=${BENCH_NODES:-10,100,1000,10000}
 reps=${BENCH_REPS:-auto}
+rounds=${BENCH_ROUNDS:-3}
 arch=${CUDA_ARCH:-sm_90}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 gs=${GRAPHSMITH:-gpu-bin/graphsmith}
@@ -53,29 +55,19 @@ notes=()
 
 say() { echo "== $*" >&2; }
 
-say "GPU: ${gpu:-none found} (driver ${driver:-?}, CUDA ${cuda_driver:-?}); N = $nodes; reps = $reps"
+say "GPU: ${gpu:-none found} (driver ${driver:-?}, CUDA ${cuda_driver:-?}); N = $nodes; reps = $reps; rounds = $rounds"
 
-# 1. Plain CUDA C++.
+# 1-3. Plain CUDA C++, PyTorch and graphsmith, in turn, $rounds times: the GPU's clocks drift
+# over a run, so each implementation is measured early and late, and the report takes the
+# median of the rounds (report.py merges rows of the same implementation, workload and N).
 say "compiling bench/cpp/graph_bench.cu ($nvcc -O2 -arch=$arch)"
+have_cpp=0
 if "$nvcc" -O2 -arch="$arch" -o "$build/graph_bench" bench/cpp/graph_bench.cu >"$logs/nvcc.log" 2>&1; then
-  say "running CUDA C++"
-  "$build/graph_bench" "$nodes" "$reps" chain,forkjoin >"$logs/cuda-c++.out" 2>"$logs/cuda-c++.log"
-  rc=$?
-  grep '^{' "$logs/cuda-c++.out" >>"$jsonl"
-  [ $rc -eq 0 ] || notes+=("the CUDA C++ program exited with status $rc (see $logs/cuda-c++.log)")
+  have_cpp=1
 else
   notes+=("nvcc failed: no CUDA C++ rows (see $logs/nvcc.log)")
   cat "$logs/nvcc.log" >&2
 fi
-
-# 2. PyTorch.
-say "running PyTorch"
-python3 bench/torch/graph_bench.py --nodes "$nodes" --reps "$reps" >"$logs/pytorch.out" 2>"$logs/pytorch.log"
-rc=$?
-grep '^{' "$logs/pytorch.out" >>"$jsonl"
-[ $rc -eq 0 ] || notes+=("the PyTorch program exited with status $rc: $(tail -n 1 "$logs/pytorch.log")")
-
-# 3. graphsmith.
 gs_version=""
 if [ -x "$gs" ]; then
   gs_version=$("$gs" --version 2>/dev/null | head -n 1)
@@ -85,15 +77,31 @@ if [ -x "$gs" ]; then
     gs_args=(bench --json --nodes "$nodes")
     [ "$reps" = auto ] || gs_args+=(--reps "$reps")
   fi
-  say "running $gs ${gs_args[*]}"
-  "$gs" "${gs_args[@]}" >"$logs/graphsmith.out" 2>"$logs/graphsmith.log"
-  rc=$?
-  grep '^{' "$logs/graphsmith.out" >>"$jsonl"
-  [ $rc -eq 0 ] || notes+=("graphsmith bench exited with status $rc: $(tail -n 1 "$logs/graphsmith.log" | tr -d '\r' | cut -c1-200)")
 else
   notes+=("$gs is missing (build it with scripts/gpu-build.sh and carry gpu-bin): this report compares CUDA C++ and PyTorch only")
   say "$gs is missing: reporting CUDA C++ vs PyTorch only"
 fi
+for round in $(seq 1 "$rounds"); do
+  if [ $have_cpp -eq 1 ]; then
+    say "round $round/$rounds: CUDA C++"
+    "$build/graph_bench" "$nodes" "$reps" chain,forkjoin >"$logs/cuda-c++.$round.out" 2>"$logs/cuda-c++.$round.log"
+    rc=$?
+    grep '^{' "$logs/cuda-c++.$round.out" >>"$jsonl"
+    [ $rc -eq 0 ] || notes+=("round $round: the CUDA C++ program exited with status $rc (see $logs/cuda-c++.$round.log)")
+  fi
+  say "round $round/$rounds: PyTorch"
+  python3 bench/torch/graph_bench.py --nodes "$nodes" --reps "$reps" >"$logs/pytorch.$round.out" 2>"$logs/pytorch.$round.log"
+  rc=$?
+  grep '^{' "$logs/pytorch.$round.out" >>"$jsonl"
+  [ $rc -eq 0 ] || notes+=("round $round: the PyTorch program exited with status $rc: $(tail -n 1 "$logs/pytorch.$round.log")")
+  if [ -x "$gs" ]; then
+    say "round $round/$rounds: $gs ${gs_args[*]}"
+    "$gs" "${gs_args[@]}" >"$logs/graphsmith.$round.out" 2>"$logs/graphsmith.$round.log"
+    rc=$?
+    grep '^{' "$logs/graphsmith.$round.out" >>"$jsonl"
+    [ $rc -eq 0 ] || notes+=("round $round: graphsmith bench exited with status $rc: $(tail -n 1 "$logs/graphsmith.$round.log" | tr -d '\r' | cut -c1-200)")
+  fi
+done
 
 # 4. Metadata, report, plots.
 torch_version=$(python3 -c 'import torch; print(torch.__version__, "(CUDA", str(torch.version.cuda) + ")")' 2>/dev/null)

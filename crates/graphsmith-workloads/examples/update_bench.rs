@@ -81,32 +81,101 @@ fn main() -> graphsmith::Result<()> {
     stream.synchronize()?;
     let cfg = LaunchConfig::for_elements(256);
 
-    let (mut per_node, mut whole, mut inst) = (Vec::new(), Vec::new(), Vec::new());
+    // Each kind of update in its own loop (as bench/cpp/update_bench.cu does), the first three
+    // rounds as warm-up. Then per-node updates that each follow a whole-graph update: the
+    // first per-node update after one copies the model the executable shares with the graph.
+    let value = |r: usize| if r % 2 == 1 { 0.5f32 } else { 0.25f32 };
+    let (mut per_node, mut whole, mut inst, mut alternating) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 0..reps + 3 {
-        let v = if r % 2 == 1 { 0.5f32 } else { 0.25f32 };
+        let v = value(r);
         let t = Instant::now();
         let mut batch = exec.batch()?;
         for node in &nodes {
             batch.set_kernel(node, cfg, args![&mut x, v, 256u32])?;
         }
-        let t_nodes = us(t);
+        if r >= 3 {
+            per_node.push(us(t));
+        }
+    }
+    for r in 0..reps + 3 {
         let t = Instant::now();
         exec.update(if r % 2 == 1 { &ga } else { &gb }, UpdatePolicy::InPlace)?;
-        let t_whole = us(t);
+        if r >= 3 {
+            whole.push(us(t));
+        }
+    }
+    for r in 0..reps + 3 {
         let t = Instant::now();
         let fresh = ga.instantiate()?;
         let t_inst = us(t);
         drop(fresh);
         if r >= 3 {
-            per_node.push(t_nodes);
-            whole.push(t_whole);
             inst.push(t_inst);
         }
     }
+    for r in 0..reps + 3 {
+        exec.update(if r % 2 == 1 { &ga } else { &gb }, UpdatePolicy::InPlace)?;
+        let v = value(r);
+        let t = Instant::now();
+        let mut batch = exec.batch()?;
+        for node in &nodes {
+            batch.set_kernel(node, cfg, args![&mut x, v, 256u32])?;
+        }
+        if r >= 3 {
+            alternating.push(us(t));
+        }
+    }
+    // The driver's own cost for this kernel (a module function loaded from PTX): the same
+    // per-node update made directly with cuGraphExecKernelNodeSetParams, no bookkeeping. It
+    // leaves the template behind, so it runs last, before a whole-graph update resets it.
+    let handles: Vec<graphsmith::sys::CUgraphNode> = {
+        let template = exec.template()?;
+        nodes.iter().filter_map(|n| template.raw_node(n)).collect()
+    };
+    let mut raw_driver = Vec::new();
+    for r in 0..reps + 3 {
+        let (mut v, mut len, mut ptr) = (value(r), 256u32, x.device_ptr());
+        let t = Instant::now();
+        for &h in &handles {
+            let mut params: [*mut std::ffi::c_void; 3] = [
+                &mut ptr as *mut u64 as *mut _,
+                &mut v as *mut f32 as *mut _,
+                &mut len as *mut u32 as *mut _,
+            ];
+            let p = graphsmith::sys::CUDA_KERNEL_NODE_PARAMS {
+                func: add.raw(),
+                gridDimX: 1,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: 256,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                kernelParams: params.as_mut_ptr(),
+                extra: std::ptr::null_mut(),
+                kern: std::ptr::null_mut(),
+                ctx: std::ptr::null_mut(),
+            };
+            // SAFETY: exec and h are live (h is a node of the graph exec was instantiated
+            // from); the three argument pointers match the kernel's parameters and outlive the
+            // call.
+            let rc =
+                unsafe { graphsmith::sys::cuGraphExecKernelNodeSetParams_v2(exec.raw(), h, &p) };
+            assert_eq!(rc, graphsmith::sys::CUresult::CUDA_SUCCESS);
+        }
+        if r >= 3 {
+            raw_driver.push(us(t));
+        }
+    }
+
+    // The last whole-graph update sets every node to `a` of its graph.
+    let r = reps + 2;
+    exec.update(if r % 2 == 1 { &ga } else { &gb }, UpdatePolicy::InPlace)?;
     // Correctness after all updates: the last whole-graph update set every node to `a`.
     stream.upload(&mut x, &[1.0; 256])?;
     exec.launch(&stream)?;
-    let last = if (reps + 2) % 2 == 1 { 0.5f32 } else { 0.25f32 };
+    let last = value(r);
     let mut want = 1.0f32;
     for _ in 0..n {
         want += last;
@@ -158,10 +227,12 @@ fn main() -> graphsmith::Result<()> {
     };
     let (bare_launch, cache_hit_launch) = cache_stream_exec_launch;
     println!(
-        "{{\"impl\": \"graphsmith\", \"nodes\": {n}, \"per_node_update_us\": {:.1}, \"whole_graph_update_us\": {:.1}, \"instantiate_us\": {:.1}, \"bare_launch_us\": {bare_launch:.2}, \"cache_hit_launch_us\": {cache_hit_launch:.2}, \"correct\": {correct}}}",
+        "{{\"impl\": \"graphsmith\", \"nodes\": {n}, \"per_node_update_us\": {:.1}, \"whole_graph_update_us\": {:.1}, \"instantiate_us\": {:.1}, \"bare_launch_us\": {bare_launch:.2}, \"cache_hit_launch_us\": {cache_hit_launch:.2}, \"per_node_after_whole_update_us\": {:.1}, \"per_node_raw_driver_us\": {:.1}, \"correct\": {correct}}}",
         median(&mut per_node),
         median(&mut whole),
-        median(&mut inst)
+        median(&mut inst),
+        median(&mut alternating),
+        median(&mut raw_driver)
     );
     Ok(())
 }

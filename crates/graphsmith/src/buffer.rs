@@ -42,7 +42,11 @@ impl Drop for Allocation {
         // No executable can still use ptr: every executable holds an Arc to this allocation and
         // waits for its own work in its Drop before releasing it. While a capture runs the free
         // is deferred until it ends (cuMemFree may synchronise the device).
-        self.ctx.free_device(ptr, &self.label);
+        let label = &self.label;
+        self.ctx.destroy(
+            || ObjectRef::new(ObjectKind::Buffer, label),
+            crate::deferred::Destroy::Free(ptr),
+        );
     }
 }
 

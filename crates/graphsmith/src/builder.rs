@@ -134,11 +134,10 @@ impl Graph {
             call,
         )
         .map_err(fail)?;
-        let id =
-            self.model
-                .add_node_with(label, kind, Some(crate::range::provenance(at)), accesses);
+        let model = Arc::make_mut(&mut self.model);
+        let id = model.add_node_with(label, kind, Some(crate::range::provenance(at)), accesses);
         for dep in deps {
-            self.model.add_edge(dep.id, id).map_err(|e| {
+            model.add_edge(dep.id, id).map_err(|e| {
                 Error::new(
                     ErrorKind::InvalidInput {
                         reason: e.to_string(),
@@ -150,7 +149,8 @@ impl Graph {
             })?;
         }
         self.handles.push(handle);
-        self.keep.extend(keep);
+        Arc::make_mut(&mut self.kernels).push(None);
+        Arc::make_mut(&mut self.keep).extend(keep);
         Ok(NodeRef {
             graph: self.id,
             id,
@@ -225,7 +225,7 @@ impl Graph {
         let graph = self.raw;
         // SAFETY: graph is live; params point into `args`, alive for the call (the driver copies
         // the argument values); argument count and sizes were checked above.
-        self.add_node(
+        let node = self.add_node(
             label,
             op,
             at,
@@ -235,7 +235,12 @@ impl Graph {
             deps,
             "cuGraphAddKernelNode",
             |h, d, n| unsafe { sys::cuGraphAddKernelNode_v2(h, graph, d, n, &params) },
-        )
+        )?;
+        Arc::make_mut(&mut self.kernels)[node.id.index()] = Some(crate::graph::KernelFn {
+            func: kernel.func,
+            layout: kernel.params.clone(),
+        });
+        Ok(node)
     }
 
     /// Adds a 1-D device-to-device copy node of all of `src` into `dst` (lengths must match).
@@ -455,7 +460,7 @@ impl Graph {
         let at = SourceLine::caller();
         let (graph, raw) = (self.raw, child.raw);
         let kind = NodeKind::ChildGraph {
-            graph: Box::new(child.model.clone()),
+            graph: Box::new((*child.model).clone()),
         };
         let accesses = child
             .model
@@ -470,7 +475,7 @@ impl Graph {
             at,
             kind,
             accesses,
-            child.keep.clone(),
+            child.keep.to_vec(),
             deps,
             "cuGraphAddChildGraphNode",
             |h, d, n| unsafe { sys::cuGraphAddChildGraphNode(h, graph, d, n, raw) },

@@ -404,7 +404,7 @@ impl Stream {
             == 1
         {
             // The last capture ended: free what was dropped while it ran.
-            self.ctx.free_deferred();
+            self.ctx.run_deferred();
         }
         let record = self
             .ctx

@@ -41,9 +41,11 @@ pub(crate) struct ContextInner {
     /// Number of graphsmith captures running in this context; eager operations look up their
     /// capture only while this is non-zero, so eager work pays nothing for the journal.
     pub active_captures: AtomicUsize,
-    /// Allocations dropped while a capture ran, freed when the last capture ends: `cuMemFree`
-    /// may synchronise the device, which would invalidate the running captures.
-    pub deferred_frees: Mutex<Vec<(sys::CUdeviceptr, String)>>,
+    /// Objects dropped while a capture ran, destroyed when the last capture ends
+    /// ([`crate::deferred`]). A deferred executable holds streams that hold this context: one
+    /// left behind by a capture that never ended keeps the context alive (a leak, never a use
+    /// after free).
+    pub deferred: Mutex<Vec<crate::deferred::Deferred>>,
     /// Running captures by the driver's capture id.
     pub captures: Mutex<HashMap<u64, CaptureRecord>>,
 }
@@ -56,17 +58,13 @@ unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        // Allocations whose free was deferred behind a capture that never ended properly.
-        let pending = std::mem::take(
-            self.deferred_frees
-                .get_mut()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
-        for (ptr, _) in pending {
-            // SAFETY: the context is still retained here; each ptr came from cuMemAlloc in it.
-            unsafe {
-                let _ = sys::cuCtxSetCurrent(self.raw);
-                let _ = sys::cuMemFree_v2(ptr);
+        // Objects whose destruction was deferred behind a capture that never ended properly.
+        let pending = std::mem::take(self.deferred.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for work in pending {
+            if let crate::deferred::Deferred::Destroy(_, what) = work {
+                // SAFETY: the context is still retained here; making it current is always valid.
+                let _ = unsafe { sys::cuCtxSetCurrent(self.raw) };
+                let _ = what.run();
             }
         }
         // SAFETY: the primary context of `device` was retained exactly once in Context::new.
@@ -193,7 +191,7 @@ impl Context {
                 limits,
                 drop_failures: Mutex::new(Vec::new()),
                 active_captures: AtomicUsize::new(0),
-                deferred_frees: Mutex::new(Vec::new()),
+                deferred: Mutex::new(Vec::new()),
                 captures: Mutex::new(HashMap::new()),
             }),
         };
@@ -327,41 +325,6 @@ impl Context {
     ) {
         if let Err(failure) = self.bind().and_then(|_| call()) {
             self.record_drop_failure(object(), failure);
-        }
-    }
-
-    /// Frees device memory now, or after the running captures end (see `deferred_frees`).
-    pub(crate) fn free_device(&self, ptr: sys::CUdeviceptr, label: &str) {
-        if self.captures_active() {
-            self.inner
-                .deferred_frees
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((ptr, label.to_string()));
-            return;
-        }
-        // SAFETY: ptr came from cuMemAlloc in this context and its owner gave it up.
-        self.drop_call(
-            || ObjectRef::new(ObjectKind::Buffer, label),
-            || check(unsafe { sys::cuMemFree_v2(ptr) }, "cuMemFree"),
-        );
-    }
-
-    /// Frees every allocation whose free was deferred during a capture.
-    pub(crate) fn free_deferred(&self) {
-        let pending = std::mem::take(
-            &mut *self
-                .inner
-                .deferred_frees
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
-        for (ptr, label) in pending {
-            // SAFETY: each ptr came from cuMemAlloc in this context and nothing owns it any more.
-            self.drop_call(
-                || ObjectRef::new(ObjectKind::Buffer, &label),
-                || check(unsafe { sys::cuMemFree_v2(ptr) }, "cuMemFree"),
-            );
         }
     }
 

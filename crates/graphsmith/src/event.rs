@@ -30,9 +30,9 @@ impl Drop for EventInner {
         }
         // SAFETY: raw came from cuEventCreate and is destroyed once; graphs that use it hold an
         // Arc<EventInner>.
-        self.ctx.drop_call(
+        self.ctx.destroy(
             || ObjectRef::new(ObjectKind::Event, &self.label),
-            || check(unsafe { sys::cuEventDestroy_v2(raw) }, "cuEventDestroy"),
+            crate::deferred::Destroy::Event(raw),
         );
     }
 }

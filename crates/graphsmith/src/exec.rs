@@ -1,16 +1,15 @@
 //! Executables: instantiated once, launched many times; exclusive access by construction.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 use graphsmith_model as model;
-use model::NodeId;
 
 use crate::capture::Keep;
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::{Graph, NodeRef};
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamHandle};
 
 /// Counters of what happened to an executable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,21 +21,6 @@ pub struct ExecStats {
     pub graph_updates: u64,
     /// Times the executable was rebuilt because an update was impossible.
     pub reinstantiations: u64,
-}
-
-/// A kernel node's function and parameter layout (offset, size), read once.
-pub(crate) type KernelLayout = (sys::CUfunction, std::sync::Arc<Vec<(usize, usize)>>);
-
-/// Waits for `done` (nothing to wait for when it was never recorded).
-fn wait_for(done: sys::CUevent) -> Result<(), Failure> {
-    if done.is_null() {
-        return Ok(());
-    }
-    // SAFETY: done is a live event owned by an Exec; the context is current.
-    check(
-        unsafe { sys::cuEventSynchronize(done) },
-        "cuEventSynchronize",
-    )
 }
 
 /// Instantiates `graph` (`cuGraphInstantiateWithFlags`).
@@ -61,28 +45,71 @@ pub struct Exec {
     pub(crate) raw: sys::CUgraphExec,
     /// The template this executable was instantiated from (its own copy). Its node handles
     /// address the executable's nodes in per-node updates, for the executable's whole life.
+    /// It is also the current template (every update applied) unless `current` is set: after a
+    /// whole-graph update it takes the new graph's model, and its driver nodes are brought in
+    /// step lazily (see `stale`).
     pub(crate) template: Graph,
-    /// After whole-graph updates: a copy of the latest graph, which per-node updates keep in
-    /// step. `None` while `template` itself is current.
+    /// After whole-graph updates from graphs whose nodes cannot all be written back from the
+    /// model (copies, host functions, events, child graphs, ...): a driver copy of the latest
+    /// graph, which per-node updates keep in step.
     pub(crate) current: Option<Graph>,
     /// The ids of the graphs whose `NodeRef`s address this executable's nodes: the graph it was
     /// instantiated from, and the graph of its latest whole-graph update.
     pub(crate) instantiated_from: u64,
     pub(crate) origin: u64,
     pub(crate) label: String,
-    /// Resources of nodes whose parameters were updated (replacing, not adding to, older ones).
-    pub(crate) node_keep: HashMap<NodeId, Vec<Keep>>,
-    /// Function and parameter layout of kernel nodes, read once on their first update.
-    pub(crate) kernel_layouts: HashMap<usize, KernelLayout>,
-    /// Kernel nodes whose new parameters are in the model but not yet in the current driver
-    /// template: pushed there by [`Exec::template`] (so per-node updates cost one driver call).
-    pub(crate) stale_kernels: std::collections::BTreeSet<usize>,
+    /// Resources of nodes whose parameters were updated, by node index (replacing, not adding
+    /// to, older ones).
+    pub(crate) node_keep: Vec<Vec<Keep>>,
+    /// Resources let go of while a launch might still use them and no wait was possible (a
+    /// capture was running): dropped at the next wait.
+    pub(crate) retired: Vec<Keep>,
+    /// Nodes (by index) whose parameters are in the model but not yet in the current driver
+    /// template: pushed there by [`Exec::template`], so an update costs one driver call.
+    pub(crate) stale: Vec<bool>,
+    pub(crate) any_stale: bool,
     pub(crate) stats: ExecStats,
-    /// Whether work may be in flight (a launch or upload since the last synchronisation).
-    pub(crate) in_flight: bool,
-    /// Recorded after every launch and upload: waiting for it waits for this executable's work
-    /// only (a context-wide synchronisation would invalidate captures on other threads).
-    done: sys::CUevent,
+    /// The streams this executable was launched or uploaded on since it last waited: waiting
+    /// for them waits for its work (a context-wide synchronisation would invalidate captures
+    /// on other threads). Holding them keeps the streams alive.
+    launched_on: Vec<Arc<StreamHandle>>,
+}
+
+/// An executable dropped while its work could not be waited for (a capture was running): the
+/// context destroys it, after waiting, once the captures have ended.
+pub(crate) struct RetiredExec {
+    raw: sys::CUgraphExec,
+    label: String,
+    streams: Vec<Arc<StreamHandle>>,
+    /// What its nodes reference, released only after the wait.
+    _keep: Vec<Keep>,
+}
+
+// SAFETY: the exec handle is only used by the context that holds this, once, in `finish`.
+unsafe impl Send for RetiredExec {}
+
+impl RetiredExec {
+    /// Waits for the executable's streams and destroys it; gives itself back when a stream is
+    /// capturing (still no wait possible).
+    pub(crate) fn finish(self, ctx: &Context) -> Option<RetiredExec> {
+        let me = || ObjectRef::new(ObjectKind::Exec, &self.label);
+        for stream in &self.streams {
+            match ctx.bind().and_then(|()| stream.wait_unless_capturing()) {
+                Ok(true) => {}
+                Ok(false) => return Some(self),
+                Err(f) => ctx.record_drop_failure(me(), f),
+            }
+        }
+        let raw = self.raw;
+        // SAFETY: raw came from cuGraphInstantiate and is destroyed once (self is consumed).
+        ctx.drop_call(me, || {
+            check(
+                unsafe { sys::cuGraphExecDestroy(raw) },
+                "cuGraphExecDestroy",
+            )
+        });
+        None
+    }
 }
 
 // SAFETY: the raw handles (exec and template) are only used through &mut self (or in Drop), so
@@ -105,15 +132,6 @@ impl std::fmt::Debug for Exec {
 impl Drop for Exec {
     fn drop(&mut self) {
         self.release();
-        let done = std::mem::replace(&mut self.done, std::ptr::null_mut());
-        if !done.is_null() {
-            let label = self.label.clone();
-            // SAFETY: done was created by cuEventCreate in `mark_in_flight` and is destroyed once.
-            self.template.ctx.drop_call(
-                || ObjectRef::new(ObjectKind::Exec, &label),
-                || check(unsafe { sys::cuEventDestroy_v2(done) }, "cuEventDestroy"),
-            );
-        }
     }
 }
 
@@ -127,31 +145,47 @@ impl Exec {
             instantiated_from: origin,
             origin,
             label,
-            node_keep: HashMap::new(),
-            kernel_layouts: HashMap::new(),
-            stale_kernels: Default::default(),
+            node_keep: Vec::new(),
+            retired: Vec::new(),
+            stale: Vec::new(),
+            any_stale: false,
             stats: ExecStats::default(),
-            in_flight: false,
-            done: std::ptr::null_mut(),
+            launched_on: Vec::new(),
         }
     }
 
-    /// Destroys the raw executable (waiting first if work may be in flight). Never panics.
+    /// Destroys the raw executable once its work is done: at once after waiting for its
+    /// streams, or, while a capture runs (no wait possible), by the context when the captures
+    /// end. Never panics.
     pub(crate) fn release(&mut self) {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
         if raw.is_null() {
             return;
         }
+        let ctx = self.template.ctx.clone();
         let label = self.label.clone();
         let me = || ObjectRef::new(ObjectKind::Exec, &label);
-        let ctx = self.template.ctx.clone();
-        if self.in_flight {
-            // Buffers and host functions the graph references must outlive every launch.
-            let done = self.done;
-            ctx.drop_call(me, || wait_for(done));
-            self.in_flight = false;
+        match self.try_wait() {
+            Ok(true) => {}
+            Ok(false) => {
+                // Buffers and host functions the graph references must outlive every launch.
+                let mut keep = std::mem::take(&mut self.retired);
+                keep.extend(self.node_keep.drain(..).flatten());
+                keep.push(self.template.keep.clone() as Keep);
+                if let Some(current) = &self.current {
+                    keep.push(current.keep.clone() as Keep);
+                }
+                ctx.defer(crate::deferred::Deferred::Exec(RetiredExec {
+                    raw,
+                    label: self.label.clone(),
+                    streams: std::mem::take(&mut self.launched_on),
+                    _keep: keep,
+                }));
+                return;
+            }
+            Err(failure) => ctx.record_drop_failure(me(), failure),
         }
-        // SAFETY: raw was created by cuGraphInstantiate and is destroyed once (swapped out above).
+        // SAFETY: raw came from cuGraphInstantiate and is destroyed once (swapped out above).
         ctx.drop_call(me, || {
             check(
                 unsafe { sys::cuGraphExecDestroy(raw) },
@@ -222,35 +256,62 @@ impl Exec {
         Ok(node.id.index())
     }
 
-    /// Records `done` on `stream` after a launch or upload.
-    fn mark_in_flight(&mut self, stream: &Stream) -> Result<(), Failure> {
-        if self.done.is_null() {
-            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-            // SAFETY: the context is current (bound by the caller); done is a valid out pointer.
-            check(
-                unsafe { sys::cuEventCreate(&mut self.done, flags) },
-                "cuEventCreate",
-            )?;
+    /// Remembers that work of this executable was submitted to `stream`.
+    fn mark_in_flight(&mut self, stream: &Stream) {
+        if !self.launched_on.iter().any(|h| h.raw == stream.raw) {
+            self.launched_on.push(stream.handle.clone());
         }
-        // SAFETY: done and the stream are live and of this context.
-        check(
-            unsafe { sys::cuEventRecord(self.done, stream.raw) },
-            "cuEventRecord",
-        )?;
-        self.in_flight = true;
-        Ok(())
     }
 
-    /// Waits until every launch and upload of this executable so far has finished.
-    pub(crate) fn wait_done(&mut self) -> Result<(), Failure> {
-        self.template.ctx.bind()?;
-        wait_for(self.done)?;
-        self.in_flight = false;
-        Ok(())
+    /// Waits until every launch and upload of this executable so far has finished, by waiting
+    /// for the streams they went to; then drops the retired resources. Returns `Ok(false)`,
+    /// having waited for nothing, while a capture runs in the context or on one of those
+    /// streams (a synchronisation would invalidate it).
+    pub(crate) fn try_wait(&mut self) -> Result<bool, Failure> {
+        if self.launched_on.is_empty() {
+            self.retired.clear();
+            return Ok(true);
+        }
+        let ctx = &self.template.ctx;
+        ctx.bind()?;
+        if ctx.captures_active() {
+            return Ok(false);
+        }
+        for stream in &self.launched_on {
+            if !stream.wait_unless_capturing()? {
+                return Ok(false);
+            }
+        }
+        self.launched_on.clear();
+        self.retired.clear();
+        Ok(true)
     }
 
-    pub(crate) fn in_flight(&self) -> bool {
-        self.in_flight
+    /// Lets go of resources a launch may still be using: waits first when one of them would be
+    /// released for good, or keeps them until the next wait when waiting is not possible now.
+    pub(crate) fn retire(&mut self, old: Vec<Keep>) -> Result<(), Failure> {
+        self.retire_sets(old, Vec::new())
+    }
+
+    /// [`Exec::retire`] for single resources and for whole sets of them (a graph's).
+    pub(crate) fn retire_sets(
+        &mut self,
+        old: Vec<Keep>,
+        sets: Vec<Arc<Vec<Keep>>>,
+    ) -> Result<(), Failure> {
+        let last = |k: &Keep| Arc::strong_count(k) == 1;
+        let releasing = old.iter().any(last)
+            || sets
+                .iter()
+                .any(|set| Arc::strong_count(set) == 1 && set.iter().any(last));
+        if self.launched_on.is_empty() || !releasing {
+            return Ok(());
+        }
+        if !self.try_wait()? {
+            self.retired.extend(old);
+            self.retired.extend(sets.into_iter().map(|set| set as Keep));
+        }
+        Ok(())
     }
 
     /// Launches the executable on `stream` (`cuGraphLaunch`).
@@ -273,7 +334,8 @@ impl Exec {
             unsafe { sys::cuGraphLaunch(self.raw, stream.raw) },
             "cuGraphLaunch",
         )?;
-        self.mark_in_flight(stream)
+        self.mark_in_flight(stream);
+        Ok(())
     }
 
     /// Uploads the executable's resources ahead of the first launch (`cuGraphUpload`).
@@ -287,8 +349,8 @@ impl Exec {
                 "cuGraphUpload",
             )
         });
-        uploaded
-            .and_then(|()| self.mark_in_flight(stream))
-            .map_err(|f| f.on(self.object(), "Exec::upload", at))
+        uploaded.map_err(|f| f.on(self.object(), "Exec::upload", at))?;
+        self.mark_in_flight(stream);
+        Ok(())
     }
 }

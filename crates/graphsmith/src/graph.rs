@@ -49,13 +49,30 @@ pub struct Graph {
     pub(crate) ctx: Context,
     pub(crate) id: u64,
     pub(crate) label: Arc<str>,
-    pub(crate) model: model::Graph,
+    /// Shared with the executables updated from this graph; copied on write.
+    pub(crate) model: Arc<model::Graph>,
     /// The driver node of each model node, by index.
     pub(crate) handles: Vec<sys::CUgraphNode>,
+    /// The function and parameter layout of each kernel node, by index (`None` for other
+    /// nodes, and for kernels whose arguments could not all be read back).
+    pub(crate) kernels: Arc<Vec<Option<KernelFn>>>,
     /// Everything the graph's nodes reference, kept alive as long as the graph.
-    pub(crate) keep: Vec<Keep>,
+    pub(crate) keep: Arc<Vec<Keep>>,
     _not_sync: PhantomData<Cell<()>>,
 }
+
+/// A kernel node's function and the (offset, size) of each of its parameters.
+#[derive(Clone)]
+pub(crate) struct KernelFn {
+    pub func: sys::CUfunction,
+    pub layout: Arc<Vec<(usize, usize)>>,
+}
+
+// SAFETY: a CUfunction is an immutable handle into a loaded module, usable from any thread; the
+// graph that holds it keeps the module alive.
+unsafe impl Send for KernelFn {}
+// SAFETY: as above; nothing mutates it.
+unsafe impl Sync for KernelFn {}
 
 // SAFETY: a CUgraph may be used from any thread as long as calls are serialised; `Graph` is
 // !Sync, so all calls on it come from the one thread that holds it at a time.
@@ -69,9 +86,9 @@ impl Drop for Graph {
         }
         // SAFETY: raw is owned by this Graph and destroyed once. Executables made from it are
         // independent of the template (cuGraphInstantiate copies it).
-        self.ctx.drop_call(
+        self.ctx.destroy(
             || ObjectRef::new(ObjectKind::Graph, &*self.label),
-            || check(unsafe { sys::cuGraphDestroy(raw) }, "cuGraphDestroy"),
+            crate::deferred::Destroy::Graph(raw),
         );
     }
 }
@@ -111,6 +128,7 @@ impl Context {
             model::Graph::new(label),
             Vec::new(),
             Vec::new(),
+            Vec::new(),
         ))
     }
 }
@@ -122,6 +140,7 @@ impl Graph {
         label: &str,
         model: model::Graph,
         handles: Vec<sys::CUgraphNode>,
+        kernels: Vec<Option<KernelFn>>,
         keep: Vec<Keep>,
     ) -> Self {
         Self {
@@ -129,11 +148,17 @@ impl Graph {
             ctx,
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             label: label.into(),
-            model,
+            model: Arc::new(model),
             handles,
-            keep,
+            kernels: Arc::new(kernels),
+            keep: Arc::new(keep),
             _not_sync: PhantomData,
         }
+    }
+
+    /// The model, for changing it (copied first when an executable shares it).
+    pub(crate) fn model_mut(&mut self) -> &mut model::Graph {
+        Arc::make_mut(&mut self.model)
     }
 
     /// Takes ownership of a captured graph and builds its model: read back from the driver,
@@ -150,7 +175,11 @@ impl Graph {
     ) -> Result<Graph> {
         // SAFETY: raw is live (caller's contract).
         let read = unsafe { crate::readback::read_graph(raw, label) };
-        let (mut model, handles) = match read {
+        let crate::readback::ReadGraph {
+            mut model,
+            handles,
+            kernels,
+        } = match read {
             Ok(read) => read,
             Err(f) => {
                 // SAFETY: we own raw and nothing else refers to it.
@@ -170,7 +199,15 @@ impl Graph {
                 node.accesses = meta.accesses;
             }
         }
-        Ok(Graph::wrap(ctx, raw, label, model, handles, record.keep))
+        Ok(Graph::wrap(
+            ctx,
+            raw,
+            label,
+            model,
+            handles,
+            kernels,
+            record.keep,
+        ))
     }
 
     /// The graph's label.
@@ -184,6 +221,14 @@ impl Graph {
     /// The raw handle, for interop (graphsmith keeps ownership).
     pub fn raw(&self) -> sys::CUgraph {
         self.raw
+    }
+    /// The driver handle of `node`, for interop (graphsmith keeps ownership); `None` for a node
+    /// of another graph.
+    pub fn raw_node(&self, node: &NodeRef) -> Option<sys::CUgraphNode> {
+        if node.graph != self.id {
+            return None;
+        }
+        self.handles.get(node.id.index()).copied()
     }
     /// The context of this graph.
     pub fn context(&self) -> &Context {
@@ -228,7 +273,7 @@ impl Graph {
         self.ctx.bind().map_err(fail)?;
         // SAFETY: self.raw is live and owned by self.
         unsafe { crate::readback::read_graph(self.raw, &self.label) }
-            .map(|(m, _)| m)
+            .map(|read| read.model)
             .map_err(fail)
     }
 
@@ -274,11 +319,15 @@ impl Graph {
             self.ctx.clone(),
             raw,
             &self.label,
-            self.model.clone(),
+            model::Graph::default(),
             Vec::new(),
-            self.keep.clone(),
+            Vec::new(),
+            Vec::new(),
         );
         copy.id = self.id;
+        copy.model = self.model.clone();
+        copy.kernels = self.kernels.clone();
+        copy.keep = self.keep.clone();
         copy.handles.reserve(self.handles.len());
         for &original in &self.handles {
             let mut node = std::ptr::null_mut();

@@ -4,6 +4,8 @@ use std::ffi::{c_void, CString};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use cudarc::driver::sys;
 use graphsmith_model::{Access, AccessMode, Dim3};
 
@@ -31,9 +33,9 @@ impl Drop for ModuleInner {
         }
         // SAFETY: raw came from cuModuleLoadData and is unloaded once. Kernels, graphs and
         // executables that use its functions hold an Arc<ModuleInner>, so none outlives it.
-        self.ctx.drop_call(
+        self.ctx.destroy(
             || ObjectRef::new(ObjectKind::Module, &self.label),
-            || check(unsafe { sys::cuModuleUnload(raw) }, "cuModuleUnload"),
+            crate::deferred::Destroy::Module(raw),
         );
     }
 }
@@ -50,7 +52,7 @@ pub struct Kernel {
     pub(crate) func: sys::CUfunction,
     pub(crate) name: String,
     /// (offset, size) of each parameter.
-    pub(crate) params: Vec<(usize, usize)>,
+    pub(crate) params: Arc<Vec<(usize, usize)>>,
     pub(crate) module: Module,
 }
 
@@ -142,7 +144,7 @@ impl Module {
         Ok(Kernel {
             func,
             name: name.to_string(),
-            params,
+            params: Arc::new(params),
             module: self.clone(),
         })
     }
@@ -173,6 +175,10 @@ impl Kernel {
     /// The kernel's symbol name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+    /// The raw function handle, for interop (the kernel keeps its module loaded).
+    pub fn raw(&self) -> sys::CUfunction {
+        self.func
     }
     /// Number of parameters the kernel takes.
     pub fn param_count(&self) -> usize {
@@ -273,11 +279,11 @@ impl LaunchConfig {
 /// many there are; the accesses and keep-alives are only materialised when a graph needs them.
 pub struct Args<'a> {
     /// Every value, each starting at a multiple of 8 bytes.
-    bytes: Vec<u8>,
+    bytes: SmallVec<[u8; 64]>,
     /// (start, length) of each value in `bytes`.
-    spans: Vec<(usize, usize)>,
+    spans: SmallVec<[(usize, usize); 8]>,
     /// The buffers passed, with the range and direction of each.
-    buffers: Vec<BufferArg>,
+    buffers: SmallVec<[BufferArg; 4]>,
     _borrows: PhantomData<&'a mut ()>,
 }
 
@@ -299,9 +305,9 @@ impl<'a> Args<'a> {
     /// No arguments yet.
     pub fn new() -> Self {
         Self {
-            bytes: Vec::with_capacity(64),
-            spans: Vec::with_capacity(8),
-            buffers: Vec::new(),
+            bytes: SmallVec::new(),
+            spans: SmallVec::new(),
+            buffers: SmallVec::new(),
             _borrows: PhantomData,
         }
     }
@@ -313,10 +319,17 @@ impl<'a> Args<'a> {
         self
     }
 
+    /// Appends one argument in place (what [`args!`](crate::args) uses: no move of `self`).
+    pub fn push(&mut self, value: impl KernelArg<'a>) {
+        value.push_to(self);
+    }
+
     /// Appends one value's bytes, 8-byte aligned within the buffer.
     pub(crate) fn push_bytes(&mut self, value: &[u8]) {
-        let start = self.bytes.len().next_multiple_of(8);
-        self.bytes.resize(start, 0);
+        const ZEROS: [u8; 8] = [0; 8];
+        let len = self.bytes.len();
+        let start = len.next_multiple_of(8);
+        self.bytes.extend_from_slice(&ZEROS[..start - len]);
         self.bytes.extend_from_slice(value);
         self.spans.push((start, value.len()));
     }
@@ -353,7 +366,7 @@ impl<'a> Args<'a> {
 
     /// Pointers to each argument's bytes, as `cuLaunchKernel` and kernel nodes take them.
     /// Valid while `self` is neither moved nor changed.
-    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+    pub(crate) fn pointers(&mut self) -> SmallVec<[*mut c_void; 8]> {
         let base = self.bytes.as_mut_ptr();
         // SAFETY: every span lies inside `bytes` (push_bytes), so each offset stays in bounds.
         self.spans
@@ -376,12 +389,40 @@ impl<'a> Args<'a> {
             .collect()
     }
 
+    /// Writes the memory the arguments touch into `out`, reusing its labels when it already
+    /// describes the same buffers (no allocation when an update keeps the buffers).
+    pub(crate) fn write_accesses(&self, out: &mut Vec<Access>) {
+        let same = out.len() == self.buffers.len()
+            && out
+                .iter()
+                .zip(&self.buffers)
+                .all(|(a, b)| a.buffer == b.alloc.ptr);
+        if !same {
+            *out = self.take_accesses();
+            return;
+        }
+        for (a, b) in out.iter_mut().zip(&self.buffers) {
+            a.offset = b.offset;
+            a.len = b.len;
+            a.mode = b.mode;
+        }
+    }
+
     /// The allocations a graph using these arguments must keep alive.
     pub(crate) fn keep(&self) -> Vec<Keep> {
         self.buffers
             .iter()
             .map(|b| b.alloc.clone() as Keep)
             .collect()
+    }
+
+    /// Whether `keep` holds exactly the allocations of these arguments, in order.
+    pub(crate) fn keeps_same(&self, keep: &[Keep]) -> bool {
+        keep.len() == self.buffers.len()
+            && keep
+                .iter()
+                .zip(&self.buffers)
+                .all(|(k, b)| std::ptr::addr_eq(Arc::as_ptr(k), Arc::as_ptr(&b.alloc)))
     }
 }
 
@@ -430,5 +471,10 @@ scalar_args!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 /// Builds [`Args`] from a list: `args![&x, &mut y, 2.0f32, n]`.
 #[macro_export]
 macro_rules! args {
-    ($($a:expr),* $(,)?) => { $crate::Args::new()$(.arg($a))* };
+    ($($a:expr),* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut args = $crate::Args::new();
+        $(args.push($a);)*
+        args
+    }};
 }

@@ -35,6 +35,7 @@ mod capture;
 pub mod catalogue;
 mod compat;
 mod context;
+mod deferred;
 mod diagnosis;
 mod error;
 mod event;

@@ -13,6 +13,7 @@ use model::{
 
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::graph::KernelFn;
 
 /// Child graphs nest at most this deep before read-back stops descending.
 const MAX_DEPTH: u32 = 16;
@@ -44,27 +45,30 @@ pub unsafe fn read_raw_graph(
     ctx.bind().map_err(fail)?;
     // SAFETY: raw is live (caller's contract).
     unsafe { read_graph(raw, label) }
-        .map(|(m, _)| m)
+        .map(|read| read.model)
         .map_err(fail)
 }
 
-/// Reads `raw` into a model; also returns the driver handle of each model node.
+/// A graph read back from the driver.
+pub(crate) struct ReadGraph {
+    pub model: model::Graph,
+    /// The driver handle of each model node.
+    pub handles: Vec<sys::CUgraphNode>,
+    /// The function and parameter layout of each kernel node (`None` for other nodes).
+    pub kernels: Vec<Option<KernelFn>>,
+}
+
+/// Reads `raw` into a model, with the driver handle (and, for kernels, the function) of each
+/// model node.
 ///
 /// # Safety
 /// `raw` must be a live graph; its context must be current.
-pub(crate) unsafe fn read_graph(
-    raw: sys::CUgraph,
-    label: &str,
-) -> Result<(model::Graph, Vec<sys::CUgraphNode>), Failure> {
+pub(crate) unsafe fn read_graph(raw: sys::CUgraph, label: &str) -> Result<ReadGraph, Failure> {
     // SAFETY: forwarded contract.
     unsafe { read_at_depth(raw, label, 0) }
 }
 
-unsafe fn read_at_depth(
-    raw: sys::CUgraph,
-    label: &str,
-    depth: u32,
-) -> Result<(model::Graph, Vec<sys::CUgraphNode>), Failure> {
+unsafe fn read_at_depth(raw: sys::CUgraph, label: &str, depth: u32) -> Result<ReadGraph, Failure> {
     let mut count = 0usize;
     // SAFETY: raw is live; a null array asks for the count only.
     check(
@@ -83,11 +87,13 @@ unsafe fn read_at_depth(
     handles.truncate(count);
     let mut graph = model::Graph::new(label);
     let mut index = HashMap::with_capacity(count);
+    let mut kernels = Vec::with_capacity(count);
     for (i, &node) in handles.iter().enumerate() {
         // SAFETY: node is a live node of raw.
-        let kind = unsafe { read_node(node, depth) }?;
+        let (kind, kernel) = unsafe { read_node(node, depth) }?;
         let accesses = accesses_of(&kind);
         graph.add_node_with("", kind, None, accesses);
+        kernels.push(kernel);
         index.insert(node as usize, i);
     }
     let mut edges = 0usize;
@@ -127,10 +133,17 @@ unsafe fn read_at_depth(
             let _ = graph.add_edge(model::NodeId(a as u32), model::NodeId(b as u32));
         }
     }
-    Ok((graph, handles))
+    Ok(ReadGraph {
+        model: graph,
+        handles,
+        kernels,
+    })
 }
 
-unsafe fn read_node(node: sys::CUgraphNode, depth: u32) -> Result<NodeKind, Failure> {
+unsafe fn read_node(
+    node: sys::CUgraphNode,
+    depth: u32,
+) -> Result<(NodeKind, Option<KernelFn>), Failure> {
     use sys::CUgraphNodeType as T;
     let mut ty = T::CU_GRAPH_NODE_TYPE_EMPTY;
     // SAFETY: node is live; ty is a valid out pointer.
@@ -138,9 +151,14 @@ unsafe fn read_node(node: sys::CUgraphNode, depth: u32) -> Result<NodeKind, Fail
         unsafe { sys::cuGraphNodeGetType(node, &mut ty) },
         "cuGraphNodeGetType",
     )?;
+    let mut kernel = None;
     // SAFETY (all arms): node is live and of the type just read; out structs are plain C data.
-    Ok(match ty {
-        T::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel(unsafe { read_kernel(node) }?),
+    let kind = match ty {
+        T::CU_GRAPH_NODE_TYPE_KERNEL => {
+            let (params, function) = unsafe { read_kernel(node) }?;
+            kernel = function;
+            NodeKind::Kernel(params)
+        }
         T::CU_GRAPH_NODE_TYPE_MEMCPY => {
             // CUDA_MEMCPY3D holds enums without a zero value: let the driver fill it.
             let mut p = std::mem::MaybeUninit::<sys::CUDA_MEMCPY3D>::zeroed();
@@ -211,7 +229,7 @@ unsafe fn read_node(node: sys::CUgraphNode, depth: u32) -> Result<NodeKind, Fail
                 "cuGraphChildGraphNodeGetGraph",
             )?;
             let graph = if depth < MAX_DEPTH {
-                unsafe { read_at_depth(child, "child", depth + 1) }?.0
+                unsafe { read_at_depth(child, "child", depth + 1) }?.model
             } else {
                 model::Graph::new("child (not read: nested too deep)")
             };
@@ -267,10 +285,11 @@ unsafe fn read_node(node: sys::CUgraphNode, depth: u32) -> Result<NodeKind, Fail
         other => NodeKind::Other {
             name: format!("{other:?}"),
         },
-    })
+    };
+    Ok((kind, kernel))
 }
 
-unsafe fn read_kernel(node: sys::CUgraphNode) -> Result<KernelParams, Failure> {
+unsafe fn read_kernel(node: sys::CUgraphNode) -> Result<(KernelParams, Option<KernelFn>), Failure> {
     // SAFETY: plain C struct; node is a live kernel node.
     let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
     check(
@@ -287,6 +306,7 @@ unsafe fn read_kernel(node: sys::CUgraphNode) -> Result<KernelParams, Failure> {
     }
     let mut name = String::new();
     let mut args = Vec::new();
+    let mut kernel = None;
     if !func.is_null() {
         let mut text: *const std::ffi::c_char = std::ptr::null();
         // SAFETY: func is live; text receives a driver-owned NUL-terminated string.
@@ -302,14 +322,22 @@ unsafe fn read_kernel(node: sys::CUgraphNode) -> Result<KernelParams, Failure> {
         // SAFETY: kernelParams (when set) holds one pointer per parameter, each to `size` bytes
         // owned by the driver for the node's lifetime; `extra` is the alternative buffer form.
         args = unsafe { argument_bytes(&p, &layout) };
+        // Only a complete argument list can be written back to a node (Exec updates).
+        if args.len() == layout.len() {
+            kernel = Some(KernelFn {
+                func,
+                layout: std::sync::Arc::new(layout),
+            });
+        }
     }
-    Ok(KernelParams {
+    let params = KernelParams {
         name,
         grid: Dim3::new(p.gridDimX, p.gridDimY, p.gridDimZ),
         block: Dim3::new(p.blockDimX, p.blockDimY, p.blockDimZ),
         shared_mem_bytes: p.sharedMemBytes,
         args,
-    })
+    };
+    Ok((params, kernel))
 }
 
 /// Copies each argument's bytes out of a kernel node's parameters.

@@ -43,13 +43,18 @@ impl Context {
         let marker = self.event("legacy/marker", false)?;
         Ok(Stream {
             raw: LEGACY as sys::CUstream,
+            handle: Arc::new(StreamHandle {
+                raw: LEGACY as sys::CUstream,
+                ctx: self.clone(),
+                label: "legacy".into(),
+                owned: false,
+            }),
             ctx: self.clone(),
             label: "legacy".into(),
             capture: Mutex::new(None),
             capture_hint: AtomicU64::new(0),
             hint_epoch: AtomicU64::new(0),
             marker: Some(marker),
-            owned: false,
         })
     }
 
@@ -81,13 +86,18 @@ impl Context {
         };
         Ok(Stream {
             raw,
+            handle: Arc::new(StreamHandle {
+                raw,
+                ctx: self.clone(),
+                label: label.to_string(),
+                owned: true,
+            }),
             ctx: self.clone(),
             label: label.to_string(),
             capture: Mutex::new(None),
             capture_hint: AtomicU64::new(0),
             hint_epoch: AtomicU64::new(0),
             marker: Some(marker),
-            owned: true,
         })
     }
 }
@@ -96,6 +106,9 @@ impl Context {
 /// several threads (the order between threads is then up to them).
 pub struct Stream {
     pub(crate) raw: sys::CUstream,
+    /// Owns `raw`: executables launched on the stream hold it too, so the stream outlives
+    /// their work and they can wait on it (see [`crate::Exec`]).
+    pub(crate) handle: Arc<StreamHandle>,
     pub(crate) ctx: Context,
     pub(crate) label: String,
     /// The graphsmith capture this stream began, if any.
@@ -106,8 +119,59 @@ pub struct Stream {
     pub(crate) hint_epoch: AtomicU64,
     /// An event used to hand this stream's progress to another stream ([`Stream::join`]).
     marker: Option<Event>,
+}
+
+/// The driver stream behind a [`Stream`], destroyed when the last holder lets go.
+pub(crate) struct StreamHandle {
+    pub(crate) raw: sys::CUstream,
+    ctx: Context,
+    label: String,
     /// Whether graphsmith created the stream (and destroys it); not for the legacy stream.
     owned: bool,
+}
+
+// SAFETY: CUstream handles may be used from any thread; the fields are never mutated.
+unsafe impl Send for StreamHandle {}
+// SAFETY: as above.
+unsafe impl Sync for StreamHandle {}
+
+impl StreamHandle {
+    /// Waits for everything submitted to the stream so far (`cuStreamSynchronize`), unless the
+    /// stream is capturing (a synchronisation would invalidate the capture): then returns
+    /// `Ok(false)` and waits for nothing. The context must be current.
+    pub(crate) fn wait_unless_capturing(&self) -> Result<bool, Failure> {
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: raw is live (owned by self); status is a valid out pointer.
+        let rc = unsafe { sys::cuStreamIsCapturing(self.raw, &mut status) };
+        if rc != sys::CUresult::CUDA_SUCCESS
+            || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        {
+            // Capturing, or (legacy stream) another stream captures in a way that forbids
+            // touching it: do not wait now.
+            return Ok(false);
+        }
+        // SAFETY: raw is live and not capturing.
+        check(
+            unsafe { sys::cuStreamSynchronize(self.raw) },
+            "cuStreamSynchronize",
+        )?;
+        Ok(true)
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        if self.raw.is_null() || !self.owned {
+            return;
+        }
+        let raw = self.raw;
+        // SAFETY: raw came from cuStreamCreate and is destroyed once, by its last holder.
+        // Pending work completes first (the driver defers the destruction).
+        self.ctx.destroy(
+            || ObjectRef::new(ObjectKind::Stream, &self.label),
+            crate::deferred::Destroy::Stream(raw),
+        );
+    }
 }
 
 // SAFETY: CUstream handles may be used from any thread; mutable state is behind a Mutex or
@@ -124,17 +188,8 @@ impl std::fmt::Debug for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        // The driver stream itself goes with the last holder of `handle`.
         self.abandon_capture();
-        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if raw.is_null() || !self.owned {
-            return;
-        }
-        // SAFETY: raw came from cuStreamCreate and is destroyed once. Pending work completes
-        // first (the driver defers the destruction), so nothing in flight is cut off.
-        self.ctx.drop_call(
-            || ObjectRef::new(ObjectKind::Stream, &self.label),
-            || check(unsafe { sys::cuStreamDestroy_v2(raw) }, "cuStreamDestroy"),
-        );
     }
 }
 
@@ -202,7 +257,7 @@ impl Stream {
         // SAFETY: func is alive (kernel holds its module); argument count and sizes were
         // checked against cuFuncGetParamInfo above; the pointers point into `args`, alive and
         // unchanged for the call.
-        let launch = |pointers: &mut Vec<*mut std::ffi::c_void>| {
+        let launch = |pointers: &mut [*mut std::ffi::c_void]| {
             check(
                 unsafe {
                     sys::cuLaunchKernel(

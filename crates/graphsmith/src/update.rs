@@ -14,7 +14,7 @@ use crate::capture::Keep;
 use crate::compat::{update_compatibility, Incompatibility};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::{instantiate_raw, Exec};
-use crate::graph::{Graph, NodeRef};
+use crate::graph::{Graph, KernelFn, NodeRef};
 use crate::kernel::{check_layout, param_layout, Args, LaunchConfig};
 
 /// What to do when a whole-graph update cannot be applied in place.
@@ -37,16 +37,24 @@ pub enum UpdateOutcome {
 }
 
 impl Exec {
-    /// Replaces the resources kept for node `index`. When a launch may still be running and we
-    /// hold the last reference to an old resource, wait for the context first.
+    /// Replaces the resources kept for node `index` (see [`Exec::retire`] for the old ones).
     fn replace_node_keep(&mut self, index: usize, keep: Vec<Keep>) -> Result<(), Failure> {
-        let id = self.current().model.nodes[index].id;
-        if let Some(old) = self.node_keep.insert(id, keep) {
-            if self.in_flight() && old.iter().any(|k| std::sync::Arc::strong_count(k) == 1) {
-                self.wait_done()?;
-            }
+        if self.node_keep.len() <= index {
+            self.node_keep
+                .resize_with(self.template.handles.len().max(index + 1), Vec::new);
         }
-        Ok(())
+        let old = std::mem::replace(&mut self.node_keep[index], keep);
+        self.retire(old)
+    }
+
+    /// Marks node `index`'s parameters as not yet pushed into the current driver template.
+    fn mark_stale(&mut self, index: usize) {
+        if self.stale.len() <= index {
+            self.stale
+                .resize(self.template.handles.len().max(index + 1), false);
+        }
+        self.stale[index] = true;
+        self.any_stale = true;
     }
 
     fn wrong_kind(&self, index: usize, want: &str, op: &'static str, at: SourceLine) -> Error {
@@ -107,18 +115,24 @@ impl Exec {
             })?;
         let fail = |f: Failure| f.on(node_object(), op, at);
         // The instantiation template's handle addresses the executable's node; the current
-        // template's node has the current function.
-        let (handle, current) = (self.template.handles[index], self.current().handles[index]);
+        // template knows the current function.
+        let handle = self.template.handles[index];
         if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
             return Err(self.wrong_kind(index, "kernel", op, at));
         }
-        let (func, layout) = match self.kernel_layouts.get(&index) {
-            Some((func, layout)) => (*func, layout.clone()),
+        let KernelFn { func, layout } = match &self.current().kernels[index] {
+            Some(known) => known.clone(),
             None => {
+                // A captured kernel whose arguments could not all be read back: ask the driver.
+                let current = self.current().handles[index];
                 let (func, layout) = kernel_of(current).map_err(fail)?;
-                let layout = std::sync::Arc::new(layout);
-                self.kernel_layouts.insert(index, (func, layout.clone()));
-                (func, layout)
+                let known = KernelFn {
+                    func,
+                    layout: std::sync::Arc::new(layout),
+                };
+                std::sync::Arc::make_mut(&mut self.current_mut().kernels)[index] =
+                    Some(known.clone());
+                known
             }
         };
         let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
@@ -136,7 +150,7 @@ impl Exec {
             "cuGraphExecKernelNodeSetParams",
         )
         .map_err(fail)?;
-        let model_node = &mut self.current_mut().model.nodes[index];
+        let model_node = &mut self.current_mut().model_mut().nodes[index];
         if let NodeKind::Kernel(k) = &mut model_node.kind {
             k.grid = cfg.grid;
             k.block = cfg.block;
@@ -154,10 +168,15 @@ impl Exec {
                 arg.bytes.extend_from_slice(value);
             }
         }
-        model_node.accesses = args.take_accesses();
-        let keep = args.keep();
-        self.stale_kernels.insert(index);
-        self.replace_node_keep(index, keep).map_err(fail)?;
+        args.write_accesses(&mut model_node.accesses);
+        self.mark_stale(index);
+        let unchanged = self
+            .node_keep
+            .get(index)
+            .is_some_and(|old| args.keeps_same(old));
+        if !unchanged {
+            self.replace_node_keep(index, args.keep()).map_err(fail)?;
+        }
         self.stats.node_updates += 1;
         Ok(())
     }
@@ -222,7 +241,7 @@ impl Exec {
             )
             .map_err(fail)?;
         }
-        let model_node = &mut self.current_mut().model.nodes[index];
+        let model_node = &mut self.current_mut().model_mut().nodes[index];
         model_node.kind = NodeKind::Memset(MemsetParams {
             dst: dst.alloc.ptr,
             element_size,
@@ -290,7 +309,7 @@ impl Exec {
             )
             .map_err(fail)?;
         }
-        let model_node = &mut self.current_mut().model.nodes[index];
+        let model_node = &mut self.current_mut().model_mut().nodes[index];
         model_node.kind = NodeKind::Memcpy(MemcpyParams {
             src: MemRef {
                 space: MemorySpace::Device,
@@ -330,15 +349,7 @@ impl Exec {
         if reasons.is_empty() {
             match self.driver_update(graph) {
                 Ok(()) => {
-                    let copy = graph.clone_template(at)?;
-                    self.settle_before_release()
-                        .map_err(|f| f.on(self.object(), op, at))?;
-                    self.origin = copy.id;
-                    self.label = format!("{}#exec", copy.label());
-                    self.current = Some(copy);
-                    self.node_keep.clear();
-                    self.kernel_layouts.clear();
-                    self.stale_kernels.clear();
+                    self.follow(graph, at)?;
                     self.stats.graph_updates += 1;
                     return Ok(UpdateOutcome::Updated);
                 }
@@ -364,28 +375,68 @@ impl Exec {
                 self.template = template;
                 self.current = None;
                 self.node_keep.clear();
-                self.kernel_layouts.clear();
-                self.stale_kernels.clear();
+                self.stale.clear();
+                self.any_stale = false;
                 self.stats.reinstantiations += 1;
                 Ok(UpdateOutcome::Reinstantiated { reasons })
             }
         }
     }
 
-    /// Before an update lets go of resources a launch may still use (the previous current
-    /// template's, and those of per-node updates): when any of them would be released for good
-    /// while a launch may be in flight, wait for the context first.
-    fn settle_before_release(&mut self) -> Result<(), Failure> {
-        let last = |k: &Keep| std::sync::Arc::strong_count(k) == 1;
-        let releasing = self
-            .current
+    /// After `cuGraphExecUpdate` from `graph`: makes the executable's template follow `graph`.
+    /// When every node of `graph` can be written back from its model (kernels with known
+    /// arguments, memsets, empty nodes), the template shares `graph`'s model and its driver
+    /// nodes are brought in step only when [`Exec::template`] asks; otherwise the template
+    /// becomes a driver copy of `graph` (`cuGraphClone`).
+    fn follow(&mut self, graph: &Graph, at: SourceLine) -> Result<()> {
+        let op = "Exec::update";
+        let lazy = graph
+            .model
+            .nodes
             .iter()
-            .flat_map(|g| g.keep.iter())
-            .chain(self.node_keep.values().flatten())
-            .any(last);
-        if self.in_flight() && releasing {
-            self.wait_done()?;
+            .zip(graph.kernels.iter())
+            .all(|(n, k)| {
+                matches!(
+                    (&n.kind, k),
+                    (NodeKind::Kernel(_), Some(_))
+                        | (NodeKind::Memset(_), _)
+                        | (NodeKind::Empty, _)
+                )
+            });
+        let copy = if lazy {
+            None
+        } else {
+            Some(graph.clone_template(at)?)
+        };
+        // What the template and per-node updates referenced, which the new graph may not.
+        let old: Vec<Keep> = std::mem::take(&mut self.node_keep)
+            .into_iter()
+            .flatten()
+            .collect();
+        let mut sets = Vec::new();
+        if let Some(current) = self.current.take() {
+            sets.push(current.keep.clone());
         }
+        if lazy {
+            sets.push(std::mem::replace(
+                &mut self.template.keep,
+                graph.keep.clone(),
+            ));
+            self.template.model = graph.model.clone();
+            self.template.kernels = graph.kernels.clone();
+            self.template.label = graph.label.clone();
+            self.stale.clear();
+            self.stale.resize(self.template.handles.len(), true);
+            self.any_stale = true;
+        } else {
+            self.stale.clear();
+            self.any_stale = false;
+            self.current = copy;
+        }
+        self.retire_sets(old, sets)
+            .map_err(|f| f.on(self.object(), op, at))?;
+        self.origin = graph.id;
+        self.label = format!("{}#exec", graph.label());
         Ok(())
     }
 
@@ -458,41 +509,63 @@ fn kernel_params(
     }
 }
 
-/// Pushes the parameters of kernel nodes updated since the last call from the model into the
-/// executable's current driver template (`cuGraphKernelNodeSetParams`).
+/// Pushes the parameters of nodes updated since the last call from the model into the
+/// executable's current driver template (`cuGraphKernelNodeSetParams`,
+/// `cuGraphMemsetNodeSetParams`).
 pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
-    if exec.stale_kernels.is_empty() {
+    if !exec.any_stale {
         return Ok(());
     }
     exec.template.ctx.bind()?;
-    let stale = std::mem::take(&mut exec.stale_kernels);
-    for index in stale {
-        let Some((func, _)) = exec.kernel_layouts.get(&index).cloned() else {
+    let current = exec.current.as_ref().unwrap_or(&exec.template);
+    for (index, stale) in exec.stale.iter_mut().enumerate() {
+        if !*stale {
             continue;
-        };
-        let current = exec.current();
-        let NodeKind::Kernel(k) = &current.model.nodes[index].kind else {
-            continue;
-        };
-        let mut pointers: Vec<*mut std::ffi::c_void> = k
-            .args
-            .iter()
-            .map(|a| a.bytes.as_ptr() as *mut std::ffi::c_void)
-            .collect();
-        let cfg = LaunchConfig {
-            grid: k.grid,
-            block: k.block,
-            shared_mem_bytes: k.shared_mem_bytes,
-        };
-        let params = kernel_params(func, cfg, pointers.as_mut_ptr());
-        // SAFETY: the handle is a live kernel node of the current template; the pointers point
-        // at the model's argument bytes, which the driver copies during the call; their count
-        // and sizes were checked against the kernel's layout when they were set.
-        check(
-            unsafe { sys::cuGraphKernelNodeSetParams_v2(current.handles[index], &params) },
-            "cuGraphKernelNodeSetParams",
-        )?;
+        }
+        let handle = current.handles[index];
+        match (&current.model.nodes[index].kind, &current.kernels[index]) {
+            (NodeKind::Kernel(k), Some(function)) => {
+                let mut pointers: Vec<*mut std::ffi::c_void> = k
+                    .args
+                    .iter()
+                    .map(|a| a.bytes.as_ptr() as *mut std::ffi::c_void)
+                    .collect();
+                let cfg = LaunchConfig {
+                    grid: k.grid,
+                    block: k.block,
+                    shared_mem_bytes: k.shared_mem_bytes,
+                };
+                let params = kernel_params(function.func, cfg, pointers.as_mut_ptr());
+                // SAFETY: the handle is a live kernel node of the current template; the pointers
+                // point at the model's argument bytes, which the driver copies during the call;
+                // their count and sizes match the function's layout (checked when they were set,
+                // or read back complete).
+                check(
+                    unsafe { sys::cuGraphKernelNodeSetParams_v2(handle, &params) },
+                    "cuGraphKernelNodeSetParams",
+                )?;
+            }
+            (NodeKind::Memset(m), _) => {
+                let p = sys::CUDA_MEMSET_NODE_PARAMS {
+                    dst: m.dst,
+                    pitch: m.pitch as usize,
+                    value: m.value,
+                    elementSize: m.element_size,
+                    width: m.width as usize,
+                    height: m.height as usize,
+                };
+                // SAFETY: the handle is a live memset node of the current template; the values
+                // were read back from, or set on, a node of the same shape.
+                check(
+                    unsafe { sys::cuGraphMemsetNodeSetParams(handle, &p) },
+                    "cuGraphMemsetNodeSetParams",
+                )?;
+            }
+            _ => {}
+        }
+        *stale = false;
     }
+    exec.any_stale = false;
     Ok(())
 }
 

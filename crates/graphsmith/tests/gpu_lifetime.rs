@@ -166,3 +166,69 @@ fn sixteen_threads_each_launch_their_own_executable_1000_times() {
         assert_same(&format!("thread {t}"), got, want);
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn executable_dropped_during_a_capture_is_destroyed_after_its_work_when_the_capture_ends() {
+    let gpu = Gpu::new();
+    let spin = gpu.kernel("gs_spin");
+    let copy = gpu.kernel("gs_copy_f32");
+    let add = gpu.kernel("gs_add_scalar_f32");
+    let cfg = LaunchConfig::for_elements(N as u32);
+    let src_values = inputs(N, 33);
+    let src = gpu.buffer("src", &src_values);
+    let mut out = gpu.poisoned("out", N);
+    let mut g = gpu.ctx.graph("slow-copy").unwrap();
+    let one = LaunchConfig::for_elements(1);
+    let wait = g
+        .kernel("spin", &spin, one, args![200_000_000u64], &[])
+        .unwrap();
+    g.kernel(
+        "copy",
+        &copy,
+        cfg,
+        args![&src, &mut out, N as u32],
+        &[&wait],
+    )
+    .unwrap();
+    let mut exec = g.into_exec().unwrap();
+    drop(src); // only the executable holds it now
+    let work = gpu.ctx.stream("work").unwrap();
+    exec.launch(&work).unwrap();
+
+    // While another stream captures, dropping the executable must not wait (that would
+    // invalidate the capture): it is destroyed when the capture ends, after its work.
+    let side = gpu.ctx.stream("side").unwrap();
+    let mut y = gpu.buffer("y", &vec![1.0; N]);
+    side.begin_capture(CaptureMode::ThreadLocal, "during-drop")
+        .unwrap();
+    let active = graphsmith::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    assert_eq!(capture_status(&side), active, "after begin");
+    side.launch("add", &add, cfg, args![&mut y, 1.0f32, N as u32])
+        .unwrap();
+    assert_eq!(capture_status(&side), active, "after the launch");
+    drop(exec);
+    assert_eq!(
+        capture_status(&side),
+        active,
+        "after dropping the executable"
+    );
+    let graph = side.end_capture().expect("the capture survives the drop");
+    assert_eq!(graph.model().nodes.len(), 1);
+    // `out` is read on another stream without waiting for `work`: the deferred destruction
+    // waited for the copy when the capture ended.
+    assert_same("copied before destruction", &gpu.read(&out), &src_values);
+    assert!(
+        gpu.ctx.drop_failures().is_empty(),
+        "{:?}",
+        gpu.ctx.drop_failures()
+    );
+}
+
+fn capture_status(stream: &graphsmith::Stream) -> graphsmith::sys::CUstreamCaptureStatus {
+    let mut status = graphsmith::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream is live; status is a valid out pointer.
+    let rc = unsafe { graphsmith::sys::cuStreamIsCapturing(stream.raw(), &mut status) };
+    assert_eq!(rc, graphsmith::sys::CUresult::CUDA_SUCCESS);
+    status
+}

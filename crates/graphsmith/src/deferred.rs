@@ -1,0 +1,90 @@
+//! Destruction deferred behind running captures. While a graphsmith capture runs in a context,
+//! destroying or freeing a driver object (`cuMemFree`, `cuGraphDestroy`, `cuGraphExecDestroy`,
+//! ...) may count as an unsafe call and invalidate the capture, and an executable cannot wait
+//! for its work without synchronising. So `Drop` hands such work to the context, which does it
+//! when the last capture ends ([`Context::run_deferred`]).
+
+use cudarc::driver::sys;
+
+use crate::context::Context;
+use crate::error::{check, Failure, ObjectRef};
+use crate::exec::RetiredExec;
+
+/// One driver object to destroy or free.
+pub(crate) enum Destroy {
+    Free(sys::CUdeviceptr),
+    Graph(sys::CUgraph),
+    Event(sys::CUevent),
+    Stream(sys::CUstream),
+    Module(sys::CUmodule),
+}
+
+// SAFETY: each variant holds a driver handle owned by nobody else any more (its owner gave it
+// up in Drop); driver handles may be used from any thread.
+unsafe impl Send for Destroy {}
+
+impl Destroy {
+    /// Makes the call. The handle's context must be current.
+    pub(crate) fn run(self) -> Result<(), Failure> {
+        // SAFETY (every arm): the handle came from the matching create call of this context and
+        // is destroyed exactly once, here (self is consumed).
+        unsafe {
+            match self {
+                Destroy::Free(ptr) => check(sys::cuMemFree_v2(ptr), "cuMemFree"),
+                Destroy::Graph(g) => check(sys::cuGraphDestroy(g), "cuGraphDestroy"),
+                Destroy::Event(e) => check(sys::cuEventDestroy_v2(e), "cuEventDestroy"),
+                Destroy::Stream(s) => check(sys::cuStreamDestroy_v2(s), "cuStreamDestroy"),
+                Destroy::Module(m) => check(sys::cuModuleUnload(m), "cuModuleUnload"),
+            }
+        }
+    }
+}
+
+/// Work left for the end of the running captures.
+pub(crate) enum Deferred {
+    Destroy(ObjectRef, Destroy),
+    /// An executable whose work must be waited for first.
+    Exec(RetiredExec),
+}
+
+impl Context {
+    /// Destroys or frees a driver object now, or when the running captures end. Never panics;
+    /// failures go to [`Context::drop_failures`].
+    pub(crate) fn destroy(&self, object: impl FnOnce() -> ObjectRef, what: Destroy) {
+        if self.captures_active() {
+            self.defer(Deferred::Destroy(object(), what));
+            return;
+        }
+        self.drop_call(object, || what.run());
+    }
+
+    pub(crate) fn defer(&self, work: Deferred) {
+        self.inner
+            .deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(work);
+    }
+
+    /// Does the work deferred while captures ran, oldest first. Executables whose streams are
+    /// still capturing (a capture graphsmith does not know of) stay deferred.
+    pub(crate) fn run_deferred(&self) {
+        let pending = std::mem::take(
+            &mut *self
+                .inner
+                .deferred
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for work in pending {
+            match work {
+                Deferred::Destroy(object, what) => self.drop_call(|| object, || what.run()),
+                Deferred::Exec(exec) => {
+                    if let Some(exec) = exec.finish(self) {
+                        self.defer(Deferred::Exec(exec));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::event::{Begin, Call, End, Event, Exit, Instantiate, StreamUse};
 use crate::explain::{is_capture_code, Catalogue, Explained};
+use crate::hazard::HazardCheck;
 
 /// How a capture ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -72,6 +73,8 @@ pub struct GraphReport {
     /// The capture that produced the graph, when one did.
     pub from_capture: Option<usize>,
     pub launches: u64,
+    /// Its hazard check (`--hazards`); `None` when none was recorded.
+    pub hazards: Option<HazardCheck>,
 }
 
 /// Whether the tracer was attached in a process.
@@ -123,6 +126,7 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
     let mut failures: Vec<Call> = Vec::new();
     let mut escapes = Vec::new();
     let mut instantiations = Vec::new();
+    let mut checks: HashMap<u64, HazardCheck> = HashMap::new();
     let mut exit = None;
     for e in events {
         match e {
@@ -147,6 +151,9 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
             Event::Call(c) => failures.push(c.clone()),
             Event::Escape(c) => escapes.push(c.clone()),
             Event::Instantiate(i) => instantiations.push(i.clone()),
+            Event::Hazards(h) => {
+                checks.insert(h.instantiate, h.check.clone());
+            }
             Event::Exit(x) => exit = Some(x.clone()),
         }
     }
@@ -228,6 +235,7 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
                 .and_then(|x| launches.get(&x).copied())
                 .unwrap_or(0);
             GraphReport {
+                hazards: checks.remove(&inst.seq),
                 instantiate: inst,
                 from_capture,
                 launches,
@@ -304,6 +312,8 @@ pub struct Report {
     pub unreadable_lines: usize,
     /// `--strict`: escapes are errors.
     pub strict: bool,
+    /// `--hazards`: each instantiated graph was to be read back and checked for hazards.
+    pub hazards_requested: bool,
 }
 
 impl Report {
@@ -334,6 +344,7 @@ impl Report {
             processes,
             unreadable_lines: 0,
             strict: false,
+            hazards_requested: false,
         }
     }
 
@@ -345,17 +356,33 @@ impl Report {
         self.processes.iter().map(|p| p.escapes.len()).sum()
     }
 
-    /// Failed captures, and escapes under `--strict`.
+    /// Hazards found in instantiated graphs (`--hazards`).
+    pub fn hazards(&self) -> usize {
+        self.processes
+            .iter()
+            .flat_map(|p| &p.graphs)
+            .filter_map(|g| g.hazards.as_ref())
+            .map(|h| h.total() as usize)
+            .sum()
+    }
+
+    /// Instantiated graphs whose hazard check ran.
+    pub fn graphs_checked(&self) -> usize {
+        self.processes
+            .iter()
+            .flat_map(|p| &p.graphs)
+            .filter(|g| matches!(g.hazards, Some(HazardCheck::Checked(_))))
+            .count()
+    }
+
+    /// Failed captures, and escapes under `--strict`. Hazards are never errors: the check
+    /// reports what may race, which a person confirms.
     pub fn errors(&self) -> usize {
         self.failed_captures() + if self.strict { self.escapes() } else { 0 }
     }
 
-    /// Escapes without `--strict`.
+    /// Hazards, and escapes without `--strict`.
     pub fn warnings(&self) -> usize {
-        if self.strict {
-            0
-        } else {
-            self.escapes()
-        }
+        self.hazards() + if self.strict { 0 } else { self.escapes() }
     }
 }

@@ -1,7 +1,8 @@
-//! `graphsmith trace [--json FILE] [--strict] -- <command> [args...]`: runs the command with the
-//! injection library, waits for it, and prints the report on stderr. The command's stdin,
-//! stdout, stderr and exit code pass through unchanged (with `--strict`, a command that exited 0
-//! but whose report holds an error makes `graphsmith trace` exit 1).
+//! `graphsmith trace [--json FILE] [--strict] [--hazards] -- <command> [args...]`: runs the
+//! command with the injection library, waits for it, and prints the report on stderr. The
+//! command's stdin, stdout, stderr and exit code pass through unchanged (with `--strict`, a
+//! command that exited 0 but whose report holds an error makes `graphsmith trace` exit 1;
+//! hazards are warnings and never change the exit code).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,11 @@ pub struct TraceArgs {
     /// error (a failed capture or an escape).
     #[arg(long)]
     pub strict: bool,
+    /// Read each instantiated graph back and check it for hazards: two nodes that no path of
+    /// edges orders, touching the same memory, one of them possibly writing. Reported as
+    /// warnings (the exit code does not change).
+    #[arg(long)]
+    pub hazards: bool,
     /// Keep the raw event log (one JSON object per line) in FILE.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
@@ -94,6 +100,7 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
     report.notes = notes;
     report.unreadable_lines = bad;
     report.strict = args.strict;
+    report.hazards_requested = args.hazards;
     eprint!("{}", render(&report));
     if let Some(path) = &args.json {
         if let Err(e) = write_json(path, &report) {
@@ -146,6 +153,7 @@ mod tests {
         .unwrap();
         assert_eq!(a.json, Some(PathBuf::from("r.json")));
         assert!(a.strict);
+        assert!(!a.hazards);
         assert_eq!(a.command, ["python3", "x.py", "--json", "-v"]);
     }
 
@@ -157,6 +165,9 @@ mod tests {
         let a = parse(&["--strict", "./faults", "--strict"]).unwrap();
         assert!(a.strict);
         assert_eq!(a.command, ["./faults", "--strict"]);
+        let a = parse(&["--hazards", "./faults", "race", "--hazards"]).unwrap();
+        assert!(a.hazards && !a.strict);
+        assert_eq!(a.command, ["./faults", "race", "--hazards"]);
     }
 
     #[test]

@@ -4,15 +4,21 @@
 //! ([`read_events`]) and builds the report from them ([`crate::analysis`]).
 //!
 //! Only what a report needs is recorded: captures begun and ended, calls that failed, work that
-//! escaped a capture, instantiations, and a summary at exit. Successful calls outside a capture
-//! are counted, not recorded.
+//! escaped a capture, instantiations (with `--hazards`, the hazard check of each instantiated
+//! graph), and a summary at exit. Successful calls outside a capture are counted, not recorded.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::hazard::HazardCheck;
+
 /// The environment variable naming the event log the injection library appends to.
 pub const OUT_VAR: &str = "GRAPHSMITH_TRACE_OUT";
+
+/// The environment variable that asks the injection library for the hazard check of each
+/// instantiated graph (`--hazards`): `1` to check, anything else not to.
+pub const HAZARDS_VAR: &str = "GRAPHSMITH_TRACE_HAZARDS";
 
 /// One line of the event log. Every variant carries the process id, so that the log of a command
 /// that starts several CUDA processes (a shell script, a launcher) stays readable.
@@ -35,6 +41,9 @@ pub enum Event {
     End(End),
     /// A graph was instantiated.
     Instantiate(Instantiate),
+    /// The hazard check of a graph just instantiated (`--hazards`), written after its
+    /// `Instantiate` event.
+    Hazards(Hazards),
     /// The process is exiting (an `atexit` handler); missing when it crashed or called `_exit`.
     Exit(Exit),
 }
@@ -50,6 +59,7 @@ impl Event {
             Event::Call(e) | Event::Escape(e) => e.pid,
             Event::End(e) => e.pid,
             Event::Instantiate(e) => e.pid,
+            Event::Hazards(e) => e.pid,
             Event::Exit(e) => e.pid,
         }
     }
@@ -284,6 +294,19 @@ pub struct Instantiate {
     pub nodes: BTreeMap<String, u64>,
     pub driver: Option<String>,
     pub runtime: Option<String>,
+}
+
+/// The hazard check of an instantiated graph, read back with driver calls right after the
+/// instantiation returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hazards {
+    pub pid: u32,
+    pub seq: u64,
+    /// The `seq` of the `Instantiate` event it belongs to.
+    pub instantiate: u64,
+    pub graph: u64,
+    pub exec: Option<u64>,
+    pub check: HazardCheck,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -176,6 +176,11 @@ pub(crate) fn plan(args: &TraceArgs) -> Plan {
     }
     plan.env
         .push((crate::event::OUT_VAR.into(), events.clone().into()));
+    // Set either way, so that a value left in the environment never asks for the check.
+    plan.env.push((
+        crate::event::HAZARDS_VAR.into(),
+        if args.hazards { "1" } else { "0" }.into(),
+    ));
     let cupti = args
         .cupti
         .clone()

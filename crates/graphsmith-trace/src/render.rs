@@ -6,6 +6,7 @@ use std::fmt::Write;
 use crate::analysis::{Attached, CaptureReport, GraphReport, Outcome, ProcessReport, Report};
 use crate::event::{Call, Frame, Thread};
 use crate::explain::code_label;
+use crate::hazard::render_check;
 
 /// Frames of a backtrace shown in text (the JSON report has them all).
 pub const FRAMES_SHOWN: usize = 12;
@@ -52,7 +53,7 @@ pub fn render(report: &Report) -> String {
         );
     }
     for p in &report.processes {
-        process(&mut out, p, report.strict);
+        process(&mut out, p, report.strict, report.hazards_requested);
     }
     let graphs: usize = report.processes.iter().map(|p| p.graphs.len()).sum();
     let captures: usize = report.processes.iter().map(|p| p.captures.len()).sum();
@@ -64,7 +65,7 @@ pub fn render(report: &Report) -> String {
     let escapes = report.escapes();
     let _ = writeln!(
         out,
-        "\nsummary: {} ({} failed), {}{}, {} instantiated, {} outside captures",
+        "\nsummary: {} ({} failed), {}{}, {} instantiated{}, {} outside captures",
         plural(captures, "capture"),
         report.failed_captures(),
         plural(escapes, "silent escape"),
@@ -74,9 +75,30 @@ pub fn render(report: &Report) -> String {
             ""
         },
         plural(graphs, "graph"),
+        hazard_summary(report, graphs),
         plural(others, "failing call"),
     );
     out
+}
+
+/// The hazard part of the summary: what was found, or that nothing was checked.
+fn hazard_summary(report: &Report, graphs: usize) -> String {
+    let checked = report.graphs_checked();
+    match (graphs, checked, report.hazards_requested) {
+        (0, _, _) => return String::new(),
+        (_, 0, false) => return " (hazards not checked: run with --hazards)".to_string(),
+        (_, 0, true) => return " (none could be checked for hazards)".to_string(),
+        _ => {}
+    }
+    let found = match report.hazards() {
+        0 => "no hazard".to_string(),
+        n => plural(n, "hazard"),
+    };
+    if checked == graphs {
+        format!(" ({found})")
+    } else {
+        format!(" ({found} in the {checked} checked)")
+    }
 }
 
 fn plural(n: usize, what: &str) -> String {
@@ -103,7 +125,7 @@ fn ranges(r: &[String]) -> String {
     }
 }
 
-fn process(out: &mut String, p: &ProcessReport, strict: bool) {
+fn process(out: &mut String, p: &ProcessReport, strict: bool, hazards: bool) {
     let exe = p.exe.as_deref().unwrap_or("?");
     let _ = writeln!(out);
     match &p.attached {
@@ -137,11 +159,11 @@ fn process(out: &mut String, p: &ProcessReport, strict: bool) {
         );
     }
     for c in &p.captures {
-        capture(out, c, p);
+        capture(out, c, p, hazards);
     }
     for g in p.graphs.iter().filter(|g| g.from_capture.is_none()) {
         let _ = writeln!(out);
-        graph(out, g, "");
+        graph(out, g, "", hazards);
     }
     let label = if strict { "error" } else { "warning" };
     for e in p.escapes.iter().take(ESCAPES_SHOWN) {
@@ -175,7 +197,7 @@ fn process(out: &mut String, p: &ProcessReport, strict: bool) {
     }
 }
 
-fn capture(out: &mut String, c: &CaptureReport, p: &ProcessReport) {
+fn capture(out: &mut String, c: &CaptureReport, p: &ProcessReport, hazards: bool) {
     let b = &c.begin;
     let status = match c.outcome {
         Outcome::Captured if c.first.is_some() => "captured, but calls failed during it",
@@ -264,11 +286,11 @@ fn capture(out: &mut String, c: &CaptureReport, p: &ProcessReport) {
         }
     }
     for g in p.graphs.iter().filter(|g| g.from_capture == Some(c.number)) {
-        graph(out, g, "  ");
+        graph(out, g, "  ", hazards);
     }
 }
 
-fn graph(out: &mut String, g: &GraphReport, indent: &str) {
+fn graph(out: &mut String, g: &GraphReport, indent: &str, hazards: bool) {
     let i = &g.instantiate;
     let name = i.runtime.as_deref().or(i.driver.as_deref()).unwrap_or("?");
     if i.code != 0 {
@@ -295,6 +317,17 @@ fn graph(out: &mut String, g: &GraphReport, indent: &str) {
         },
         plural(g.launches as usize, "time")
     );
+    let inner = format!("{indent}  ");
+    match &g.hazards {
+        Some(check) => render_check(out, check, &inner),
+        None if hazards => {
+            let _ = writeln!(
+                out,
+                "{inner}hazards: not checked: no result was recorded (the process ended during the check?)"
+            );
+        }
+        None => {}
+    }
 }
 
 fn escape(out: &mut String, e: &Call, p: &ProcessReport, label: &str) {

@@ -25,12 +25,17 @@ fn embedded(name: &str) -> &'static str {
         "failures-strict.txt" => include_str!("fixtures/failures-strict.txt"),
         "clean.txt" => include_str!("fixtures/clean.txt"),
         "h200-stream-sync.jsonl" => include_str!("fixtures/h200-stream-sync.jsonl"),
+        "hazards.jsonl" => include_str!("fixtures/hazards.jsonl"),
+        "hazards.txt" => include_str!("fixtures/hazards.txt"),
         _ => panic!("no fixture {name}"),
     }
 }
 
 fn report(log: &str, strict: bool) -> Report {
-    let text = embedded(log);
+    report_of(embedded(log), log, strict)
+}
+
+fn report_of(text: &str, log: &str, strict: bool) -> Report {
     let (events, bad) = read_events(text);
     assert_eq!(bad, 0, "every line of {log} parses");
     let mut r = Report::build(
@@ -48,7 +53,11 @@ fn report(log: &str, strict: bool) -> Report {
 
 /// Compares the rendered text with a snapshot.
 fn check(log: &str, snapshot: &str, strict: bool) {
-    let text = render(&report(log, strict));
+    check_report(&report(log, strict), snapshot);
+}
+
+fn check_report(report: &Report, snapshot: &str) {
+    let text = render(report);
     if std::env::var_os("GRAPHSMITH_BLESS").is_some() {
         std::fs::write(fixture(snapshot), &text).unwrap();
         return;
@@ -172,4 +181,83 @@ fn a_failing_end_without_an_end_event_still_fails_the_capture() {
         ("cudaStreamSynchronize", 900)
     );
     assert_eq!(first.ranges, ["case:stream-sync", "capture", "fault"]);
+}
+
+fn hazards_report() -> Report {
+    let mut r = report("hazards.jsonl", false);
+    r.command = vec!["./faults".into(), "race".into()];
+    r.exit = CommandExit {
+        code: Some(0),
+        signal: None,
+    };
+    r.hazards_requested = true;
+    r
+}
+
+/// `--hazards` (a log shaped like the GPU suite's `race` and `clean` cases, plus a graph whose
+/// memory could not be resolved and one the tracer could not read): each instantiated graph
+/// shows its check, the race names both kernels, the buffer and the fix edge.
+#[test]
+fn hazards_render_as_the_snapshot() {
+    let r = hazards_report();
+    check_report(&r, "hazards.txt");
+    assert_eq!(r.hazards(), 1);
+    assert_eq!(r.graphs_checked(), 3, "the fourth was not checked");
+    assert_eq!((r.errors(), r.warnings()), (0, 1), "hazards are warnings");
+    let mut strict = hazards_report();
+    strict.strict = true;
+    assert_eq!(
+        (strict.errors(), strict.warnings()),
+        (0, 1),
+        "even with --strict"
+    );
+}
+
+/// What tests/programs/check.py reads from the JSON report.
+#[test]
+fn the_json_report_holds_each_graphs_check() {
+    let r = hazards_report();
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["hazards_requested"], true);
+    let graphs = &json["processes"][0]["graphs"];
+    let race = &graphs[0]["hazards"];
+    assert_eq!(race["state"], "checked");
+    assert_eq!(race["total"], 1);
+    let h = &race["hazards"][0];
+    assert_eq!(h["kind"], "possible_write");
+    assert_eq!(h["first"]["label"], "inc");
+    assert_eq!(h["second"]["label"], "scale");
+    assert_eq!(h["second"]["kernel"], "scale(float*, int)");
+    assert_eq!(h["buffer"], 0x7f3a_0000_0000_u64);
+    assert_eq!(h["buffer_bytes"], 262144);
+    assert_eq!(h["fix"], serde_json::json!([1, 2]));
+    assert_eq!(graphs[1]["hazards"]["total"], 0);
+    assert_eq!(graphs[3]["hazards"]["state"], "not_checked");
+}
+
+#[test]
+fn without_hazards_the_report_says_nothing_was_checked() {
+    let text = render(&report("clean.jsonl", false));
+    assert!(
+        text.contains("1 graph instantiated (hazards not checked: run with --hazards)"),
+        "{text}"
+    );
+    assert!(!text.contains("hazards: "), "{text}");
+    // Asked for, but the process ended before a result was written.
+    let cut: String = embedded("hazards.jsonl")
+        .lines()
+        .filter(|l| !l.contains(r#""ev": "hazards""#))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let mut r = report_of(&cut, "hazards.jsonl without checks", false);
+    r.hazards_requested = true;
+    let text = render(&r);
+    assert!(
+        text.contains("hazards: not checked: no result was recorded"),
+        "{text}"
+    );
+    assert!(
+        text.contains("4 graphs instantiated (none could be checked for hazards)"),
+        "{text}"
+    );
 }

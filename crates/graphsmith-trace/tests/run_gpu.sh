@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests of `graphsmith trace`: builds the planted-fault C++ program with nvcc, runs each case
-# (C++ and PyTorch) under `graphsmith trace --json`, checks every report with check.py against
+# (C++ and PyTorch; the hazard-* cases with --hazards) under `graphsmith trace --json`, checks
+# every report (and the command's stdout, for the planted race's buffer) with check.py against
 # programs/expect.json, measures the tracer's overhead on a PyTorch capture-and-replay program,
 # and ends with "N passed, N failed".
 #
@@ -106,7 +107,7 @@ EOF
   eval "env $env_line timeout 300 \"$GS\" trace --json \"$OUT/$case.json\" --events \"$OUT/$case.events.jsonl\" $args_line -- $cmd_line" \
     >"$OUT/$case.out" 2>"$OUT/$case.err"
   code=$?
-  if "$PY" "$PROGRAMS/check.py" "$PROGRAMS/expect.json" "$case" "$OUT/$case.json" "$code"; then
+  if "$PY" "$PROGRAMS/check.py" "$PROGRAMS/expect.json" "$case" "$OUT/$case.json" "$code" "$OUT/$case.out"; then
     pass=$((pass + 1))
   else
     fail=$((fail + 1)); failed+=("$case")

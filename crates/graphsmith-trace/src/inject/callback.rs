@@ -20,9 +20,12 @@ use cudarc::cupti::sys::CUpti_CallbackData;
 
 use super::api::{Capturing, Cupti, Driver};
 use super::cbid::{self, is_legacy, Args, Kind, Spec};
+use super::readback::{self, GraphApi};
 use super::state::{CaptureTrack, State};
 use super::{nvtx, stack, thread};
-use crate::event::{Begin, Call, CapturingRanges, End, Event, Instantiate, Mode};
+use crate::event::{
+    Begin, Call, CapturingRanges, End, Event, Hazards, Instantiate, Mode, HAZARDS_VAR,
+};
 use crate::explain::is_capture_code;
 
 const ENTER: u32 = 0;
@@ -42,6 +45,8 @@ pub(crate) struct Tracer {
     pub runtime_calls: AtomicU64,
     other_failures: AtomicU64,
     pub launches: Mutex<std::collections::BTreeMap<u64, u64>>,
+    /// `--hazards`: the read-back functions, or why they are missing; `None` when not asked.
+    hazards: Option<Result<GraphApi, String>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -151,6 +156,7 @@ impl Tracer {
             runtime_calls: AtomicU64::new(0),
             other_failures: AtomicU64::new(0),
             launches: Mutex::default(),
+            hazards: (std::env::var(HAZARDS_VAR).as_deref() == Ok("1")).then(GraphApi::load),
         }
     }
 
@@ -439,6 +445,26 @@ impl Tracer {
                 runtime: site.runtime.clone(),
             })
         });
+        // Written after the instantiation, so that a crash during the read-back loses nothing
+        // already recorded. The read-back's own driver calls come back through on_api while
+        // this callback holds the reentrancy flag (BUSY), so they are ignored.
+        if let (0, Some(api)) = (site.code, &self.hazards) {
+            // SAFETY: the graph was instantiated successfully by the very call whose exit this
+            // is, on this thread: it is live and its context is current; CUDA forbids changing
+            // a graph from another thread while it is being instantiated.
+            let check = unsafe { readback::check_instantiated(api, graph) };
+            let hazards_seq = self.next_seq();
+            super::emit(|pid| {
+                Event::Hazards(Hazards {
+                    pid,
+                    seq: hazards_seq,
+                    instantiate: seq,
+                    graph,
+                    exec,
+                    check,
+                })
+            });
+        }
     }
 
     /// Running captures of the call's context, and the ranges of their threads when another

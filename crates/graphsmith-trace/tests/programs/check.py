@@ -1,6 +1,7 @@
 """Checks one `graphsmith trace --json` report against tests/programs/expect.json.
 
-Usage: check.py EXPECT.json CASE REPORT.json EXIT_CODE
+Usage: check.py EXPECT.json CASE REPORT.json EXIT_CODE [STDOUT]
+STDOUT: the command's standard output (for "buffer_from_stdout").
 Prints PASS or FAIL with every mismatch and the values actually found; exits 0 or 1.
 """
 import fnmatch
@@ -48,8 +49,66 @@ def check_call(errs, what, call, exp, process):
             errs.append(f"{what}.backtrace has no frame with {s!r}: {frames[:16]}")
 
 
+def describe(h):
+    return (f"{h['kind']} on {h['buffer']:#x}: n{h['first']['node']} {h['first']['label']!r} / "
+            f"n{h['second']['node']} {h['second']['label']!r}")
+
+
+def check_hazards(errs, exp, report, graphs, stdout_path):
+    """--hazards: each graph's check (graph["hazards"]), as src/hazard/mod.rs writes it."""
+    checks = [g["hazards"] for g in graphs if g.get("hazards") is not None]
+    checked = [c for c in checks if c["state"] == "checked"]
+    found = [h for c in checked for h in c["hazards"]]
+    if exp.get("hazards_unchecked") and (report.get("hazards_requested") or checks):
+        errs.append(f"hazards were checked without --hazards: {checks}")
+    if "hazards_checked_min" in exp and len(checked) < exp["hazards_checked_min"]:
+        reasons = [c.get("reason") for c in checks if c["state"] != "checked"]
+        errs.append(f"{len(checked)} graphs checked for hazards, expected at least "
+                    f"{exp['hazards_checked_min']} (not checked: {reasons})")
+    if "hazards" in exp:
+        total = sum(c["total"] for c in checked)
+        if total != exp["hazards"]:
+            errs.append(f"{total} hazards, expected {exp['hazards']}: "
+                        + "; ".join(describe(h) for h in found[:5]))
+    if "hazard_accesses_min" in exp:
+        got = max((c["accesses"] for c in checked), default=0)
+        if got < exp["hazard_accesses_min"]:
+            errs.append(f"{got} memory accesses checked, expected at least "
+                        f"{exp['hazard_accesses_min']}: {checked}")
+    want = exp.get("hazard")
+    if want is None:
+        return
+    if not found:
+        errs.append("no hazard found")
+        return
+    h = found[0]
+    labels = sorted([h["first"]["label"], h["second"]["label"]])
+    if "labels" in want and labels != sorted(want["labels"]):
+        errs.append(f"hazard between {labels}, expected {sorted(want['labels'])}: {describe(h)}")
+    if "kind" in want and h["kind"] != want["kind"]:
+        errs.append(f"hazard kind {h['kind']}, expected {want['kind']}")
+    prefix = want.get("buffer_from_stdout")
+    if prefix:
+        try:
+            lines = open(stdout_path).read().splitlines() if stdout_path else []
+        except OSError as e:
+            lines = []
+            errs.append(f"cannot read the command's output: {e}")
+        printed = [l[len(prefix):].strip() for l in lines if l.startswith(prefix)]
+        if not printed:
+            errs.append(f"the command printed no line starting with {prefix!r}")
+        else:
+            # The buffer is the base of the allocation holding the program's pointer (the same
+            # address for a plain cudaMalloc).
+            address, size = int(printed[0], 16), h.get("buffer_bytes") or 1
+            if not h["buffer"] <= address < h["buffer"] + size:
+                errs.append(f"hazard on the allocation {h['buffer']:#x} ({size} bytes), which does "
+                            f"not hold the program's buffer {printed[0]}")
+
+
 def main():
     expect_all, case, report_path, exit_code = sys.argv[1:5]
+    stdout_path = sys.argv[5] if len(sys.argv) > 5 else None
     exp = json.load(open(expect_all))[case]
     errs = []
     if "exit" in exp and int(exit_code) != exp["exit"]:
@@ -104,6 +163,7 @@ def main():
         got = max((g["instantiate"]["nodes"].get(kind, 0) for g in graphs), default=0)
         if got < n:
             errs.append(f"{got} {kind} nodes, expected at least {n} ({[g['instantiate']['nodes'] for g in graphs]})")
+    check_hazards(errs, exp, report, graphs, stdout_path)
     if "launches_min" in exp:
         got = max((g["launches"] for g in graphs), default=0)
         if got < exp["launches_min"]:

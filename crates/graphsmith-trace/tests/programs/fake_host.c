@@ -1,7 +1,9 @@
 /* A stand-in for CUDA and NVTX, for CPU tests of the injection library (tests/fake_host.rs):
  * loads the library the way the CUDA driver (CUDA_INJECTION64_PATH, InitializeInjection) and an
  * NVTX3 instance (NVTX_INJECTION64_PATH, InitializeInjectionNvtx2 with an export table) do, pushes
- * a range through the table the library filled, then exits with argv[2] or crashes. */
+ * a range through the table the library filled, then exits with argv[2] or crashes.
+ * `fake_host graph LIBCUDA CBID` first loads LIBCUDA (programs/fake_cuda.c, a stand-in for the
+ * driver and CUPTI) and, once the library attached, instantiates that stand-in's graph. */
 #include <dlfcn.h>
 #include <signal.h>
 #include <stddef.h>
@@ -38,13 +40,24 @@ int main(int argc, char** argv) {
       printf("fake_host: depths %d %d %d\n", a, b, c);
     }
   }
+  int graph = argc > 3 && !strcmp(argv[1], "graph");
+  void* driver = NULL;
+  if (graph) {
+    driver = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
+    if (!driver) printf("fake_host: %s\n", dlerror());
+  }
   const char* cuda = getenv("CUDA_INJECTION64_PATH");
   if (cuda) {
     void* h = dlopen(cuda, RTLD_NOW);
     int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
     printf("fake_host: cuda init %d\n", init ? init() : -1);
   }
+  if (driver) {
+    int (*instantiate)(unsigned) = (int (*)(unsigned))dlsym(driver, "fake_instantiate");
+    printf("fake_host: instantiate %d\n", instantiate ? instantiate((unsigned)atoi(argv[3])) : -2);
+  }
   fflush(stdout);
+  if (graph) return 0;
   if (argc > 1 && !strcmp(argv[1], "crash")) raise(SIGSEGV);
   return argc > 2 ? atoi(argv[2]) : 0;
 }

@@ -23,6 +23,11 @@ __global__ void inc(float* x, int n) {
   if (i < n) x[i] += 1.0f;
 }
 
+__global__ void scale(float* x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 2.0f;
+}
+
 static const int N = 1 << 16;
 static float* buf = nullptr;
 
@@ -170,6 +175,31 @@ static int run(const char* c) {
     { Range f("fault"); check(cudaStreamWaitEvent(s, e2, 0), "wait across captures"); }
     end(s2);
     end(s);
+  } else if (!strcmp(c, "race")) {
+    // A planted data race, for --hazards: after a fork, inc on s and scale on s2 both write buf
+    // and no edge orders them (the join comes after both). The capture itself is valid.
+    printf("faults: race buffer %p\n", (void*)buf);
+    cudaGraph_t g;
+    {
+      Range r("capture");
+      begin(s);
+      launch(s);
+      check(cudaEventRecord(e, s), "fork record");
+      check(cudaStreamWaitEvent(s2, e, 0), "fork wait");
+      {
+        Range f("fault");
+        launch(s);
+        scale<<<(N + 255) / 256, 256, 0, s2>>>(buf, N);
+        check(cudaGetLastError(), "launch scale");
+      }
+      cudaEvent_t j;
+      check(cudaEventCreateWithFlags(&j, cudaEventDisableTiming), "event create");
+      check(cudaEventRecord(j, s2), "join record");
+      check(cudaStreamWaitEvent(s, j, 0), "join wait");
+      launch(s);
+      g = end(s);
+    }
+    replay(g, s, 5);
   } else if (!strcmp(c, "clean")) {
     cudaGraph_t g;
     {

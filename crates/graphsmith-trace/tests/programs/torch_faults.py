@@ -51,13 +51,21 @@ def nonzero(x):
 
 
 SIDE = []  # a stream made before the capture, never joined to it
+ESCAPED = []  # a tensor allocated before the capture, written in place by the escaping work
 
 
 def escape(x):
+    # The planted silent escape: a kernel on SIDE, a stream that is not capturing, while the
+    # global-mode capture runs. It must not allocate: the caching allocator would cudaMalloc a
+    # block for a new tensor on a non-capturing stream, which fails in a global-mode capture
+    # (900) and invalidates it; nor synchronize or record an event. So: an in-place op with a
+    # Python scalar (no temporary on the device) on a tensor allocated before the capture, on a
+    # stream created before it; torch.cuda.stream() only sets the current stream.
     y = x * 2
+    z = ESCAPED[0]
     with nvtx.range("fault"):
         with torch.cuda.stream(SIDE[0]):
-            z = x + 1
+            z.add_(1)
     return y, z
 
 
@@ -68,6 +76,9 @@ def clean(x):
 def main():
     case = sys.argv[1]
     SIDE.append(torch.cuda.Stream())
+    if case == "escape":
+        ESCAPED.append(torch.zeros(1 << 16, device="cuda"))
+        ESCAPED[0].add_(0)  # loads the in-place add's kernel now, not lazily during the capture
     body = {"item": item, "nonzero": nonzero, "escape": escape, "clean": clean}[case]
     r = capture(case, body)
     if r is not None and case in ("clean", "escape"):
@@ -78,6 +89,9 @@ def main():
         if case == "clean":
             expected = float(torch.relu(x * 2 + 1).sum())
             assert abs(float(out) - expected) < 1e-3, (float(out), expected)
+        if case == "escape":
+            # The escaped add ran once, eagerly, during the capture; the replays do not run it.
+            assert bool((out[1] == 1).all()), float(out[1].sum())
     print(f"torch_faults: {case} done")
 
 

@@ -204,21 +204,13 @@ impl Graph {
             shared_mem_bytes: cfg.shared_mem_bytes,
             args: model_args,
         });
-        let mut pointers = args.pointers();
-        let params = sys::CUDA_KERNEL_NODE_PARAMS {
-            func: kernel.func,
-            gridDimX: cfg.grid.x,
-            gridDimY: cfg.grid.y,
-            gridDimZ: cfg.grid.z,
-            blockDimX: cfg.block.x,
-            blockDimY: cfg.block.y,
-            blockDimZ: cfg.block.z,
-            sharedMemBytes: cfg.shared_mem_bytes,
-            kernelParams: pointers.as_mut_ptr(),
-            extra: std::ptr::null_mut(),
-            kern: std::ptr::null_mut(),
-            ctx: std::ptr::null_mut(),
+        let function = crate::graph::KernelFn {
+            func: std::ptr::null_mut(),
+            kern: kernel.kern,
+            layout: kernel.params.clone(),
         };
+        let mut pointers = args.pointers();
+        let params = crate::update::kernel_params(&function, cfg, pointers.as_mut_ptr());
         let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()));
         let accesses = args.take_accesses();
@@ -236,10 +228,7 @@ impl Graph {
             "cuGraphAddKernelNode",
             |h, d, n| unsafe { sys::cuGraphAddKernelNode_v2(h, graph, d, n, &params) },
         )?;
-        Arc::make_mut(&mut self.kernels)[node.id.index()] = Some(crate::graph::KernelFn {
-            func: kernel.func,
-            layout: kernel.params.clone(),
-        });
+        Arc::make_mut(&mut self.kernels)[node.id.index()] = Some(function);
         Ok(node)
     }
 

@@ -396,16 +396,6 @@ impl Stream {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()?;
-        if self
-            .ctx
-            .inner
-            .active_captures
-            .fetch_sub(1, Ordering::AcqRel)
-            == 1
-        {
-            // The last capture ended: free what was dropped while it ran.
-            self.ctx.run_deferred();
-        }
         let record = self
             .ctx
             .inner
@@ -434,6 +424,17 @@ impl Stream {
             }
             Ok(raw)
         });
+        // Only now, with the capture ended in the driver, may deferred work run.
+        if self
+            .ctx
+            .inner
+            .active_captures
+            .fetch_sub(1, Ordering::AcqRel)
+            == 1
+        {
+            // The last capture ended: destroy and free what was dropped while it ran.
+            self.ctx.run_deferred();
+        }
         Some(Ended {
             label: active.label,
             record,

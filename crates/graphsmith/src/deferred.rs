@@ -16,7 +16,7 @@ pub(crate) enum Destroy {
     Graph(sys::CUgraph),
     Event(sys::CUevent),
     Stream(sys::CUstream),
-    Module(sys::CUmodule),
+    Library(sys::CUlibrary),
 }
 
 // SAFETY: each variant holds a driver handle owned by nobody else any more (its owner gave it
@@ -34,7 +34,7 @@ impl Destroy {
                 Destroy::Graph(g) => check(sys::cuGraphDestroy(g), "cuGraphDestroy"),
                 Destroy::Event(e) => check(sys::cuEventDestroy_v2(e), "cuEventDestroy"),
                 Destroy::Stream(s) => check(sys::cuStreamDestroy_v2(s), "cuStreamDestroy"),
-                Destroy::Module(m) => check(sys::cuModuleUnload(m), "cuModuleUnload"),
+                Destroy::Library(l) => check(sys::cuLibraryUnload(l), "cuLibraryUnload"),
             }
         }
     }

@@ -61,15 +61,18 @@ pub struct Graph {
     _not_sync: PhantomData<Cell<()>>,
 }
 
-/// A kernel node's function and the (offset, size) of each of its parameters.
+/// A kernel node's kernel and the (offset, size) of each of its parameters. The kernel is a
+/// library kernel (`kern`, what graphsmith's builder uses) or a context function (`func`, e.g.
+/// read back from a captured launch); exactly one is set.
 #[derive(Clone)]
 pub(crate) struct KernelFn {
     pub func: sys::CUfunction,
+    pub kern: sys::CUkernel,
     pub layout: Arc<Vec<(usize, usize)>>,
 }
 
-// SAFETY: a CUfunction is an immutable handle into a loaded module, usable from any thread; the
-// graph that holds it keeps the module alive.
+// SAFETY: CUfunction and CUkernel are immutable handles into a loaded module or library, usable
+// from any thread; the graph that holds them keeps the module alive.
 unsafe impl Send for KernelFn {}
 // SAFETY: as above; nothing mutates it.
 unsafe impl Sync for KernelFn {}

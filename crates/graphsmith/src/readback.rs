@@ -156,7 +156,7 @@ unsafe fn read_node(
     let kind = match ty {
         T::CU_GRAPH_NODE_TYPE_KERNEL => {
             let (params, function) = unsafe { read_kernel(node) }?;
-            kernel = function;
+            kernel = function.and_then(|(k, complete)| complete.then_some(k));
             NodeKind::Kernel(params)
         }
         T::CU_GRAPH_NODE_TYPE_MEMCPY => {
@@ -289,7 +289,14 @@ unsafe fn read_node(
     Ok((kind, kernel))
 }
 
-unsafe fn read_kernel(node: sys::CUgraphNode) -> Result<(KernelParams, Option<KernelFn>), Failure> {
+/// Reads a kernel node: its parameters for the model, and its kernel with parameter layout
+/// (`None` when the kernel cannot be resolved) with whether every argument could be read.
+///
+/// # Safety
+/// `node` must be a live kernel node; its context must be current.
+pub(crate) unsafe fn read_kernel(
+    node: sys::CUgraphNode,
+) -> Result<(KernelParams, Option<(KernelFn, bool)>), Failure> {
     // SAFETY: plain C struct; node is a live kernel node.
     let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
     check(
@@ -323,12 +330,15 @@ unsafe fn read_kernel(node: sys::CUgraphNode) -> Result<(KernelParams, Option<Ke
         // owned by the driver for the node's lifetime; `extra` is the alternative buffer form.
         args = unsafe { argument_bytes(&p, &layout) };
         // Only a complete argument list can be written back to a node (Exec updates).
-        if args.len() == layout.len() {
-            kernel = Some(KernelFn {
-                func,
-                layout: std::sync::Arc::new(layout),
-            });
-        }
+        let complete = args.len() == layout.len();
+        // The node keeps naming its kernel the way it was given (a function or a library kernel).
+        let (func, kern) = if p.func.is_null() {
+            (std::ptr::null_mut(), p.kern)
+        } else {
+            (p.func, std::ptr::null_mut())
+        };
+        let layout = std::sync::Arc::new(layout);
+        kernel = Some((KernelFn { func, kern, layout }, complete));
     }
     let params = KernelParams {
         name,

@@ -15,7 +15,7 @@ use crate::compat::{update_compatibility, Incompatibility};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::{instantiate_raw, Exec};
 use crate::graph::{Graph, KernelFn, NodeRef};
-use crate::kernel::{check_layout, param_layout, Args, LaunchConfig};
+use crate::kernel::{check_layout, Args, LaunchConfig};
 
 /// What to do when a whole-graph update cannot be applied in place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,21 +120,29 @@ impl Exec {
         if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
             return Err(self.wrong_kind(index, "kernel", op, at));
         }
-        let KernelFn { func, layout } = match &self.current().kernels[index] {
+        let known = match &self.current().kernels[index] {
             Some(known) => known.clone(),
             None => {
                 // A captured kernel whose arguments could not all be read back: ask the driver.
                 let current = self.current().handles[index];
-                let (func, layout) = kernel_of(current).map_err(fail)?;
-                let known = KernelFn {
-                    func,
-                    layout: std::sync::Arc::new(layout),
+                // SAFETY: current is a live kernel node (checked above); the context is current.
+                let read = unsafe { crate::readback::read_kernel(current) }.map_err(fail)?;
+                let Some((known, _)) = read.1 else {
+                    return Err(Error::new(
+                        ErrorKind::InvalidInput {
+                            reason: "the driver names no kernel for this node".into(),
+                        },
+                        node_object(),
+                        op,
+                        at,
+                    ));
                 };
                 std::sync::Arc::make_mut(&mut self.current_mut().kernels)[index] =
                     Some(known.clone());
                 known
             }
         };
+        let layout = known.layout.clone();
         let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
             return Err(self.wrong_kind(index, "kernel", op, at));
         };
@@ -142,7 +150,7 @@ impl Exec {
             Error::new(ErrorKind::ArgMismatch { reason }, node_object(), op, at)
         })?;
         let mut pointers = args.pointers();
-        let new = kernel_params(func, cfg, pointers.as_mut_ptr());
+        let new = kernel_params(&known, cfg, pointers.as_mut_ptr());
         // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
         // from); argument count and sizes were checked; pointers point into `args`, alive here.
         check(
@@ -488,13 +496,13 @@ impl UpdateBatch<'_> {
 }
 
 /// Kernel node parameters for `func` with `cfg` and argument pointers.
-fn kernel_params(
-    func: sys::CUfunction,
+pub(crate) fn kernel_params(
+    kernel: &KernelFn,
     cfg: LaunchConfig,
     pointers: *mut *mut std::ffi::c_void,
 ) -> sys::CUDA_KERNEL_NODE_PARAMS {
     sys::CUDA_KERNEL_NODE_PARAMS {
-        func,
+        func: kernel.func,
         gridDimX: cfg.grid.x,
         gridDimY: cfg.grid.y,
         gridDimZ: cfg.grid.z,
@@ -504,7 +512,7 @@ fn kernel_params(
         sharedMemBytes: cfg.shared_mem_bytes,
         kernelParams: pointers,
         extra: std::ptr::null_mut(),
-        kern: std::ptr::null_mut(),
+        kern: kernel.kern,
         ctx: std::ptr::null_mut(),
     }
 }
@@ -535,7 +543,7 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
                     block: k.block,
                     shared_mem_bytes: k.shared_mem_bytes,
                 };
-                let params = kernel_params(function.func, cfg, pointers.as_mut_ptr());
+                let params = kernel_params(function, cfg, pointers.as_mut_ptr());
                 // SAFETY: the handle is a live kernel node of the current template; the pointers
                 // point at the model's argument bytes, which the driver copies during the call;
                 // their count and sizes match the function's layout (checked when they were set,
@@ -567,28 +575,6 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
     }
     exec.any_stale = false;
     Ok(())
-}
-
-/// The function of a kernel node and its parameter layout.
-fn kernel_of(handle: sys::CUgraphNode) -> Result<(sys::CUfunction, Vec<(usize, usize)>), Failure> {
-    // SAFETY: plain C struct of handles and integers; zero is valid; handle is a live kernel
-    // node and the context is current.
-    let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
-    check(
-        unsafe { sys::cuGraphKernelNodeGetParams_v2(handle, &mut p) },
-        "cuGraphKernelNodeGetParams",
-    )?;
-    let mut func = p.func;
-    if func.is_null() && !p.kern.is_null() {
-        // SAFETY: kern is a live library kernel of the current context.
-        check(
-            unsafe { sys::cuKernelGetFunction(&mut func, p.kern) },
-            "cuKernelGetFunction",
-        )?;
-    }
-    // SAFETY: func is the live function of the node.
-    let layout = unsafe { param_layout(func) }?;
-    Ok((func, layout))
 }
 
 enum DriverRefusal {

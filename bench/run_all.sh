@@ -12,7 +12,7 @@
 #              (paths relative to the repository root: `tar xzf TARBALL` there puts them back)
 #
 # Environment: BENCH_NODES (10,100,1000,10000), BENCH_REPS (auto = 20 for N <= 1000, 5 above),
-# BENCH_ROUNDS (3: each implementation runs this often, in turn; the report takes medians),
+# BENCH_ROUNDS (5: each implementation runs this often, in turn; the report takes medians),
 # GPU_TAG (from the GPU's name, e.g. h200), NVCC, CUDA_ARCH (sm_90), GRAPHSMITH
 # (gpu-bin/graphsmith), GRAPHSMITH_BENCH_ARGS (replaces "bench --json --nodes ... [--reps ...]").
 # With the device tool: run(command="bash bench/run_all.sh --claims $OUT/bench.tgz", carry=["gpu-bin"])
@@ -31,7 +31,7 @@ done
 
 nodes=${BENCH_NODES:-10,100,1000,10000}
 reps=${BENCH_REPS:-auto}
-rounds=${BENCH_ROUNDS:-3}
+rounds=${BENCH_ROUNDS:-5}
 arch=${CUDA_ARCH:-sm_90}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 gs=${GRAPHSMITH:-gpu-bin/graphsmith}

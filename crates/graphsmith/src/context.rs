@@ -116,8 +116,28 @@ pub(crate) fn driver_ready() -> std::result::Result<(), String> {
     if count == 0 {
         return Err("the driver reports no CUDA device".into());
     }
+    let mut version = 0;
+    // SAFETY: cuInit succeeded; version is a valid out pointer.
+    let rc = unsafe { sys::cuDriverGetVersion(&mut version) };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(format!("cuDriverGetVersion returned {}", CudaCode(rc)));
+    }
+    // Older drivers lack calls graphsmith makes (cuFuncGetParamInfo, cuLibraryLoadData, ...),
+    // which the loader would only discover, with a panic, when first called.
+    if version < MIN_DRIVER_VERSION {
+        return Err(format!(
+            "the driver supports CUDA {}.{}; graphsmith needs a driver for CUDA {}.{} or newer",
+            version / 1000,
+            version % 1000 / 10,
+            MIN_DRIVER_VERSION / 1000,
+            MIN_DRIVER_VERSION % 1000 / 10
+        ));
+    }
     Ok(())
 }
+
+/// The oldest driver API graphsmith runs on: CUDA 12.4 (`cuFuncGetParamInfo`).
+const MIN_DRIVER_VERSION: i32 = 12040;
 
 fn attribute(device: sys::CUdevice, attr: sys::CUdevice_attribute) -> Result<i32, Failure> {
     let mut value = 0;

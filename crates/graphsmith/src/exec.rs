@@ -9,6 +9,7 @@ use crate::capture::Keep;
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::{Graph, NodeRef};
+use crate::overrides::NodeUpdate;
 use crate::stream::{Stream, StreamHandle};
 
 /// Counters of what happened to an executable.
@@ -58,9 +59,11 @@ pub struct Exec {
     pub(crate) instantiated_from: u64,
     pub(crate) origin: u64,
     pub(crate) label: String,
-    /// Resources of nodes whose parameters were updated, by node index (replacing, not adding
-    /// to, older ones).
-    pub(crate) node_keep: Vec<Vec<Keep>>,
+    /// What per-node updates set, by node index, holding the buffers they reference (see
+    /// [`crate::overrides`]); empty until the first per-node update.
+    pub(crate) overrides: Vec<Option<Box<NodeUpdate>>>,
+    /// The model with `overrides` applied, made when first asked for after an update.
+    pub(crate) model_cache: std::sync::OnceLock<model::Graph>,
     /// Resources let go of while a launch might still use them and no wait was possible (a
     /// capture was running): dropped at the next wait.
     pub(crate) retired: Vec<Keep>,
@@ -145,7 +148,8 @@ impl Exec {
             instantiated_from: origin,
             origin,
             label,
-            node_keep: Vec::new(),
+            overrides: Vec::new(),
+            model_cache: std::sync::OnceLock::new(),
             retired: Vec::new(),
             stale: Vec::new(),
             any_stale: false,
@@ -170,7 +174,12 @@ impl Exec {
             Ok(false) => {
                 // Buffers and host functions the graph references must outlive every launch.
                 let mut keep = std::mem::take(&mut self.retired);
-                keep.extend(self.node_keep.drain(..).flatten());
+                keep.extend(
+                    self.overrides
+                        .drain(..)
+                        .flatten()
+                        .flat_map(|u| u.into_keep()),
+                );
                 keep.push(self.template.keep.clone() as Keep);
                 if let Some(current) = &self.current {
                     keep.push(current.keep.clone() as Keep);
@@ -200,14 +209,23 @@ impl Exec {
     }
     /// The model of the executable's template, with every update applied.
     pub fn model(&self) -> &model::Graph {
-        &self.current().model
+        let base = &self.current().model;
+        if self.overrides.is_empty() {
+            return base;
+        }
+        self.model_cache.get_or_init(|| {
+            let kernels = &self.current().kernels;
+            crate::overrides::apply_all(base, &self.overrides, |i| {
+                kernels.get(i)?.as_ref().map(|k| k.layout.clone())
+            })
+        })
     }
     /// The executable's own template, with every update applied: per-node kernel updates not
     /// yet pushed into the driver's template are pushed first (`cuGraphKernelNodeSetParams`).
     #[track_caller]
     pub fn template(&mut self) -> Result<&Graph> {
         let at = SourceLine::caller();
-        crate::update::flush_template(self)
+        crate::overrides::flush_template(self)
             .map_err(|f| f.on(self.object(), "Exec::template", at))?;
         Ok(self.current())
     }

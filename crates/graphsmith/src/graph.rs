@@ -159,11 +159,6 @@ impl Graph {
         }
     }
 
-    /// The model, for changing it (copied first when an executable shares it).
-    pub(crate) fn model_mut(&mut self) -> &mut model::Graph {
-        Arc::make_mut(&mut self.model)
-    }
-
     /// Takes ownership of a captured graph and builds its model: read back from the driver,
     /// then labelled with what the capture journal recorded.
     ///

@@ -311,18 +311,23 @@ impl LaunchConfig {
 /// All values live in one byte buffer, so building arguments costs a few allocations however
 /// many there are; the accesses and keep-alives are only materialised when a graph needs them.
 pub struct Args<'a> {
+    data: ArgData,
+    _borrows: PhantomData<&'a mut ()>,
+}
+
+/// What [`Args`] hold, without the borrows: kept by an executable after a per-node update.
+pub(crate) struct ArgData {
     /// Every value, each starting at a multiple of 8 bytes.
     bytes: SmallVec<[u8; 64]>,
     /// (start, length) of each value in `bytes`.
     spans: SmallVec<[(usize, usize); 8]>,
     /// The buffers passed, with the range and direction of each.
-    buffers: SmallVec<[BufferArg; 4]>,
-    _borrows: PhantomData<&'a mut ()>,
+    pub(crate) buffers: SmallVec<[BufferArg; 4]>,
 }
 
 /// A buffer argument: what it touches, and the allocation a graph must keep alive.
 pub(crate) struct BufferArg {
-    alloc: Arc<Allocation>,
+    pub(crate) alloc: Arc<Allocation>,
     offset: u64,
     len: u64,
     mode: AccessMode,
@@ -338,9 +343,11 @@ impl<'a> Args<'a> {
     /// No arguments yet.
     pub fn new() -> Self {
         Self {
-            bytes: SmallVec::new(),
-            spans: SmallVec::new(),
-            buffers: SmallVec::new(),
+            data: ArgData {
+                bytes: SmallVec::new(),
+                spans: SmallVec::new(),
+                buffers: SmallVec::new(),
+            },
             _borrows: PhantomData,
         }
     }
@@ -357,14 +364,33 @@ impl<'a> Args<'a> {
         value.push_to(self);
     }
 
-    /// Appends one value's bytes, 8-byte aligned within the buffer.
+    /// The values and buffers, for keeping after the borrows end.
+    pub(crate) fn into_data(self) -> ArgData {
+        self.data
+    }
+
     pub(crate) fn push_bytes(&mut self, value: &[u8]) {
-        const ZEROS: [u8; 8] = [0; 8];
-        let len = self.bytes.len();
-        let start = len.next_multiple_of(8);
-        self.bytes.extend_from_slice(&ZEROS[..start - len]);
-        self.bytes.extend_from_slice(value);
-        self.spans.push((start, value.len()));
+        self.data.push_bytes(value);
+    }
+    /// Number of arguments.
+    pub(crate) fn len(&self) -> usize {
+        self.data.len()
+    }
+    /// The bytes of each argument, in order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.data.values()
+    }
+    /// See [`ArgData::pointers`].
+    pub(crate) fn pointers(&mut self) -> SmallVec<[*mut c_void; 8]> {
+        self.data.pointers()
+    }
+    /// The memory the arguments touch, for the model.
+    pub(crate) fn take_accesses(&self) -> Vec<Access> {
+        self.data.take_accesses()
+    }
+    /// The allocations a graph using these arguments must keep alive.
+    pub(crate) fn keep(&self) -> Vec<Keep> {
+        self.data.keep()
     }
 
     fn push_buffer<T: Element>(
@@ -377,12 +403,24 @@ impl<'a> Args<'a> {
         let size = std::mem::size_of::<T>() as u64;
         let offset = start as u64 * size;
         self.push_bytes(&(buffer.alloc.ptr + offset).to_le_bytes());
-        self.buffers.push(BufferArg {
+        self.data.buffers.push(BufferArg {
             alloc: buffer.alloc.clone(),
             offset,
             len: len as u64 * size,
             mode,
         });
+    }
+}
+
+impl ArgData {
+    /// Appends one value's bytes, 8-byte aligned within the buffer.
+    pub(crate) fn push_bytes(&mut self, value: &[u8]) {
+        const ZEROS: [u8; 8] = [0; 8];
+        let len = self.bytes.len();
+        let start = len.next_multiple_of(8);
+        self.bytes.extend_from_slice(&ZEROS[..start - len]);
+        self.bytes.extend_from_slice(value);
+        self.spans.push((start, value.len()));
     }
 
     /// Number of arguments.
@@ -422,40 +460,12 @@ impl<'a> Args<'a> {
             .collect()
     }
 
-    /// Writes the memory the arguments touch into `out`, reusing its labels when it already
-    /// describes the same buffers (no allocation when an update keeps the buffers).
-    pub(crate) fn write_accesses(&self, out: &mut Vec<Access>) {
-        let same = out.len() == self.buffers.len()
-            && out
-                .iter()
-                .zip(&self.buffers)
-                .all(|(a, b)| a.buffer == b.alloc.ptr);
-        if !same {
-            *out = self.take_accesses();
-            return;
-        }
-        for (a, b) in out.iter_mut().zip(&self.buffers) {
-            a.offset = b.offset;
-            a.len = b.len;
-            a.mode = b.mode;
-        }
-    }
-
     /// The allocations a graph using these arguments must keep alive.
     pub(crate) fn keep(&self) -> Vec<Keep> {
         self.buffers
             .iter()
             .map(|b| b.alloc.clone() as Keep)
             .collect()
-    }
-
-    /// Whether `keep` holds exactly the allocations of these arguments, in order.
-    pub(crate) fn keeps_same(&self, keep: &[Keep]) -> bool {
-        keep.len() == self.buffers.len()
-            && keep
-                .iter()
-                .zip(&self.buffers)
-                .all(|(k, b)| std::ptr::addr_eq(Arc::as_ptr(k), Arc::as_ptr(&b.alloc)))
     }
 }
 

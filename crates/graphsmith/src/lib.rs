@@ -45,6 +45,7 @@ mod graph;
 mod journal;
 mod kernel;
 mod nvtx;
+mod overrides;
 pub mod probe;
 mod probe_features;
 mod range;

@@ -4,18 +4,16 @@
 //! in step: there is no way to update a template and forget its executable.
 
 use cudarc::driver::sys;
-use graphsmith_model::{
-    AccessMode, KernelArg as ModelArg, MemRef, MemcpyParams, MemorySpace, MemsetParams, NodeKind,
-};
+use graphsmith_model::{MemsetParams, NodeKind};
 
 use crate::buffer::{DeviceBuffer, Element};
-use crate::builder::{access, memcpy_1d, memset_bits};
-use crate::capture::Keep;
+use crate::builder::{memcpy_1d, memset_bits};
 use crate::compat::{update_compatibility, Incompatibility};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::{instantiate_raw, Exec};
 use crate::graph::{Graph, KernelFn, NodeRef};
 use crate::kernel::{check_layout, Args, LaunchConfig};
+use crate::overrides::NodeUpdate;
 
 /// What to do when a whole-graph update cannot be applied in place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,14 +35,41 @@ pub enum UpdateOutcome {
 }
 
 impl Exec {
-    /// Replaces the resources kept for node `index` (see [`Exec::retire`] for the old ones).
-    fn replace_node_keep(&mut self, index: usize, keep: Vec<Keep>) -> Result<(), Failure> {
-        if self.node_keep.len() <= index {
-            self.node_keep
-                .resize_with(self.template.handles.len().max(index + 1), Vec::new);
+    /// Records what a per-node update set on node `index` (see [`crate::overrides`]); the
+    /// update it replaces is let go of as [`Exec::retire`] says.
+    fn set_override(&mut self, index: usize, update: NodeUpdate) -> Result<(), Failure> {
+        if self.overrides.len() <= index {
+            self.overrides
+                .resize_with(self.template.handles.len().max(index + 1), || None);
         }
-        let old = std::mem::replace(&mut self.node_keep[index], keep);
-        self.retire(old)
+        self.model_cache.take();
+        let old = match &mut self.overrides[index] {
+            // Reuse the slot's allocation.
+            Some(slot) => std::mem::replace(&mut **slot, update),
+            empty => {
+                *empty = Some(Box::new(update));
+                return Ok(());
+            }
+        };
+        if old.releases_last() {
+            self.retire(old.into_keep())?;
+        }
+        Ok(())
+    }
+
+    /// Lets go of every per-node update (after a whole-graph update or re-instantiation).
+    fn clear_overrides(&mut self) -> Result<(), Failure> {
+        self.model_cache.take();
+        let old = std::mem::take(&mut self.overrides);
+        if old.iter().flatten().any(|u| u.releases_last()) {
+            self.retire(
+                old.into_iter()
+                    .flatten()
+                    .flat_map(|u| u.into_keep())
+                    .collect(),
+            )?;
+        }
+        Ok(())
     }
 
     /// Marks node `index`'s parameters as not yet pushed into the current driver template.
@@ -142,11 +167,10 @@ impl Exec {
                 known
             }
         };
-        let layout = known.layout.clone();
         let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
             return Err(self.wrong_kind(index, "kernel", op, at));
         };
-        check_layout(&params.name, &layout, &args).map_err(|reason| {
+        check_layout(&params.name, &known.layout, &args).map_err(|reason| {
             Error::new(ErrorKind::ArgMismatch { reason }, node_object(), op, at)
         })?;
         let mut pointers = args.pointers();
@@ -158,33 +182,16 @@ impl Exec {
             "cuGraphExecKernelNodeSetParams",
         )
         .map_err(fail)?;
-        let model_node = &mut self.current_mut().model_mut().nodes[index];
-        if let NodeKind::Kernel(k) = &mut model_node.kind {
-            k.grid = cfg.grid;
-            k.block = cfg.block;
-            k.shared_mem_bytes = cfg.shared_mem_bytes;
-            // Reuse the model's buffers: no allocation when the shapes are unchanged.
-            k.args.resize_with(layout.len(), || ModelArg {
-                offset: 0,
-                bytes: Vec::new(),
-            });
-            for (arg, (&(offset, _), value)) in
-                k.args.iter_mut().zip(layout.iter().zip(args.values()))
-            {
-                arg.offset = offset as u32;
-                arg.bytes.clear();
-                arg.bytes.extend_from_slice(value);
-            }
-        }
-        args.write_accesses(&mut model_node.accesses);
+        drop(pointers);
         self.mark_stale(index);
-        let unchanged = self
-            .node_keep
-            .get(index)
-            .is_some_and(|old| args.keeps_same(old));
-        if !unchanged {
-            self.replace_node_keep(index, args.keep()).map_err(fail)?;
-        }
+        self.set_override(
+            index,
+            NodeUpdate::Kernel {
+                cfg,
+                args: args.into_data(),
+            },
+        )
+        .map_err(fail)?;
         self.stats.node_updates += 1;
         Ok(())
     }
@@ -231,35 +238,24 @@ impl Exec {
         };
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let (handle, current, ctx) = (
-            self.template.handles[index],
-            self.current().handles[index],
-            self.template.ctx.raw(),
-        );
+        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
         // SAFETY: raw, handle and ctx are live; dst is a live allocation of width elements.
-        unsafe {
-            check(
-                sys::cuGraphExecMemsetNodeSetParams(self.raw, handle, &p, ctx),
-                "cuGraphExecMemsetNodeSetParams",
-            )
-            .map_err(fail)?;
-            check(
-                sys::cuGraphMemsetNodeSetParams(current, &p),
-                "cuGraphMemsetNodeSetParams",
-            )
-            .map_err(fail)?;
-        }
-        let model_node = &mut self.current_mut().model_mut().nodes[index];
-        model_node.kind = NodeKind::Memset(MemsetParams {
+        check(
+            unsafe { sys::cuGraphExecMemsetNodeSetParams(self.raw, handle, &p, ctx) },
+            "cuGraphExecMemsetNodeSetParams",
+        )
+        .map_err(fail)?;
+        let params = MemsetParams {
             dst: dst.alloc.ptr,
             element_size,
             value: bits,
             width: dst.len() as u64,
             height: 1,
             pitch: 0,
-        });
-        model_node.accesses = vec![access(dst, AccessMode::Write)];
-        self.replace_node_keep(index, vec![dst.alloc.clone() as Keep])
+        };
+        self.mark_stale(index);
+        let dst = dst.alloc.clone();
+        self.set_override(index, NodeUpdate::Memset { params, dst })
             .map_err(fail)?;
         self.stats.node_updates += 1;
         Ok(())
@@ -299,45 +295,16 @@ impl Exec {
         let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, dst.bytes());
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let (handle, current, ctx) = (
-            self.template.handles[index],
-            self.current().handles[index],
-            self.template.ctx.raw(),
-        );
+        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
         // SAFETY: raw, handle and ctx are live; both allocations are live and dst.bytes() long.
-        unsafe {
-            check(
-                sys::cuGraphExecMemcpyNodeSetParams(self.raw, handle, &p, ctx),
-                "cuGraphExecMemcpyNodeSetParams",
-            )
-            .map_err(fail)?;
-            check(
-                sys::cuGraphMemcpyNodeSetParams(current, &p),
-                "cuGraphMemcpyNodeSetParams",
-            )
-            .map_err(fail)?;
-        }
-        let model_node = &mut self.current_mut().model_mut().nodes[index];
-        model_node.kind = NodeKind::Memcpy(MemcpyParams {
-            src: MemRef {
-                space: MemorySpace::Device,
-                address: src.alloc.ptr,
-            },
-            dst: MemRef {
-                space: MemorySpace::Device,
-                address: dst.alloc.ptr,
-            },
-            bytes: dst.bytes() as u64,
-        });
-        model_node.accesses = vec![
-            access(src, AccessMode::Read),
-            access(dst, AccessMode::Write),
-        ];
-        self.replace_node_keep(
-            index,
-            vec![src.alloc.clone() as Keep, dst.alloc.clone() as Keep],
+        check(
+            unsafe { sys::cuGraphExecMemcpyNodeSetParams(self.raw, handle, &p, ctx) },
+            "cuGraphExecMemcpyNodeSetParams",
         )
         .map_err(fail)?;
+        self.mark_stale(index);
+        let update = NodeUpdate::memcpy(&src.alloc, &dst.alloc, dst.bytes() as u64);
+        self.set_override(index, update).map_err(fail)?;
         self.stats.node_updates += 1;
         Ok(())
     }
@@ -353,7 +320,19 @@ impl Exec {
     pub fn update(&mut self, graph: &Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
         let at = SourceLine::caller();
         let op = "Exec::update";
-        let mut reasons = update_compatibility(&self.current().model, &graph.model);
+        // Per-node updates never change a node's kind or the edges, which the pre-check compares,
+        // but a copy update may change a copy's memory types: then compare the updated model.
+        let copies_updated = self
+            .overrides
+            .iter()
+            .flatten()
+            .any(|u| matches!(**u, NodeUpdate::Memcpy { .. }));
+        let current = if copies_updated {
+            self.model()
+        } else {
+            &self.current().model
+        };
+        let mut reasons = update_compatibility(current, &graph.model);
         if reasons.is_empty() {
             match self.driver_update(graph) {
                 Ok(()) => {
@@ -382,7 +361,8 @@ impl Exec {
                 self.label = format!("{}#exec", template.label());
                 self.template = template;
                 self.current = None;
-                self.node_keep.clear();
+                self.overrides.clear();
+                self.model_cache.take();
                 self.stale.clear();
                 self.any_stale = false;
                 self.stats.reinstantiations += 1;
@@ -416,11 +396,9 @@ impl Exec {
         } else {
             Some(graph.clone_template(at)?)
         };
-        // What the template and per-node updates referenced, which the new graph may not.
-        let old: Vec<Keep> = std::mem::take(&mut self.node_keep)
-            .into_iter()
-            .flatten()
-            .collect();
+        // What per-node updates and the template referenced, which the new graph may not.
+        self.clear_overrides()
+            .map_err(|f| f.on(self.object(), op, at))?;
         let mut sets = Vec::new();
         if let Some(current) = self.current.take() {
             sets.push(current.keep.clone());
@@ -441,7 +419,7 @@ impl Exec {
             self.any_stale = false;
             self.current = copy;
         }
-        self.retire_sets(old, sets)
+        self.retire_sets(Vec::new(), sets)
             .map_err(|f| f.on(self.object(), op, at))?;
         self.origin = graph.id;
         self.label = format!("{}#exec", graph.label());
@@ -515,66 +493,6 @@ pub(crate) fn kernel_params(
         kern: kernel.kern,
         ctx: std::ptr::null_mut(),
     }
-}
-
-/// Pushes the parameters of nodes updated since the last call from the model into the
-/// executable's current driver template (`cuGraphKernelNodeSetParams`,
-/// `cuGraphMemsetNodeSetParams`).
-pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
-    if !exec.any_stale {
-        return Ok(());
-    }
-    exec.template.ctx.bind()?;
-    let current = exec.current.as_ref().unwrap_or(&exec.template);
-    for (index, stale) in exec.stale.iter_mut().enumerate() {
-        if !*stale {
-            continue;
-        }
-        let handle = current.handles[index];
-        match (&current.model.nodes[index].kind, &current.kernels[index]) {
-            (NodeKind::Kernel(k), Some(function)) => {
-                let mut pointers: Vec<*mut std::ffi::c_void> = k
-                    .args
-                    .iter()
-                    .map(|a| a.bytes.as_ptr() as *mut std::ffi::c_void)
-                    .collect();
-                let cfg = LaunchConfig {
-                    grid: k.grid,
-                    block: k.block,
-                    shared_mem_bytes: k.shared_mem_bytes,
-                };
-                let params = kernel_params(function, cfg, pointers.as_mut_ptr());
-                // SAFETY: the handle is a live kernel node of the current template; the pointers
-                // point at the model's argument bytes, which the driver copies during the call;
-                // their count and sizes match the function's layout (checked when they were set,
-                // or read back complete).
-                check(
-                    unsafe { sys::cuGraphKernelNodeSetParams_v2(handle, &params) },
-                    "cuGraphKernelNodeSetParams",
-                )?;
-            }
-            (NodeKind::Memset(m), _) => {
-                let p = sys::CUDA_MEMSET_NODE_PARAMS {
-                    dst: m.dst,
-                    pitch: m.pitch as usize,
-                    value: m.value,
-                    elementSize: m.element_size,
-                    width: m.width as usize,
-                    height: m.height as usize,
-                };
-                // SAFETY: the handle is a live memset node of the current template; the values
-                // were read back from, or set on, a node of the same shape.
-                check(
-                    unsafe { sys::cuGraphMemsetNodeSetParams(handle, &p) },
-                    "cuGraphMemsetNodeSetParams",
-                )?;
-            }
-            _ => {}
-        }
-        *stale = false;
-    }
-    exec.any_stale = false;
-    Ok(())
 }
 
 enum DriverRefusal {

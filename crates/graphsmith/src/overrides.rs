@@ -1,0 +1,237 @@
+//! Per-node updates an executable holds on top of its template's model. A per-node update
+//! changes the executable's node at once (one driver call) and records here what it set,
+//! holding the buffers it references; the model with every update applied is made only when
+//! asked for ([`crate::Exec::model`]), and the driver template is brought in step only by
+//! [`crate::Exec::template`]. So an update never copies the model, even when the executable
+//! shares it with the graph it was made from.
+
+use std::sync::Arc;
+
+use graphsmith_model::{
+    self as model, Access, AccessMode, KernelArg as ModelArg, MemRef, MemcpyParams, MemorySpace,
+    MemsetParams, NodeKind,
+};
+
+use cudarc::driver::sys;
+
+use crate::buffer::Allocation;
+use crate::builder::memcpy_1d;
+use crate::capture::Keep;
+use crate::error::{check, Failure};
+use crate::exec::Exec;
+use crate::kernel::{ArgData, LaunchConfig};
+use crate::update::kernel_params;
+
+/// What a per-node update set on one node. Kernel arguments stay inline (no allocation per
+/// update); the executable boxes each node's update once and reuses the box.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum NodeUpdate {
+    Kernel {
+        cfg: LaunchConfig,
+        args: ArgData,
+    },
+    Memset {
+        params: MemsetParams,
+        dst: Arc<Allocation>,
+    },
+    Memcpy {
+        params: MemcpyParams,
+        src: Arc<Allocation>,
+        dst: Arc<Allocation>,
+    },
+}
+
+impl NodeUpdate {
+    /// A 1-D device-to-device copy of `bytes` from `src` into `dst`.
+    pub(crate) fn memcpy(src: &Arc<Allocation>, dst: &Arc<Allocation>, bytes: u64) -> Self {
+        let device = |a: &Arc<Allocation>| MemRef {
+            space: MemorySpace::Device,
+            address: a.ptr,
+        };
+        NodeUpdate::Memcpy {
+            params: MemcpyParams {
+                src: device(src),
+                dst: device(dst),
+                bytes,
+            },
+            src: src.clone(),
+            dst: dst.clone(),
+        }
+    }
+
+    fn allocations(&self) -> impl Iterator<Item = &Arc<Allocation>> + '_ {
+        let (args, a, b) = match self {
+            NodeUpdate::Kernel { args, .. } => (Some(args), None, None),
+            NodeUpdate::Memset { dst, .. } => (None, Some(dst), None),
+            NodeUpdate::Memcpy { src, dst, .. } => (None, Some(src), Some(dst)),
+        };
+        args.into_iter()
+            .flat_map(|a| a.buffers.iter().map(|b| &b.alloc))
+            .chain(a)
+            .chain(b)
+    }
+
+    /// Whether letting go of this update would free one of its buffers for good.
+    pub(crate) fn releases_last(&self) -> bool {
+        self.allocations().any(|a| Arc::strong_count(a) == 1)
+    }
+
+    /// The buffers it holds, as keep-alives.
+    pub(crate) fn into_keep(self) -> Vec<Keep> {
+        self.allocations().map(|a| a.clone() as Keep).collect()
+    }
+
+    /// Writes the update into a model node; `layout` is the kernel's (offset, size) per
+    /// parameter.
+    fn apply(&self, node: &mut model::Node, layout: Option<&[(usize, usize)]>) {
+        let access = |a: &Arc<Allocation>, len: u64, mode| Access {
+            buffer: a.ptr,
+            label: a.label.clone(),
+            offset: 0,
+            len,
+            mode,
+        };
+        match (self, &mut node.kind) {
+            (NodeUpdate::Kernel { cfg, args }, NodeKind::Kernel(k)) => {
+                k.grid = cfg.grid;
+                k.block = cfg.block;
+                k.shared_mem_bytes = cfg.shared_mem_bytes;
+                let offsets = layout
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|&(offset, _)| offset as u32);
+                k.args = args
+                    .values()
+                    .zip(offsets.chain(std::iter::repeat(0)))
+                    .map(|(bytes, offset)| ModelArg {
+                        offset,
+                        bytes: bytes.to_vec(),
+                    })
+                    .collect();
+                node.accesses = args.take_accesses();
+            }
+            (NodeUpdate::Memset { params, dst }, kind) => {
+                let bytes = params.width * params.element_size as u64;
+                *kind = NodeKind::Memset(*params);
+                node.accesses = vec![access(dst, bytes, AccessMode::Write)];
+            }
+            (NodeUpdate::Memcpy { params, src, dst }, kind) => {
+                *kind = NodeKind::Memcpy(*params);
+                node.accesses = vec![
+                    access(src, params.bytes, AccessMode::Read),
+                    access(dst, params.bytes, AccessMode::Write),
+                ];
+            }
+            // A kernel update always lands on a kernel node (checked when it was made).
+            (NodeUpdate::Kernel { .. }, _) => {}
+        }
+    }
+}
+
+/// `base` with the updates applied, node by node.
+pub(crate) fn apply_all(
+    base: &model::Graph,
+    updates: &[Option<Box<NodeUpdate>>],
+    layout_of: impl Fn(usize) -> Option<Arc<Vec<(usize, usize)>>>,
+) -> model::Graph {
+    let mut out = base.clone();
+    for (index, update) in updates.iter().enumerate() {
+        if let (Some(update), Some(node)) = (update, out.nodes.get_mut(index)) {
+            update.apply(node, layout_of(index).as_deref().map(|l| l.as_slice()));
+        }
+    }
+    out
+}
+
+/// Pushes the parameters of every node changed since the last call (by per-node updates, or
+/// all nodes after a whole-graph update the template follows lazily) into the executable's
+/// current driver template: from the node's per-node update when it has one, else from the
+/// model.
+pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
+    if !exec.any_stale {
+        return Ok(());
+    }
+    exec.template.ctx.bind()?;
+    let current = exec.current.as_ref().unwrap_or(&exec.template);
+    for (index, stale) in exec.stale.iter_mut().enumerate() {
+        if !*stale {
+            continue;
+        }
+        let handle = current.handles[index];
+        let update = exec.overrides.get_mut(index).and_then(|u| u.as_deref_mut());
+        match (update, &current.model.nodes[index].kind) {
+            (Some(NodeUpdate::Kernel { cfg, args }), _) => {
+                if let Some(function) = &current.kernels[index] {
+                    let mut pointers = args.pointers();
+                    let params = kernel_params(function, *cfg, pointers.as_mut_ptr());
+                    // SAFETY: the handle is a live kernel node of the current template; the
+                    // pointers point into `args`, which the driver copies during the call; their
+                    // count and sizes were checked against the kernel when they were set.
+                    check(
+                        unsafe { sys::cuGraphKernelNodeSetParams_v2(handle, &params) },
+                        "cuGraphKernelNodeSetParams",
+                    )?;
+                }
+            }
+            (Some(NodeUpdate::Memset { params, .. }), _) => set_memset(handle, params)?,
+            (Some(NodeUpdate::Memcpy { params, .. }), _) => {
+                let p = memcpy_1d(
+                    params.src.address,
+                    params.dst.address,
+                    params.bytes as usize,
+                );
+                // SAFETY: the handle is a live copy node of the current template; both
+                // addresses are allocations the update holds.
+                check(
+                    unsafe { sys::cuGraphMemcpyNodeSetParams(handle, &p) },
+                    "cuGraphMemcpyNodeSetParams",
+                )?;
+            }
+            (None, NodeKind::Kernel(k)) => {
+                if let Some(function) = &current.kernels[index] {
+                    let mut pointers: Vec<*mut std::ffi::c_void> = k
+                        .args
+                        .iter()
+                        .map(|a| a.bytes.as_ptr() as *mut std::ffi::c_void)
+                        .collect();
+                    let cfg = LaunchConfig {
+                        grid: k.grid,
+                        block: k.block,
+                        shared_mem_bytes: k.shared_mem_bytes,
+                    };
+                    let params = kernel_params(function, cfg, pointers.as_mut_ptr());
+                    // SAFETY: the handle is a live kernel node of the current template; the
+                    // pointers point at the model's argument bytes, which the driver copies
+                    // during the call; a kernel is known only with its complete arguments.
+                    check(
+                        unsafe { sys::cuGraphKernelNodeSetParams_v2(handle, &params) },
+                        "cuGraphKernelNodeSetParams",
+                    )?;
+                }
+            }
+            (None, NodeKind::Memset(m)) => set_memset(handle, m)?,
+            _ => {}
+        }
+        *stale = false;
+    }
+    exec.any_stale = false;
+    Ok(())
+}
+
+/// Writes a memset node's parameters into a template node.
+fn set_memset(handle: sys::CUgraphNode, m: &MemsetParams) -> Result<(), Failure> {
+    let p = sys::CUDA_MEMSET_NODE_PARAMS {
+        dst: m.dst,
+        pitch: m.pitch as usize,
+        value: m.value,
+        elementSize: m.element_size,
+        width: m.width as usize,
+        height: m.height as usize,
+    };
+    // SAFETY: the handle is a live memset node of the current template; the values were read
+    // back from, or set on, a node of the same shape.
+    check(
+        unsafe { sys::cuGraphMemsetNodeSetParams(handle, &p) },
+        "cuGraphMemsetNodeSetParams",
+    )
+}

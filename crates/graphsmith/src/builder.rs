@@ -210,7 +210,8 @@ impl Graph {
             layout: kernel.params.clone(),
         };
         let mut pointers = args.pointers();
-        let params = crate::update::kernel_params(&function, cfg, pointers.as_mut_ptr());
+        let params =
+            crate::update::kernel_params(function.func, function.kern, cfg, pointers.as_mut_ptr());
         let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()));
         let accesses = args.take_accesses();

@@ -250,6 +250,20 @@ impl Context {
     /// and using such a handle is undefined behaviour in the driver. A gone context is reported
     /// as `CUDA_ERROR_CONTEXT_IS_DESTROYED` from the check that found it.
     pub(crate) fn bind(&self) -> Result<(), Failure> {
+        // Fast path, one driver call: the current context is ours and alive (a destroyed or
+        // replaced context has no id, or another one).
+        let mut id = 0u64;
+        // SAFETY: a null context asks for the current context's id; id is a valid out pointer.
+        let rc = unsafe { sys::cuCtxGetId(std::ptr::null_mut(), &mut id) };
+        if rc == sys::CUresult::CUDA_SUCCESS && id == self.inner.unique_id {
+            return Ok(());
+        }
+        self.bind_checked()
+    }
+
+    /// [`Context::bind`] the long way: checks that the primary context is still active and
+    /// still ours, then makes it current.
+    fn bind_checked(&self) -> Result<(), Failure> {
         let (mut flags, mut active) = (0u32, 0i32);
         // SAFETY: device is a valid device handle; both are valid out pointers.
         check(

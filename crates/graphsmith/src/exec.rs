@@ -61,7 +61,7 @@ pub struct Exec {
     pub(crate) label: String,
     /// What per-node updates set, by node index, holding the buffers they reference (see
     /// [`crate::overrides`]); empty until the first per-node update.
-    pub(crate) overrides: Vec<Option<Box<NodeUpdate>>>,
+    pub(crate) overrides: Vec<Option<NodeUpdate>>,
     /// The model with `overrides` applied, made when first asked for after an update.
     pub(crate) model_cache: std::sync::OnceLock<model::Graph>,
     /// Resources let go of while a launch might still use them and no wait was possible (a

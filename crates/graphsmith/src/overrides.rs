@@ -22,8 +22,9 @@ use crate::exec::Exec;
 use crate::kernel::{ArgData, LaunchConfig};
 use crate::update::kernel_params;
 
-/// What a per-node update set on one node. Kernel arguments stay inline (no allocation per
-/// update); the executable boxes each node's update once and reuses the box.
+/// What a per-node update set on one node. Kernel arguments stay inline: an update allocates
+/// nothing, and the executable keeps its updates in one array by node index (updating nodes in
+/// order walks memory in order).
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum NodeUpdate {
     Kernel {
@@ -131,7 +132,7 @@ impl NodeUpdate {
 /// `base` with the updates applied, node by node.
 pub(crate) fn apply_all(
     base: &model::Graph,
-    updates: &[Option<Box<NodeUpdate>>],
+    updates: &[Option<NodeUpdate>],
     layout_of: impl Fn(usize) -> Option<Arc<Vec<(usize, usize)>>>,
 ) -> model::Graph {
     let mut out = base.clone();
@@ -158,12 +159,13 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
             continue;
         }
         let handle = current.handles[index];
-        let update = exec.overrides.get_mut(index).and_then(|u| u.as_deref_mut());
+        let update = exec.overrides.get_mut(index).and_then(|u| u.as_mut());
         match (update, &current.model.nodes[index].kind) {
             (Some(NodeUpdate::Kernel { cfg, args }), _) => {
                 if let Some(function) = &current.kernels[index] {
                     let mut pointers = args.pointers();
-                    let params = kernel_params(function, *cfg, pointers.as_mut_ptr());
+                    let params =
+                        kernel_params(function.func, function.kern, *cfg, pointers.as_mut_ptr());
                     // SAFETY: the handle is a live kernel node of the current template; the
                     // pointers point into `args`, which the driver copies during the call; their
                     // count and sizes were checked against the kernel when they were set.
@@ -199,7 +201,8 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
                         block: k.block,
                         shared_mem_bytes: k.shared_mem_bytes,
                     };
-                    let params = kernel_params(function, cfg, pointers.as_mut_ptr());
+                    let params =
+                        kernel_params(function.func, function.kern, cfg, pointers.as_mut_ptr());
                     // SAFETY: the handle is a live kernel node of the current template; the
                     // pointers point at the model's argument bytes, which the driver copies
                     // during the call; a kernel is known only with its complete arguments.

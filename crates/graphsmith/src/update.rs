@@ -11,7 +11,7 @@ use crate::builder::{memcpy_1d, memset_bits};
 use crate::compat::{update_compatibility, Incompatibility};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::{instantiate_raw, Exec};
-use crate::graph::{Graph, KernelFn, NodeRef};
+use crate::graph::{Graph, NodeRef};
 use crate::kernel::{check_layout, Args, LaunchConfig};
 use crate::overrides::NodeUpdate;
 
@@ -43,17 +43,41 @@ impl Exec {
                 .resize_with(self.template.handles.len().max(index + 1), || None);
         }
         self.model_cache.take();
-        let old = match &mut self.overrides[index] {
-            // Reuse the slot's allocation.
-            Some(slot) => std::mem::replace(&mut **slot, update),
-            empty => {
-                *empty = Some(Box::new(update));
-                return Ok(());
-            }
-        };
-        if old.releases_last() {
-            self.retire(old.into_keep())?;
+        match self.overrides[index].replace(update) {
+            Some(old) if old.releases_last() => self.retire(old.into_keep()),
+            _ => Ok(()),
         }
+    }
+
+    /// Reads from the driver the kernel of node `index` of the current template, when the
+    /// template does not know it (a captured kernel whose arguments could not all be read).
+    /// Leaves it unknown for a node that is not a kernel node.
+    fn learn_kernel(
+        &mut self,
+        index: usize,
+        node: &NodeRef,
+        op: &'static str,
+        at: SourceLine,
+    ) -> Result<()> {
+        if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
+            return Ok(());
+        }
+        let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
+        let current = self.current().handles[index];
+        // SAFETY: current is a live kernel node of the current template; the context is current.
+        let read = unsafe { crate::readback::read_kernel(current) }
+            .map_err(|f| f.on(node_object(), op, at))?;
+        let Some((known, _)) = read.1 else {
+            return Err(Error::new(
+                ErrorKind::InvalidInput {
+                    reason: "the driver names no kernel for this node".into(),
+                },
+                node_object(),
+                op,
+                at,
+            ));
+        };
+        std::sync::Arc::make_mut(&mut self.current_mut().kernels)[index] = Some(known);
         Ok(())
     }
 
@@ -140,41 +164,39 @@ impl Exec {
             })?;
         let fail = |f: Failure| f.on(node_object(), op, at);
         // The instantiation template's handle addresses the executable's node; the current
-        // template knows the current function.
+        // template knows the current kernel (known for every kernel node it has, except captured
+        // ones whose arguments could not all be read back).
         let handle = self.template.handles[index];
-        if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
-            return Err(self.wrong_kind(index, "kernel", op, at));
+        if self.current().kernels[index].is_none() {
+            self.learn_kernel(index, node, op, at)?;
         }
-        let known = match &self.current().kernels[index] {
-            Some(known) => known.clone(),
-            None => {
-                // A captured kernel whose arguments could not all be read back: ask the driver.
-                let current = self.current().handles[index];
-                // SAFETY: current is a live kernel node (checked above); the context is current.
-                let read = unsafe { crate::readback::read_kernel(current) }.map_err(fail)?;
-                let Some((known, _)) = read.1 else {
-                    return Err(Error::new(
-                        ErrorKind::InvalidInput {
-                            reason: "the driver names no kernel for this node".into(),
-                        },
-                        node_object(),
-                        op,
-                        at,
-                    ));
-                };
-                std::sync::Arc::make_mut(&mut self.current_mut().kernels)[index] =
-                    Some(known.clone());
-                known
-            }
-        };
-        let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
+        let Some(known) = &self.current().kernels[index] else {
             return Err(self.wrong_kind(index, "kernel", op, at));
         };
-        check_layout(&params.name, &known.layout, &args).map_err(|reason| {
-            Error::new(ErrorKind::ArgMismatch { reason }, node_object(), op, at)
-        })?;
+        // Only the fast check on the hot path; the message (with the kernel's name) on failure.
+        let fits = known.layout.len() == args.len()
+            && known
+                .layout
+                .iter()
+                .zip(args.values())
+                .all(|(&(_, size), v)| size == v.len());
+        if !fits {
+            let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
+                return Err(self.wrong_kind(index, "kernel", op, at));
+            };
+            let reason = check_layout(&params.name, &known.layout, &args)
+                .err()
+                .unwrap_or_default();
+            return Err(Error::new(
+                ErrorKind::ArgMismatch { reason },
+                node_object(),
+                op,
+                at,
+            ));
+        }
+        let (func, kern) = (known.func, known.kern);
         let mut pointers = args.pointers();
-        let new = kernel_params(&known, cfg, pointers.as_mut_ptr());
+        let new = kernel_params(func, kern, cfg, pointers.as_mut_ptr());
         // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
         // from); argument count and sizes were checked; pointers point into `args`, alive here.
         check(
@@ -326,7 +348,7 @@ impl Exec {
             .overrides
             .iter()
             .flatten()
-            .any(|u| matches!(**u, NodeUpdate::Memcpy { .. }));
+            .any(|u| matches!(u, NodeUpdate::Memcpy { .. }));
         let current = if copies_updated {
             self.model()
         } else {
@@ -474,13 +496,15 @@ impl UpdateBatch<'_> {
 }
 
 /// Kernel node parameters for `func` with `cfg` and argument pointers.
+/// Kernel node parameters naming `func` or (when `func` is null) the library kernel `kern`.
 pub(crate) fn kernel_params(
-    kernel: &KernelFn,
+    func: sys::CUfunction,
+    kern: sys::CUkernel,
     cfg: LaunchConfig,
     pointers: *mut *mut std::ffi::c_void,
 ) -> sys::CUDA_KERNEL_NODE_PARAMS {
     sys::CUDA_KERNEL_NODE_PARAMS {
-        func: kernel.func,
+        func,
         gridDimX: cfg.grid.x,
         gridDimY: cfg.grid.y,
         gridDimZ: cfg.grid.z,
@@ -490,7 +514,7 @@ pub(crate) fn kernel_params(
         sharedMemBytes: cfg.shared_mem_bytes,
         kernelParams: pointers,
         extra: std::ptr::null_mut(),
-        kern: kernel.kern,
+        kern,
         ctx: std::ptr::null_mut(),
     }
 }

@@ -205,13 +205,18 @@ impl Graph {
             args: model_args,
         });
         let function = crate::graph::KernelFn {
-            func: std::ptr::null_mut(),
+            func: kernel.func,
             kern: kernel.kern,
             layout: kernel.params.clone(),
         };
         let mut pointers = args.pointers();
-        let params =
-            crate::update::kernel_params(function.func, function.kern, cfg, pointers.as_mut_ptr());
+        // The node names the library kernel, as the CUDA runtime's nodes do.
+        let params = crate::update::kernel_params(
+            std::ptr::null_mut(),
+            kernel.kern,
+            cfg,
+            pointers.as_mut_ptr(),
+        );
         let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()));
         let accesses = args.take_accesses();

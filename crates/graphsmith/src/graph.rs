@@ -61,9 +61,10 @@ pub struct Graph {
     _not_sync: PhantomData<Cell<()>>,
 }
 
-/// A kernel node's kernel and the (offset, size) of each of its parameters. The kernel is a
-/// library kernel (`kern`, what graphsmith's builder uses) or a context function (`func`, e.g.
-/// read back from a captured launch); exactly one is set.
+/// A kernel node's kernel and the (offset, size) of each of its parameters: its function in the
+/// context (`func`, always set) and, when the node names a library kernel, that kernel (`kern`).
+/// Nodes are built naming the library kernel and updated naming the function: on the H200 the
+/// driver applies an update that names the function faster (`bash bench/update_bench.sh`).
 #[derive(Clone)]
 pub(crate) struct KernelFn {
     pub func: sys::CUfunction,

@@ -331,13 +331,8 @@ pub(crate) unsafe fn read_kernel(
         args = unsafe { argument_bytes(&p, &layout) };
         // Only a complete argument list can be written back to a node (Exec updates).
         let complete = args.len() == layout.len();
-        // The node keeps naming its kernel the way it was given (a function or a library kernel).
-        let (func, kern) = if p.func.is_null() {
-            (std::ptr::null_mut(), p.kern)
-        } else {
-            (p.func, std::ptr::null_mut())
-        };
         let layout = std::sync::Arc::new(layout);
+        let kern = p.kern;
         kernel = Some((KernelFn { func, kern, layout }, complete));
     }
     let params = KernelParams {

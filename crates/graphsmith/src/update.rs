@@ -496,7 +496,8 @@ impl UpdateBatch<'_> {
 }
 
 /// Kernel node parameters for `func` with `cfg` and argument pointers.
-/// Kernel node parameters naming `func` or (when `func` is null) the library kernel `kern`.
+/// Kernel node parameters naming `func`, or the library kernel `kern` when `func` is null (the
+/// driver reads `kern` only then).
 pub(crate) fn kernel_params(
     func: sys::CUfunction,
     kern: sys::CUkernel,

@@ -13,6 +13,7 @@
 #
 # Environment: BENCH_NODES (10,100,1000,10000), BENCH_REPS (auto = 20 for N <= 1000, 5 above),
 # BENCH_ROUNDS (5: each implementation runs this often, in turn; the report takes medians),
+# BENCH_CPUS (2,3: the CPUs every program is pinned to with taskset; empty: no pinning),
 # GPU_TAG (from the GPU's name, e.g. h200), NVCC, CUDA_ARCH (sm_90), GRAPHSMITH
 # (gpu-bin/graphsmith), GRAPHSMITH_BENCH_ARGS (replaces "bench --json --nodes ... [--reps ...]").
 # With the device tool: run(command="bash bench/run_all.sh --claims $OUT/bench.tgz", carry=["gpu-bin"])
@@ -32,6 +33,13 @@ done
 nodes=${BENCH_NODES:-10,100,1000,10000}
 reps=${BENCH_REPS:-auto}
 rounds=${BENCH_ROUNDS:-5}
+# Every implementation runs on the same CPUs (the host's cores differ in speed from run to run
+# otherwise); BENCH_CPUS= (empty) turns pinning off.
+cpus=${BENCH_CPUS-2,3}
+pin=()
+if [ -n "$cpus" ] && command -v taskset >/dev/null 2>&1; then
+  pin=(taskset -c "$cpus")
+fi
 arch=${CUDA_ARCH:-sm_90}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 gs=${GRAPHSMITH:-gpu-bin/graphsmith}
@@ -55,7 +63,8 @@ notes=()
 
 say() { echo "== $*" >&2; }
 
-say "GPU: ${gpu:-none found} (driver ${driver:-?}, CUDA ${cuda_driver:-?}); N = $nodes; reps = $reps; rounds = $rounds"
+say "GPU: ${gpu:-none found} (driver ${driver:-?}, CUDA ${cuda_driver:-?}); N = $nodes; reps = $reps; rounds = $rounds; pinned: ${pin[*]:-no}"
+[ ${#pin[@]} -gt 0 ] && notes+=("every program ran pinned to CPUs $cpus (${pin[*]})")
 
 # 1-3. Plain CUDA C++, PyTorch and graphsmith, in turn, $rounds times: the GPU's clocks drift
 # over a run, so each implementation is measured early and late, and the report takes the
@@ -84,19 +93,19 @@ fi
 for round in $(seq 1 "$rounds"); do
   if [ $have_cpp -eq 1 ]; then
     say "round $round/$rounds: CUDA C++"
-    "$build/graph_bench" "$nodes" "$reps" chain,forkjoin >"$logs/cuda-c++.$round.out" 2>"$logs/cuda-c++.$round.log"
+    "${pin[@]}" "$build/graph_bench" "$nodes" "$reps" chain,forkjoin >"$logs/cuda-c++.$round.out" 2>"$logs/cuda-c++.$round.log"
     rc=$?
     grep '^{' "$logs/cuda-c++.$round.out" >>"$jsonl"
     [ $rc -eq 0 ] || notes+=("round $round: the CUDA C++ program exited with status $rc (see $logs/cuda-c++.$round.log)")
   fi
   say "round $round/$rounds: PyTorch"
-  python3 bench/torch/graph_bench.py --nodes "$nodes" --reps "$reps" >"$logs/pytorch.$round.out" 2>"$logs/pytorch.$round.log"
+  "${pin[@]}" python3 bench/torch/graph_bench.py --nodes "$nodes" --reps "$reps" >"$logs/pytorch.$round.out" 2>"$logs/pytorch.$round.log"
   rc=$?
   grep '^{' "$logs/pytorch.$round.out" >>"$jsonl"
   [ $rc -eq 0 ] || notes+=("round $round: the PyTorch program exited with status $rc: $(tail -n 1 "$logs/pytorch.$round.log")")
   if [ -x "$gs" ]; then
     say "round $round/$rounds: $gs ${gs_args[*]}"
-    "$gs" "${gs_args[@]}" >"$logs/graphsmith.$round.out" 2>"$logs/graphsmith.$round.log"
+    "${pin[@]}" "$gs" "${gs_args[@]}" >"$logs/graphsmith.$round.out" 2>"$logs/graphsmith.$round.log"
     rc=$?
     grep '^{' "$logs/graphsmith.$round.out" >>"$jsonl"
     [ $rc -eq 0 ] || notes+=("round $round: graphsmith bench exited with status $rc: $(tail -n 1 "$logs/graphsmith.$round.log" | tr -d '\r' | cut -c1-200)")

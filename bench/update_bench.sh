@@ -9,11 +9,17 @@ nvcc -O2 -arch=sm_90 -o /tmp/update_bench_cpp bench/cpp/update_bench.cu
 # C++ and graphsmith in turn, $rounds times (host speed drifts over a run); the table shows the
 # median of the rounds for each figure.
 rounds=${UPDATE_BENCH_ROUNDS:-3}
+# Both programs on the same CPUs (BENCH_CPUS, as bench/run_all.sh; empty: no pinning).
+cpus=${BENCH_CPUS-2,3}
+pin=()
+if [ -n "$cpus" ] && command -v taskset >/dev/null 2>&1; then
+  pin=(taskset -c "$cpus")
+fi
 cpp_rows=()
 gs_rows=()
 for _ in $(seq 1 "$rounds"); do
-  cpp_rows+=("$(/tmp/update_bench_cpp "$n" 20)")
-  gs_rows+=("$(gpu-bin/examples/update_bench "$n" 20)")
+  cpp_rows+=("$("${pin[@]}" /tmp/update_bench_cpp "$n" 20)")
+  gs_rows+=("$("${pin[@]}" gpu-bin/examples/update_bench "$n" 20)")
 done
 printf '%s\n' "${cpp_rows[@]}" "${gs_rows[@]}"
 python3 - "${cpp_rows[*]}" "${gs_rows[*]}" <<'PY'

@@ -220,6 +220,26 @@ mod tests {
     }
 
     #[test]
+    fn edges_listed_in_another_order_are_the_same_topology() {
+        let nodes = [("a", kernel("k")), ("b", kernel("k")), ("c", kernel("k"))];
+        let old = graph("g", &nodes, &[(0, 1), (0, 2), (1, 2)]);
+        let new = graph("g", &nodes, &[(1, 2), (0, 2), (0, 1)]);
+        assert!(update_compatibility(&old, &new).is_empty());
+        // Same count, one edge different: named, whichever order the lists are in.
+        let other = graph("g", &nodes, &[(1, 2), (0, 2), (2, 0)]);
+        let reasons = texts(&update_compatibility(&old, &other));
+        assert_eq!(
+            reasons,
+            [
+                "node 'a': topology changed: edge 'c' -> 'a' is only in the new graph",
+                "node 'b': topology changed: edge 'a' -> 'b' is only in the executable",
+            ]
+        );
+        // A graph compared with itself needs no work and is compatible.
+        assert!(update_compatibility(&old, &old).is_empty());
+    }
+
+    #[test]
     fn each_reason_names_the_node() {
         let old = graph(
             "g",

@@ -73,12 +73,15 @@ def merge_rounds(runs):
     if len(runs) == 1:
         return runs[0]
     out = dict(runs[-1])
-    for key in out:
+    spread = {}
+    for key in list(out):
         values = [r.get(key) for r in runs]
         if key == "correct":
             out[key] = all(v is True for v in values)
         elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             out[key] = statistics.median(values)
+            spread[key] = (min(values), max(values))
+    out["spread"] = spread
     out["nodes"] = runs[-1]["nodes"]
     out["rounds"] = len(runs)
     return out
@@ -168,6 +171,27 @@ def targets_for(gs, cpp):
     return out
 
 
+def spread_table(gs, cpp):
+    """How far the headline figures moved between rounds (lowest–highest), when there were
+    several: a target within that spread is not settled by one run."""
+    if not gs.get("spread") or not cpp.get("spread"):
+        return []
+    k = kernels_of(gs)
+    lines = []
+    for key, name, div in (("replay_device_us", "replay device time per node", k),
+                           ("replay_submit_us", "replay submit", 1),
+                           ("eager_submit_us", "eager submit", 1)):
+        a, b = gs["spread"].get(key), cpp["spread"].get(key)
+        if a and b:
+            lines.append((name, f"{fmt(a[0] / div)}–{fmt(a[1] / div)}", f"{fmt(b[0] / div)}–{fmt(b[1] / div)}"))
+    if not lines:
+        return []
+    out = [f"Lowest–highest over the {gs.get('rounds', 1)} rounds (µs):", ""]
+    out += table(["figure", "graphsmith", "CUDA C++"], lines)
+    out.append("")
+    return out
+
+
 def mark(ok):
     return "—" if ok is None else ("**met**" if ok else "**MISSED**")
 
@@ -223,6 +247,7 @@ def report(rows, meta, svg_names):
             md += table(["target", "graphsmith vs C++", "limit", "verdict"],
                         [(n, v, lim, mark(ok)) for n, v, lim, ok in targets_for(gs, cpp)])
             md.append("")
+            md += spread_table(gs, cpp)
         for w in WORKLOADS:
             for n in sizes[w]:
                 if ("graphsmith", w, n) in rows and ("cuda-c++", w, n) in rows:
@@ -557,6 +582,13 @@ def self_test():
                            for v, c in ((3.0, True), (1.0, True), (2.0, False))])
     expect(merged["replay_device_us"] == 2.0 and merged["rounds"] == 3, "median over rounds")
     expect(merged["correct"] is False and merged["nodes"] == 10, "correct in every round")
+    expect(merged["spread"]["replay_device_us"] == (1.0, 3.0), "spread over rounds")
+    gs_rounds = merge_rounds([dict(base, impl="graphsmith", replay_device_us=v, replay_submit_us=v, eager_submit_us=v)
+                              for v in (2.0, 4.0)])
+    cpp_rounds = merge_rounds([dict(base, replay_device_us=v, replay_submit_us=v, eager_submit_us=v)
+                               for v in (1.0, 5.0)])
+    spread_md = "\n".join(spread_table(gs_rounds, cpp_rounds))
+    expect("| replay submit | 2.000–4.000 | 1.000–5.000 |" in spread_md, f"spread table: {spread_md}")
     if failures:
         print("report.py self-test: " + "; ".join(failures), file=sys.stderr)
         print(f"0 passed, {len(failures)} failed")

@@ -191,9 +191,16 @@ impl Stream {
         }
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
+        // Counted before the driver begins, so no other thread destroys anything (which may be
+        // an unsafe call) once the capture exists in the driver.
+        self.ctx
+            .inner
+            .active_captures
+            .fetch_add(1, Ordering::AcqRel);
         // SAFETY: the stream is live and of the current context.
         let rc = unsafe { sys::cuStreamBeginCapture_v2(self.raw, options.mode.raw()) };
         if let Err(f) = check(rc, "cuStreamBeginCapture") {
+            self.ctx.capture_gone();
             if !matches!(f.code.number(), 900..=908) {
                 return Err(fail(f));
             }
@@ -212,7 +219,19 @@ impl Stream {
         let id = match crate::journal::stream_status(self.raw) {
             Ok(crate::journal::Status::Active(id)) => id,
             Ok(_) => 0,
-            Err(f) => return Err(fail(f)),
+            Err(f) => {
+                // SAFETY: the stream is live; the capture just begun is discarded.
+                let mut raw = std::ptr::null_mut();
+                if unsafe { sys::cuStreamEndCapture(self.raw, &mut raw) }
+                    == sys::CUresult::CUDA_SUCCESS
+                    && !raw.is_null()
+                {
+                    // SAFETY: the driver handed us raw; nothing else refers to it.
+                    unsafe { sys::cuGraphDestroy(raw) };
+                }
+                self.ctx.capture_gone();
+                return Err(fail(f));
+            }
         };
         let record = new_record(label, options, self, at);
         self.ctx
@@ -221,10 +240,6 @@ impl Stream {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, record);
-        self.ctx
-            .inner
-            .active_captures
-            .fetch_add(1, Ordering::AcqRel);
         let epoch = crate::journal::CAPTURE_EPOCH.load(Ordering::Acquire);
         self.set_capture_hint(id, options.journal, epoch);
         *slot = Some(ActiveCapture {
@@ -425,16 +440,7 @@ impl Stream {
             Ok(raw)
         });
         // Only now, with the capture ended in the driver, may deferred work run.
-        if self
-            .ctx
-            .inner
-            .active_captures
-            .fetch_sub(1, Ordering::AcqRel)
-            == 1
-        {
-            // The last capture ended: destroy and free what was dropped while it ran.
-            self.ctx.run_deferred();
-        }
+        self.ctx.capture_gone();
         Some(Ended {
             label: active.label,
             record,

@@ -17,6 +17,7 @@ pub(crate) enum Destroy {
     Event(sys::CUevent),
     Stream(sys::CUstream),
     Library(sys::CUlibrary),
+    Exec(sys::CUgraphExec),
 }
 
 // SAFETY: each variant holds a driver handle owned by nobody else any more (its owner gave it
@@ -35,6 +36,7 @@ impl Destroy {
                 Destroy::Event(e) => check(sys::cuEventDestroy_v2(e), "cuEventDestroy"),
                 Destroy::Stream(s) => check(sys::cuStreamDestroy_v2(s), "cuStreamDestroy"),
                 Destroy::Library(l) => check(sys::cuLibraryUnload(l), "cuLibraryUnload"),
+                Destroy::Exec(e) => check(sys::cuGraphExecDestroy(e), "cuGraphExecDestroy"),
             }
         }
     }
@@ -58,6 +60,18 @@ impl Context {
         self.drop_call(object, || what.run());
     }
 
+    /// One graphsmith capture is over in the driver (ended, or its begin failed): when it was
+    /// the last, does the deferred work.
+    pub(crate) fn capture_gone(&self) {
+        let before = self
+            .inner
+            .active_captures
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if before == 1 {
+            self.run_deferred();
+        }
+    }
+
     pub(crate) fn defer(&self, work: Deferred) {
         self.inner
             .deferred
@@ -78,6 +92,10 @@ impl Context {
         );
         for work in pending {
             match work {
+                // Another capture may have begun since the last one ended.
+                Deferred::Destroy(object, what) if self.captures_active() => {
+                    self.defer(Deferred::Destroy(object, what))
+                }
                 Deferred::Destroy(object, what) => self.drop_call(|| object, || what.run()),
                 Deferred::Exec(exec) => {
                     if let Some(exec) = exec.finish(self) {

@@ -95,6 +95,10 @@ impl RetiredExec {
     /// Waits for the executable's streams and destroys it; gives itself back when a stream is
     /// capturing (still no wait possible).
     pub(crate) fn finish(self, ctx: &Context) -> Option<RetiredExec> {
+        // Another capture may have begun since the last one ended.
+        if ctx.captures_active() {
+            return Some(self);
+        }
         let me = || ObjectRef::new(ObjectKind::Exec, &self.label);
         for stream in &self.streams {
             match ctx.bind().and_then(|()| stream.wait_unless_capturing()) {
@@ -194,13 +198,9 @@ impl Exec {
             }
             Err(failure) => ctx.record_drop_failure(me(), failure),
         }
-        // SAFETY: raw came from cuGraphInstantiate and is destroyed once (swapped out above).
-        ctx.drop_call(me, || {
-            check(
-                unsafe { sys::cuGraphExecDestroy(raw) },
-                "cuGraphExecDestroy",
-            )
-        });
+        // Destroyed now, or when the running captures end (the call may count as unsafe during
+        // a capture).
+        ctx.destroy(me, crate::deferred::Destroy::Exec(raw));
     }
 
     /// The executable's label (`<graph label>#exec`).
@@ -220,13 +220,16 @@ impl Exec {
             })
         })
     }
-    /// The executable's own template, with every update applied: per-node kernel updates not
-    /// yet pushed into the driver's template are pushed first (`cuGraphKernelNodeSetParams`).
+    /// The executable's own template, with every update applied: nodes changed since the last
+    /// call are pushed into the driver's template first (`cuGraphKernelNodeSetParams`, ...),
+    /// and the template's model and kept resources take in the per-node updates, so the graph
+    /// returned is whole (its model equals [`Exec::model`]; instantiating it is safe).
     #[track_caller]
     pub fn template(&mut self) -> Result<&Graph> {
         let at = SourceLine::caller();
         crate::overrides::flush_template(self)
             .map_err(|f| f.on(self.object(), "Exec::template", at))?;
+        crate::overrides::fold_into_template(self);
         Ok(self.current())
     }
     /// The template that reflects every update so far.
@@ -305,8 +308,11 @@ impl Exec {
         Ok(true)
     }
 
-    /// Lets go of resources a launch may still be using: waits first when one of them would be
-    /// released for good, or keeps them until the next wait when waiting is not possible now.
+    /// Lets go of resources a launch may still be using. With no launch in flight they go at
+    /// once. Otherwise they are kept until this executable has waited for its work: whoever else
+    /// holds them may let go at any time without waiting for this executable's launches. When
+    /// one of them would be released for good, it waits now (so memory comes back promptly),
+    /// unless a capture runs.
     pub(crate) fn retire(&mut self, old: Vec<Keep>) -> Result<(), Failure> {
         self.retire_sets(old, Vec::new())
     }
@@ -317,19 +323,60 @@ impl Exec {
         old: Vec<Keep>,
         sets: Vec<Arc<Vec<Keep>>>,
     ) -> Result<(), Failure> {
+        if self.launched_on.is_empty() {
+            return Ok(());
+        }
         let last = |k: &Keep| Arc::strong_count(k) == 1;
         let releasing = old.iter().any(last)
             || sets
                 .iter()
                 .any(|set| Arc::strong_count(set) == 1 && set.iter().any(last));
-        if self.launched_on.is_empty() || !releasing {
-            return Ok(());
-        }
-        if !self.try_wait()? {
+        let waited = if releasing {
+            self.try_wait()
+        } else {
+            Ok(false)
+        };
+        if !matches!(waited, Ok(true)) {
+            // Kept, also when the wait failed: dropping them now could free memory in use.
             self.retired.extend(old);
             self.retired.extend(sets.into_iter().map(|set| set as Keep));
         }
+        waited?;
+        self.prune_retired()
+    }
+
+    /// Bounds what `retired` holds between waits: past a few dozen entries it is emptied as
+    /// soon as the launch streams are idle (`cuStreamQuery`, no wait); past a few thousand this
+    /// executable waits for its work.
+    fn prune_retired(&mut self) -> Result<(), Failure> {
+        const SOFT: usize = 64;
+        const HARD: usize = 4096;
+        if self.retired.len() < SOFT {
+            return Ok(());
+        }
+        if self.streams_idle()? {
+            self.launched_on.clear();
+            self.retired.clear();
+        } else if self.retired.len() >= HARD {
+            self.try_wait()?;
+        }
         Ok(())
+    }
+
+    /// Whether every stream this executable was launched on has finished its work, asked
+    /// without waiting; `false` while a capture runs (a query would invalidate it).
+    fn streams_idle(&self) -> Result<bool, Failure> {
+        let ctx = &self.template.ctx;
+        ctx.bind()?;
+        if ctx.captures_active() {
+            return Ok(false);
+        }
+        for stream in &self.launched_on {
+            if !stream.idle_unless_capturing()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Launches the executable on `stream` (`cuGraphLaunch`).

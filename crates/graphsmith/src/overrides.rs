@@ -72,9 +72,12 @@ impl NodeUpdate {
             .chain(b)
     }
 
-    /// Whether letting go of this update would free one of its buffers for good.
-    pub(crate) fn releases_last(&self) -> bool {
-        self.allocations().any(|a| Arc::strong_count(a) == 1)
+    /// Whether this update holds every buffer `other` holds (then letting go of `other` frees
+    /// nothing a launch could still use: the usual case of new values for the same buffers).
+    pub(crate) fn holds_all_of(&self, other: &NodeUpdate) -> bool {
+        other
+            .allocations()
+            .all(|a| self.allocations().any(|b| Arc::ptr_eq(a, b)))
     }
 
     /// The buffers it holds, as keep-alives.
@@ -237,4 +240,36 @@ fn set_memset(handle: sys::CUgraphNode, m: &MemsetParams) -> Result<(), Failure>
         unsafe { sys::cuGraphMemsetNodeSetParams(handle, &p) },
         "cuGraphMemsetNodeSetParams",
     )
+}
+
+/// Moves the per-node updates into the current template once its driver nodes have them
+/// ([`flush_template`]): its model becomes the updated model and it keeps their buffers (each
+/// once). Afterwards the executable holds no separate per-node updates.
+pub(crate) fn fold_into_template(exec: &mut Exec) {
+    if exec.overrides.is_empty() {
+        return;
+    }
+    let model = match exec.model_cache.take() {
+        Some(model) => model,
+        None => {
+            let current = exec.current.as_ref().unwrap_or(&exec.template);
+            let kernels = &current.kernels;
+            apply_all(&current.model, &exec.overrides, |i| {
+                kernels.get(i)?.as_ref().map(|k| k.layout.clone())
+            })
+        }
+    };
+    let updates = std::mem::take(&mut exec.overrides);
+    let current = exec.current.as_mut().unwrap_or(&mut exec.template);
+    current.model = Arc::new(model);
+    let keep = Arc::make_mut(&mut current.keep);
+    let mut held: std::collections::HashSet<*const ()> =
+        keep.iter().map(|k| Arc::as_ptr(k) as *const ()).collect();
+    for update in updates.into_iter().flatten() {
+        for alloc in update.into_keep() {
+            if held.insert(Arc::as_ptr(&alloc) as *const ()) {
+                keep.push(alloc);
+            }
+        }
+    }
 }

@@ -159,6 +159,27 @@ impl StreamHandle {
     }
 }
 
+impl StreamHandle {
+    /// Whether the stream has finished all its work (`cuStreamQuery`, no wait); `false` while
+    /// it captures (a query would invalidate the capture). The context must be current.
+    pub(crate) fn idle_unless_capturing(&self) -> Result<bool, Failure> {
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: raw is live (owned by self); status is a valid out pointer.
+        let rc = unsafe { sys::cuStreamIsCapturing(self.raw, &mut status) };
+        if rc != sys::CUresult::CUDA_SUCCESS
+            || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        {
+            return Ok(false);
+        }
+        // SAFETY: raw is live and not capturing.
+        match unsafe { sys::cuStreamQuery(self.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => check(other, "cuStreamQuery").map(|()| false),
+        }
+    }
+}
+
 impl Drop for StreamHandle {
     fn drop(&mut self) {
         if self.raw.is_null() || !self.owned {

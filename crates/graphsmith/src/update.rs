@@ -8,6 +8,7 @@ use graphsmith_model::{MemsetParams, NodeKind};
 
 use crate::buffer::{DeviceBuffer, Element};
 use crate::builder::{memcpy_1d, memset_bits};
+use crate::capture::Keep;
 use crate::compat::{update_compatibility, Incompatibility};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::{instantiate_raw, Exec};
@@ -43,9 +44,13 @@ impl Exec {
                 .resize_with(self.template.handles.len().max(index + 1), || None);
         }
         self.model_cache.take();
-        match self.overrides[index].replace(update) {
-            Some(old) if old.releases_last() => self.retire(old.into_keep()),
-            _ => Ok(()),
+        let Some(old) = self.overrides[index].replace(update) else {
+            // The node's earlier parameters came from the template, which keeps what they use.
+            return Ok(());
+        };
+        match &self.overrides[index] {
+            Some(new) if new.holds_all_of(&old) => Ok(()),
+            _ => self.retire(old.into_keep()),
         }
     }
 
@@ -64,6 +69,12 @@ impl Exec {
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
         let current = self.current().handles[index];
+        // The function is looked up in the current context: make sure it is ours (a batch binds
+        // only once, and the caller may have used another context since).
+        self.template
+            .ctx
+            .bind()
+            .map_err(|f| f.on(node_object(), op, at))?;
         // SAFETY: current is a live kernel node of the current template; the context is current.
         let read = unsafe { crate::readback::read_kernel(current) }
             .map_err(|f| f.on(node_object(), op, at))?;
@@ -78,21 +89,6 @@ impl Exec {
             ));
         };
         std::sync::Arc::make_mut(&mut self.current_mut().kernels)[index] = Some(known);
-        Ok(())
-    }
-
-    /// Lets go of every per-node update (after a whole-graph update or re-instantiation).
-    fn clear_overrides(&mut self) -> Result<(), Failure> {
-        self.model_cache.take();
-        let old = std::mem::take(&mut self.overrides);
-        if old.iter().flatten().any(|u| u.releases_last()) {
-            self.retire(
-                old.into_iter()
-                    .flatten()
-                    .flat_map(|u| u.into_keep())
-                    .collect(),
-            )?;
-        }
         Ok(())
     }
 
@@ -356,9 +352,17 @@ impl Exec {
         };
         let mut reasons = update_compatibility(current, &graph.model);
         if reasons.is_empty() {
+            // Everything that can fail is done before the driver applies the update, so the
+            // executable never runs `graph`'s parameters without holding what they use.
+            let copy = if follows_lazily(graph) {
+                None
+            } else {
+                Some(graph.clone_template(at)?)
+            };
             match self.driver_update(graph) {
                 Ok(()) => {
-                    self.follow(graph, at)?;
+                    self.follow(graph, copy)
+                        .map_err(|f| f.on(self.object(), op, at))?;
                     self.stats.graph_updates += 1;
                     return Ok(UpdateOutcome::Updated);
                 }
@@ -393,59 +397,43 @@ impl Exec {
         }
     }
 
-    /// After `cuGraphExecUpdate` from `graph`: makes the executable's template follow `graph`.
-    /// When every node of `graph` can be written back from its model (kernels with known
-    /// arguments, memsets, empty nodes), the template shares `graph`'s model and its driver
-    /// nodes are brought in step only when [`Exec::template`] asks; otherwise the template
-    /// becomes a driver copy of `graph` (`cuGraphClone`).
-    fn follow(&mut self, graph: &Graph, at: SourceLine) -> Result<()> {
-        let op = "Exec::update";
-        let lazy = graph
-            .model
-            .nodes
-            .iter()
-            .zip(graph.kernels.iter())
-            .all(|(n, k)| {
-                matches!(
-                    (&n.kind, k),
-                    (NodeKind::Kernel(_), Some(_))
-                        | (NodeKind::Memset(_), _)
-                        | (NodeKind::Empty, _)
-                )
-            });
-        let copy = if lazy {
-            None
-        } else {
-            Some(graph.clone_template(at)?)
-        };
+    /// After `cuGraphExecUpdate` from `graph`: makes the executable's template follow `graph`,
+    /// sharing its model (`copy` is `None`, see [`follows_lazily`]) or becoming `copy`, a driver
+    /// copy of it. The new state is in place before what the old one used is let go of, so a
+    /// failure there (a failed wait) leaves the executable consistent.
+    fn follow(&mut self, graph: &Graph, copy: Option<Graph>) -> Result<(), Failure> {
         // What per-node updates and the template referenced, which the new graph may not.
-        self.clear_overrides()
-            .map_err(|f| f.on(self.object(), op, at))?;
+        let old: Vec<Keep> = std::mem::take(&mut self.overrides)
+            .into_iter()
+            .flatten()
+            .flat_map(|u| u.into_keep())
+            .collect();
+        self.model_cache.take();
         let mut sets = Vec::new();
         if let Some(current) = self.current.take() {
             sets.push(current.keep.clone());
         }
-        if lazy {
-            sets.push(std::mem::replace(
-                &mut self.template.keep,
-                graph.keep.clone(),
-            ));
-            self.template.model = graph.model.clone();
-            self.template.kernels = graph.kernels.clone();
-            self.template.label = graph.label.clone();
-            self.stale.clear();
-            self.stale.resize(self.template.handles.len(), true);
-            self.any_stale = true;
-        } else {
-            self.stale.clear();
-            self.any_stale = false;
-            self.current = copy;
+        self.stale.clear();
+        match copy {
+            None => {
+                sets.push(std::mem::replace(
+                    &mut self.template.keep,
+                    graph.keep.clone(),
+                ));
+                self.template.model = graph.model.clone();
+                self.template.kernels = graph.kernels.clone();
+                self.template.label = graph.label.clone();
+                self.stale.resize(self.template.handles.len(), true);
+                self.any_stale = true;
+            }
+            Some(copy) => {
+                self.any_stale = false;
+                self.current = Some(copy);
+            }
         }
-        self.retire_sets(Vec::new(), sets)
-            .map_err(|f| f.on(self.object(), op, at))?;
         self.origin = graph.id;
         self.label = format!("{}#exec", graph.label());
-        Ok(())
+        self.retire_sets(old, sets)
     }
 
     fn driver_update(&mut self, graph: &Graph) -> std::result::Result<(), DriverRefusal> {
@@ -496,6 +484,22 @@ impl UpdateBatch<'_> {
 }
 
 /// Kernel node parameters for `func` with `cfg` and argument pointers.
+/// Whether an executable's template can follow `graph` by sharing its model: every node can be
+/// written back from the model (kernels with known arguments, memsets, empty nodes).
+fn follows_lazily(graph: &Graph) -> bool {
+    graph
+        .model
+        .nodes
+        .iter()
+        .zip(graph.kernels.iter())
+        .all(|(n, k)| {
+            matches!(
+                (&n.kind, k),
+                (NodeKind::Kernel(_), Some(_)) | (NodeKind::Memset(_), _) | (NodeKind::Empty, _)
+            )
+        })
+}
+
 /// Kernel node parameters naming `func`, or the library kernel `kern` when `func` is null (the
 /// driver reads `kern` only then).
 pub(crate) fn kernel_params(

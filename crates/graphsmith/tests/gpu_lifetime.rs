@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_same, inputs, Gpu};
-use graphsmith::{args, CaptureMode, LaunchConfig};
+use graphsmith::{args, CaptureMode, LaunchConfig, UpdatePolicy};
 
 const N: usize = 1024;
 
@@ -231,4 +231,59 @@ fn capture_status(stream: &graphsmith::Stream) -> graphsmith::sys::CUstreamCaptu
     let rc = unsafe { graphsmith::sys::cuStreamIsCapturing(stream.raw(), &mut status) };
     assert_eq!(rc, graphsmith::sys::CUresult::CUDA_SUCCESS);
     status
+}
+
+/// A graph with a slow kernel, then a host function that records `tag` into `seen` (the host
+/// function's closure is freed when nothing holds the graph's resources any more).
+fn slow_then_host(
+    gpu: &Gpu,
+    label: &str,
+    seen: &std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+    tag: u32,
+) -> graphsmith::Graph {
+    let spin = gpu.kernel("gs_spin");
+    let mut g = gpu.ctx.graph(label).unwrap();
+    let wait = g
+        .kernel(
+            "spin",
+            &spin,
+            LaunchConfig::for_elements(1),
+            args![100_000_000u64],
+            &[],
+        )
+        .unwrap();
+    let seen = seen.clone();
+    g.host("record", move || seen.lock().unwrap().push(tag), &[&wait])
+        .unwrap();
+    g
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn resources_of_an_updated_away_graph_outlive_the_launches_that_use_them() {
+    let gpu = Gpu::new();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let a = slow_then_host(&gpu, "a", &seen, 1);
+    let b = slow_then_host(&gpu, "b", &seen, 2);
+    let c = slow_then_host(&gpu, "c", &seen, 3);
+    let mut exec = a.instantiate().unwrap();
+    // Host nodes: the executable's template becomes a driver copy of `b`, sharing its
+    // resources (the host function's closure among them).
+    exec.update(&b, UpdatePolicy::InPlace).unwrap();
+    exec.launch(&gpu.stream).unwrap();
+    // While that launch still spins, update away from `b` and drop it: the closure must stay
+    // alive until the launch has run it.
+    exec.update(&c, UpdatePolicy::InPlace).unwrap();
+    drop(b);
+    drop(a);
+    gpu.stream.synchronize().unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![2]);
+    exec.launch(&gpu.stream).unwrap();
+    gpu.stream.synchronize().unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![2, 3]);
+    assert!(
+        gpu.ctx.drop_failures().is_empty(),
+        "{:?}",
+        gpu.ctx.drop_failures()
+    );
 }

@@ -20,6 +20,9 @@ import os
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_interleaved  # noqa: E402
+
 IMPLS = [("cuda-c++", "CUDA C++"), ("pytorch", "PyTorch"), ("graphsmith", "graphsmith")]
 LABEL = dict(IMPLS)
 COLOR = {"cuda-c++": "#1f77b4", "pytorch": "#ff7f0e", "graphsmith": "#2ca02c"}
@@ -89,6 +92,7 @@ def merge_rounds(runs):
 
 def load(path):
     rounds, meta, bad = {}, {}, 0
+    interleaved = []
     with open(path) as f:
         for line in f:
             line = line.strip()
@@ -101,11 +105,14 @@ def load(path):
                 continue
             if isinstance(obj.get("meta"), dict):
                 meta.update(obj["meta"])
+            elif obj.get("impl") == "interleaved" and isinstance(obj.get("nodes"), int):
+                interleaved.append(obj)
             elif obj.get("impl") in LABEL and obj.get("workload") in WORKLOADS and isinstance(obj.get("nodes"), int):
                 rounds.setdefault((obj["impl"], obj["workload"], obj["nodes"]), []).append(obj)
             else:
                 bad += 1
     rows = {key: merge_rounds(runs) for key, runs in rounds.items()}
+    meta["interleaved"] = report_interleaved.merge(interleaved)
     return rows, meta, bad
 
 
@@ -262,6 +269,8 @@ def report(rows, meta, svg_names):
             met = sum(r.count("**met**") for row in target_rows for r in row[2:])
             md.append(f"{met} met, {missed} missed.")
             md.append("")
+
+    md += report_interleaved.section(meta.get("interleaved", {}), mark)
 
     # Correctness.
     md.append("## Correctness")
@@ -589,6 +598,7 @@ def self_test():
                                for v in (1.0, 5.0)])
     spread_md = "\n".join(spread_table(gs_rounds, cpp_rounds))
     expect("| replay submit | 2.000–4.000 | 1.000–5.000 |" in spread_md, f"spread table: {spread_md}")
+    report_interleaved.self_test(expect, mark)
     if failures:
         print("report.py self-test: " + "; ".join(failures), file=sys.stderr)
         print(f"0 passed, {len(failures)} failed")

@@ -77,6 +77,18 @@ else
   notes+=("nvcc failed: no CUDA C++ rows (see $logs/nvcc.log)")
   cat "$logs/nvcc.log" >&2
 fi
+# 3b. The same chain timed turn by turn with graphsmith in one process (bench/cpp/chain_ref.cu as
+# a shared library, loaded by gpu-bin/examples/interleaved): rows with impl "interleaved".
+interleaved=${INTERLEAVED:-gpu-bin/examples/interleaved}
+have_interleaved=0
+if [ $have_cpp -eq 1 ] && [ -x "$interleaved" ]; then
+  if "$nvcc" -O2 -arch="$arch" -shared -Xcompiler -fPIC -o "$build/libchain_ref.so" bench/cpp/chain_ref.cu >>"$logs/nvcc.log" 2>&1; then
+    have_interleaved=1
+  else
+    notes+=("nvcc failed on bench/cpp/chain_ref.cu: no turn-by-turn rows (see $logs/nvcc.log)")
+  fi
+fi
+chains=$(echo "$nodes" | tr ',' '\n' | grep -E '^[0-9]+$' | paste -sd, -)
 gs_version=""
 if [ -x "$gs" ]; then
   gs_version=$("$gs" --version 2>/dev/null | head -n 1)
@@ -109,6 +121,13 @@ for round in $(seq 1 "$rounds"); do
     rc=$?
     grep '^{' "$logs/graphsmith.$round.out" >>"$jsonl"
     [ $rc -eq 0 ] || notes+=("round $round: graphsmith bench exited with status $rc: $(tail -n 1 "$logs/graphsmith.$round.log" | tr -d '\r' | cut -c1-200)")
+  fi
+  if [ $have_interleaved -eq 1 ]; then
+    say "round $round/$rounds: $interleaved (C++ and graphsmith turn by turn, N = $chains)"
+    "${pin[@]}" "$interleaved" "$build/libchain_ref.so" "$chains" >"$logs/interleaved.$round.out" 2>"$logs/interleaved.$round.log"
+    rc=$?
+    grep '^{' "$logs/interleaved.$round.out" >>"$jsonl"
+    [ $rc -eq 0 ] || notes+=("round $round: interleaved exited with status $rc: $(tail -n 1 "$logs/interleaved.$round.log" | cut -c1-200)")
   fi
 done
 
@@ -160,6 +179,6 @@ for impl in ("cuda-c++", "pytorch", "graphsmith"):
     print(f"  {impl}: {len(mine)} rows, {sum(r.get('correct') is True for r in mine)} correct")
 PY
 for note in "${notes[@]+"${notes[@]}"}"; do echo "  note: $note"; done
-[ -f "$base.md" ] && sed -n '/^## Headline targets/,/^## Correctness/p' "$base.md" | grep -E '^\||met, |Not evaluated'
+[ -f "$base.md" ] && sed -n '/^## Headline targets/,/^## Correctness/p' "$base.md" | grep -E '^\||met, |Not evaluated|^chain of'
 [ $claims -eq 1 ] && [ -f "$logs/claims.out" ] && grep -E '^CLAIM ' "$logs/claims.out"
 exit 0

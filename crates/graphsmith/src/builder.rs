@@ -134,7 +134,7 @@ impl Graph {
             call,
         )
         .map_err(fail)?;
-        let model = Arc::make_mut(&mut self.model);
+        let model = self.model_mut();
         let id = model.add_node_with(label, kind, Some(crate::range::provenance(at)), accesses);
         for dep in deps {
             model.add_edge(dep.id, id).map_err(|e| {

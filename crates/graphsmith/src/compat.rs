@@ -8,6 +8,7 @@
 //! pre-check allowed, its `errorNode` is mapped back to a label.
 
 use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
 
 use graphsmith_model::{Graph, NodeKind};
 
@@ -38,6 +39,42 @@ pub fn update_compatibility(old: &Graph, new: &Graph) -> Vec<Incompatibility> {
         check(old, new, "", &mut out);
     }
     out
+}
+
+/// A 128-bit digest of everything [`update_compatibility`] compares: node count, each node's
+/// kind (with copy memory types, and the whole parameters of conditional and memory nodes), child
+/// graphs, and the edge list in order. Graphs with equal digests are compatible, so an update
+/// between them needs no walk over both models (which, with caches cold after the driver's work,
+/// cost about 30 ns per node). `None` when the graph has a node the rules refuse whatever the
+/// other graph holds (a 2-D memset). A collision could only let through an update the driver
+/// then refuses, which is still explained.
+pub(crate) fn shape_key(graph: &Graph) -> Option<u128> {
+    let mut halves = [0u64; 2];
+    for (seed, half) in halves.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        seed.hash(&mut h);
+        shape_into(graph, &mut h)?;
+        *half = h.finish();
+    }
+    Some(((halves[0] as u128) << 64) | halves[1] as u128)
+}
+
+fn shape_into(graph: &Graph, h: &mut impl Hasher) -> Option<()> {
+    graph.nodes.len().hash(h);
+    for node in &graph.nodes {
+        node.kind.name().hash(h);
+        match &node.kind {
+            NodeKind::Memcpy(c) => (c.src.space, c.dst.space).hash(h),
+            NodeKind::Memset(m) if m.height > 1 => return None,
+            NodeKind::Conditional { .. } | NodeKind::MemAlloc { .. } | NodeKind::MemFree { .. } => {
+                format!("{:?}", node.kind).hash(h)
+            }
+            NodeKind::ChildGraph { graph } => shape_into(graph, h)?,
+            _ => {}
+        }
+    }
+    graph.edges.hash(h);
+    Some(())
 }
 
 /// Whether both graphs list the same edges in the same order (the usual case for graphs built
@@ -311,5 +348,70 @@ mod tests {
             texts(&update_compatibility(&old, &new)),
             ["node 'x': in child graph 'child': node type changed: the executable has a memset node here ('x'), the new graph a kernel node"]
         );
+    }
+
+    #[test]
+    fn equal_shape_keys_mean_compatible_and_changes_show() {
+        let base = || {
+            graph(
+                "g",
+                &[
+                    ("a", kernel("k1")),
+                    ("b", memset(1)),
+                    ("c", copy(MemorySpace::Host)),
+                ],
+                &[(0, 1), (1, 2)],
+            )
+        };
+        let key = |g: &Graph| shape_key(g);
+        // New kernel names, labels and parameters do not change the shape.
+        let renamed = graph(
+            "other",
+            &[
+                ("x", kernel("k2")),
+                ("y", memset(1)),
+                ("z", copy(MemorySpace::Host)),
+            ],
+            &[(0, 1), (1, 2)],
+        );
+        assert_eq!(key(&base()), key(&renamed));
+        assert!(update_compatibility(&base(), &renamed).is_empty());
+        // Each thing the pre-check compares changes the key.
+        let changed = [
+            graph(
+                "g",
+                &[
+                    ("a", kernel("k1")),
+                    ("b", memset(1)),
+                    ("c", copy(MemorySpace::Device)),
+                ],
+                &[(0, 1), (1, 2)],
+            ),
+            graph(
+                "g",
+                &[
+                    ("a", kernel("k1")),
+                    ("b", kernel("k1")),
+                    ("c", copy(MemorySpace::Host)),
+                ],
+                &[(0, 1), (1, 2)],
+            ),
+            graph(
+                "g",
+                &[
+                    ("a", kernel("k1")),
+                    ("b", memset(1)),
+                    ("c", copy(MemorySpace::Host)),
+                ],
+                &[(0, 1), (0, 2)],
+            ),
+            graph("g", &[("a", kernel("k1")), ("b", memset(1))], &[(0, 1)]),
+        ];
+        for g in &changed {
+            assert_ne!(key(&base()), key(g));
+            assert!(!update_compatibility(&base(), g).is_empty());
+        }
+        // A 2-D memset is refused whatever the other graph holds: no key, so no fast path.
+        assert_eq!(key(&graph("g", &[("m", memset(2))], &[])), None);
     }
 }

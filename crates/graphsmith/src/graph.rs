@@ -1,7 +1,7 @@
 //! Graph templates: built node by node (explicit dependencies) or captured from streams, with a
 //! model mirror that carries labels, lines, ranges and accesses.
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,6 +58,9 @@ pub struct Graph {
     pub(crate) kernels: Arc<Vec<Option<KernelFn>>>,
     /// Everything the graph's nodes reference, kept alive as long as the graph.
     pub(crate) keep: Arc<Vec<Keep>>,
+    /// The model's [`crate::compat::shape_key`], once asked for; reset wherever the model
+    /// changes (`model_mut`, and every assignment to `model`).
+    pub(crate) shape: OnceCell<Option<u128>>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -156,6 +159,7 @@ impl Graph {
             handles,
             kernels: Arc::new(kernels),
             keep: Arc::new(keep),
+            shape: OnceCell::new(),
             _not_sync: PhantomData,
         }
     }
@@ -217,6 +221,26 @@ impl Graph {
     pub fn model(&self) -> &model::Graph {
         &self.model
     }
+    /// The model, to change it (copied first when an executable shares it).
+    pub(crate) fn model_mut(&mut self) -> &mut model::Graph {
+        self.shape.take();
+        Arc::make_mut(&mut self.model)
+    }
+
+    /// The model's update digest ([`crate::compat::shape_key`]), computed once.
+    pub(crate) fn shape_key(&self) -> Option<u128> {
+        let key = *self
+            .shape
+            .get_or_init(|| crate::compat::shape_key(&self.model));
+        debug_assert_eq!(
+            key,
+            crate::compat::shape_key(&self.model),
+            "stale shape key of graph '{}'",
+            self.label
+        );
+        key
+    }
+
     /// The raw handle, for interop (graphsmith keeps ownership).
     pub fn raw(&self) -> sys::CUgraph {
         self.raw
@@ -325,6 +349,7 @@ impl Graph {
         );
         copy.id = self.id;
         copy.model = self.model.clone();
+        copy.shape = self.shape.clone();
         copy.kernels = self.kernels.clone();
         copy.keep = self.keep.clone();
         copy.handles.reserve(self.handles.len());

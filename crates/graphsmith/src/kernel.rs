@@ -76,26 +76,57 @@ impl std::fmt::Debug for Kernel {
 }
 
 impl Context {
-    /// Loads a module from PTX text, or a cubin or fatbin image (`cuLibraryLoadData`).
+    /// Loads a module from PTX text (`cuLibraryLoadData`; the driver compiles it for the
+    /// device).
     #[track_caller]
     pub fn load_ptx(&self, label: &str, ptx: &str) -> Result<Module> {
         let at = SourceLine::caller();
-        let me = ObjectRef::new(ObjectKind::Module, label);
         let image = CString::new(ptx).map_err(|_| {
             Error::new(
                 ErrorKind::InvalidInput {
                     reason: "PTX text contains a NUL byte".into(),
                 },
-                me.clone(),
+                ObjectRef::new(ObjectKind::Module, label),
                 "Context::load_ptx",
                 at,
             )
         })?;
-        let fail = |f: Failure| f.on(me.clone(), "Context::load_ptx", at);
+        self.load_library(label, image.as_bytes_with_nul(), "Context::load_ptx", at)
+    }
+
+    /// Loads a module from a cubin or fatbin image, or NUL-terminated PTX
+    /// (`cuLibraryLoadData`). A cubin runs only on devices of the architecture it was built for;
+    /// the driver refuses it elsewhere (`CUDA_ERROR_NO_BINARY_FOR_GPU`).
+    #[track_caller]
+    pub fn load_image(&self, label: &str, image: &[u8]) -> Result<Module> {
+        let at = SourceLine::caller();
+        if image.len() < 4 {
+            return Err(Error::new(
+                ErrorKind::InvalidInput {
+                    reason: format!("a module image of {} bytes is too short", image.len()),
+                },
+                ObjectRef::new(ObjectKind::Module, label),
+                "Context::load_image",
+                at,
+            ));
+        }
+        self.load_library(label, image, "Context::load_image", at)
+    }
+
+    fn load_library(
+        &self,
+        label: &str,
+        image: &[u8],
+        op: &'static str,
+        at: SourceLine,
+    ) -> Result<Module> {
+        let me = ObjectRef::new(ObjectKind::Module, label);
+        let fail = |f: Failure| f.on(me.clone(), op, at);
         self.bind().map_err(fail)?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: the context is current; image is a NUL-terminated PTX string alive for the call;
-        // no options are passed (null arrays with a count of 0).
+        // SAFETY: the context is current; image is alive for the call (the driver copies what
+        // it keeps; a PTX image is NUL-terminated, a cubin or fatbin carries its own size); no
+        // options are passed (null arrays with a count of 0).
         check(
             unsafe {
                 sys::cuLibraryLoadData(
@@ -126,6 +157,12 @@ impl Context {
     #[track_caller]
     pub fn builtin_kernels(&self) -> Result<Module> {
         self.load_ptx("graphsmith-kernels", crate::BUILTIN_PTX)
+    }
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Module '{}'", self.inner.label)
     }
 }
 

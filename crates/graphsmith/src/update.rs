@@ -345,12 +345,19 @@ impl Exec {
             .iter()
             .flatten()
             .any(|u| matches!(u, NodeUpdate::Memcpy { .. }));
-        let current = if copies_updated {
-            self.model()
+        // Graphs of equal shape digests need no walk over both models.
+        let same_shape = !copies_updated
+            && matches!(
+                (self.current().shape_key(), graph.shape_key()),
+                (Some(a), Some(b)) if a == b
+            );
+        let mut reasons = if same_shape {
+            Vec::new()
+        } else if copies_updated {
+            update_compatibility(self.model(), &graph.model)
         } else {
-            &self.current().model
+            update_compatibility(&self.current().model, &graph.model)
         };
-        let mut reasons = update_compatibility(current, &graph.model);
         if reasons.is_empty() {
             // Everything that can fail is done before the driver applies the update, so the
             // executable never runs `graph`'s parameters without holding what they use.
@@ -421,6 +428,7 @@ impl Exec {
                     graph.keep.clone(),
                 ));
                 self.template.model = graph.model.clone();
+                self.template.shape = graph.shape.clone();
                 self.template.kernels = graph.kernels.clone();
                 self.template.label = graph.label.clone();
                 self.stale.resize(self.template.handles.len(), true);
@@ -483,7 +491,6 @@ impl UpdateBatch<'_> {
     }
 }
 
-/// Kernel node parameters for `func` with `cfg` and argument pointers.
 /// Whether an executable's template can follow `graph` by sharing its model: every node can be
 /// written back from the model (kernels with known arguments, memsets, empty nodes).
 fn follows_lazily(graph: &Graph) -> bool {

@@ -180,3 +180,37 @@ fn uploads_and_downloads_are_refused_inside_a_capture() {
     gpu.stream.end_capture().unwrap();
     assert_eq!(gpu.read(&x), vec![1.0; 16]);
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_bad_module_image_is_refused_naming_the_module_and_the_driver_code() {
+    let gpu = Gpu::new();
+    let err = gpu.ctx.load_image("weights.bin", &[0u8; 2]).unwrap_err();
+    assert!(matches!(err.kind, ErrorKind::InvalidInput { .. }), "{err}");
+    assert_eq!(
+        (err.object.kind, err.object.label.as_str()),
+        (ObjectKind::Module, "weights.bin")
+    );
+    // Not a cubin, fatbin or PTX: the driver's code comes through.
+    let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    let err = gpu.ctx.load_image("garbage.cubin", &garbage).unwrap_err();
+    assert_eq!(
+        (err.object.kind, err.object.label.as_str()),
+        (ObjectKind::Module, "garbage.cubin")
+    );
+    assert!(err.cuda_code().is_some(), "{err}");
+    assert!(err.to_string().contains("Context::load_image"), "{err}");
+    println!("{err}");
+    // The context is still usable: the built-in PTX loads through the same path.
+    let add = gpu.kernel("gs_add_scalar_f32");
+    let mut x = gpu.buffer("x", &[1.0; 64]);
+    gpu.stream
+        .launch(
+            "after",
+            &add,
+            LaunchConfig::for_elements(64),
+            args![&mut x, 0.5f32, 64u32],
+        )
+        .unwrap();
+    assert!(gpu.stream.download(&x).unwrap().iter().all(|&v| v == 1.5));
+}

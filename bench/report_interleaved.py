@@ -1,0 +1,103 @@
+"""The report's section on rows of `gpu-bin/examples/interleaved` (impl "interleaved"): graphsmith
+and plain CUDA C++ timed turn by turn in one process, so both see the same state of the host.
+Each row holds, per figure, both sides' medians and the median of the per-rep ratio
+(graphsmith / C++) and difference. Rows of several rounds (processes) are merged by taking the
+median of every number. Used by report.py; standard library only."""
+
+import statistics
+
+FIGURES = [
+    # (key, name, limit kind, limit): "ratio" targets compare the median per-pair ratio, "diff"
+    # the median per-pair difference (µs); None: shown, no target.
+    ("replay_device_per_node_us", "replay device time per node", "ratio", 1.02),
+    ("replay_submit_us", "replay submit", "diff", 1.0),
+    ("eager_submit_us", "eager submit (whole chain)", "ratio", 1.1),
+    ("eager_device_per_node_us", "eager device time per node", None, None),
+    ("per_node_update_us", "update every kernel node", "ratio", 1.1),
+    ("whole_graph_update_us", "whole-graph update", "ratio", 1.1),
+    ("instantiate_us", "instantiate", None, None),
+]
+
+
+def merge(rows):
+    """{nodes: merged row} from interleaved rows of any number of rounds."""
+    by_n = {}
+    for r in rows:
+        by_n.setdefault(r["nodes"], []).append(r)
+    out = {}
+    for n, runs in by_n.items():
+        m = {"nodes": n, "rounds": len(runs), "reps": runs[0].get("reps"), "shared": runs[0].get("shared", "none"),
+             "correct": all(r.get("correct_cpp") is True and r.get("correct_graphsmith") is True for r in runs)}
+        for key, *_ in FIGURES:
+            vals = [r[key] for r in runs if isinstance(r.get(key), dict)]
+            if vals:
+                m[key] = {f: statistics.median(v[f] for v in vals) for f in ("cpp", "graphsmith", "ratio", "diff")}
+        out[n] = m
+    return out
+
+
+def _fmt(v):
+    a = abs(v)
+    return f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.2f}" if a >= 10 else f"{v:.3f}"
+
+
+def verdict(kind, limit, fig):
+    if kind == "ratio":
+        return fig["ratio"] <= limit
+    if kind == "diff":
+        return fig["diff"] <= limit
+    return None
+
+
+def section(merged, mark):
+    """Markdown lines; `mark(ok)` renders a verdict."""
+    if not merged:
+        return []
+    md = ["## Turn by turn in one process", "",
+          "The same chain in plain CUDA C++ (bench/cpp/chain_ref.cu, built as a shared library) and in graphsmith, "
+          "timed alternately rep by rep in one process (`gpu-bin/examples/interleaved`), so that both sides see the "
+          "same state of the host. Ratio and difference are medians of the per-rep values; figures in µs. "
+          "By default both chains run on the same 1 KB device buffer: kernels this small are sensitive to where "
+          "their data lies (on the H200 the C++ chain took 0.973 µs per node on its own buffer and 1.005 µs on "
+          "graphsmith's, as fast as graphsmith's chain on it), so sharing it compares the two ways of submitting "
+          "the same work rather than two addresses. The per-process tables above use a buffer each.", ""]
+    met = missed = 0
+    for n in sorted(merged):
+        m = merged[n]
+        shared = {"none": "", "buffer": "; the C++ side runs on graphsmith's buffer",
+                  "stream": "; the C++ side runs on graphsmith's stream",
+                  "both": "; the C++ side runs on graphsmith's buffer and stream"}.get(m["shared"], "")
+        md.append(f"chain of {n:,} kernels ({m['reps']} pairs per round, {m['rounds']} round(s){shared}; "
+                  f"results correct on both sides: {'yes' if m['correct'] else '**NO**'}):")
+        md.append("")
+        md.append("| figure | graphsmith | CUDA C++ | per-pair ratio | per-pair difference | target | verdict |")
+        md.append("|---|---:|---:|---:|---:|---:|---:|")
+        for key, name, kind, limit in FIGURES:
+            fig = m.get(key)
+            if not fig:
+                continue
+            ok = verdict(kind, limit, fig)
+            met += ok is True
+            missed += ok is False
+            target = "" if kind is None else (f"≤ {limit:.2f}x" if kind == "ratio" else f"≤ +{limit:g} µs")
+            md.append(f"| {name} | {_fmt(fig['graphsmith'])} | {_fmt(fig['cpp'])} | {fig['ratio']:.2f}x | "
+                      f"{'+' if fig['diff'] >= 0 else ''}{_fmt(fig['diff'])} | {target} | {mark(ok) if ok is not None else ''} |")
+        md.append("")
+    md.append(f"Turn by turn: {met} met, {missed} missed.")
+    md.append("")
+    return md
+
+
+def self_test(expect, mark):
+    fig = lambda c, g: {"cpp": c, "graphsmith": g, "ratio": g / c, "diff": g - c}
+    rows = [{"impl": "interleaved", "nodes": 1000, "reps": 20, "correct_cpp": True, "correct_graphsmith": ok,
+             "replay_device_per_node_us": fig(1.0, v), "replay_submit_us": fig(3.0, 3.0 + v)}
+            for v, ok in ((1.01, True), (1.5, True), (1.0, False))]
+    merged = merge(rows)
+    expect(merged[1000]["rounds"] == 3 and merged[1000]["correct"] is False, "interleaved rounds merged")
+    expect(abs(merged[1000]["replay_device_per_node_us"]["ratio"] - 1.01) < 1e-9, "interleaved median ratio")
+    md = "\n".join(section(merged, mark))
+    expect("| replay device time per node | 1.010 | 1.000 | 1.01x | +0.010 | ≤ 1.02x | **met** |" in md,
+           f"interleaved section: {md}")
+    expect("| replay submit | 4.010 | 3.000 | 1.34x | +1.010 | ≤ +1 µs | **MISSED** |" in md, "interleaved diff target")
+    expect("Turn by turn: 1 met, 1 missed." in md and "**NO**" in md, "interleaved summary")

@@ -49,6 +49,32 @@ def verdict(kind, limit, fig):
     return None
 
 
+HEADLINE = FIGURES[:3]
+
+
+def headline(merged, mark):
+    """The headline targets from the turn-by-turn rows (chain of 1,000, else the largest N):
+    markdown lines, empty when there are none."""
+    if not merged:
+        return []
+    n = 1000 if 1000 in merged else max(merged)
+    m = merged[n]
+    lines = [f"chain of {n:,} kernels, graphsmith vs plain CUDA C++, timed turn by turn in one process on the same "
+             f"buffer ({m['rounds']} round(s) of {m['reps']} pairs; medians of the per-pair ratios and differences; "
+             "the section \"Turn by turn in one process\" below has every figure):", "",
+             "| target | graphsmith vs C++ | per-pair | verdict |", "|---|---:|---:|---:|"]
+    for key, name, kind, limit in HEADLINE:
+        fig = m.get(key)
+        if not fig:
+            continue
+        ok = verdict(kind, limit, fig)
+        target = f"{name} ≤ {limit:.2f}x C++" if kind == "ratio" else f"{name} ≤ C++ + {limit:g} µs"
+        per_pair = f"{fig['ratio']:.2f}x" if kind == "ratio" else f"{'+' if fig['diff'] >= 0 else ''}{_fmt(fig['diff'])} µs"
+        lines.append(f"| {target} | {_fmt(fig['graphsmith'])} vs {_fmt(fig['cpp'])} µs | {per_pair} | {mark(ok)} |")
+    lines.append("")
+    return lines
+
+
 def section(merged, mark):
     """Markdown lines; `mark(ok)` renders a verdict."""
     if not merged:
@@ -101,3 +127,6 @@ def self_test(expect, mark):
            f"interleaved section: {md}")
     expect("| replay submit | 4.010 | 3.000 | 1.34x | +1.010 | ≤ +1 µs | **MISSED** |" in md, "interleaved diff target")
     expect("Turn by turn: 1 met, 1 missed." in md and "**NO**" in md, "interleaved summary")
+    head = "\n".join(headline(merged, mark))
+    expect("| replay device time per node ≤ 1.02x C++ | 1.010 vs 1.000 µs | 1.01x | **met** |" in head, f"headline: {head}")
+    expect("| replay submit ≤ C++ + 1 µs | 4.010 vs 3.000 µs | +1.010 µs | **MISSED** |" in head, "headline diff")

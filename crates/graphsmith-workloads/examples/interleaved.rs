@@ -12,7 +12,7 @@
 //! side's medians, and the median over reps of the per-rep ratio (graphsmith / C++) and, for
 //! replay submit, of the per-rep difference. Results are checked on both sides.
 //!
-//! `interleaved LIBCHAIN_REF.so [nodes,nodes,...] [reps]` (reps: 30 for N <= 1000, 10 above).
+//! `interleaved LIBCHAIN_REF.so [nodes,nodes,...] [reps]` (reps: 30 for N <= 1000, 20 above).
 //! With `GS_KERNEL_IMAGE=FILE`, graphsmith's side loads its kernel from that cubin or fatbin
 //! instead of the built-in PTX.
 
@@ -341,7 +341,7 @@ fn main() {
             None => None,
         };
         for &n in &sizes {
-            let reps = reps.unwrap_or(if n <= 1000 { 30 } else { 10 });
+            let reps = reps.unwrap_or(if n <= 1000 { 30 } else { 20 });
             eprintln!("interleaved: chain of {n}, {reps} reps");
             println!(
                 "{}",

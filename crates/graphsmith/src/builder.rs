@@ -149,7 +149,7 @@ impl Graph {
             })?;
         }
         self.handles.push(handle);
-        Arc::make_mut(&mut self.kernels).push(None);
+        self.kernels_mut().push(None);
         Arc::make_mut(&mut self.keep).extend(keep);
         Ok(NodeRef {
             graph: self.id,
@@ -234,7 +234,7 @@ impl Graph {
             "cuGraphAddKernelNode",
             |h, d, n| unsafe { sys::cuGraphAddKernelNode_v2(h, graph, d, n, &params) },
         )?;
-        Arc::make_mut(&mut self.kernels)[node.id.index()] = Some(function);
+        self.kernels_mut()[node.id.index()] = Some(function);
         Ok(node)
     }
 

@@ -58,10 +58,43 @@ pub struct Graph {
     pub(crate) kernels: Arc<Vec<Option<KernelFn>>>,
     /// Everything the graph's nodes reference, kept alive as long as the graph.
     pub(crate) keep: Arc<Vec<Keep>>,
-    /// The model's [`crate::compat::shape_key`], once asked for; reset wherever the model
-    /// changes (`model_mut`, and every assignment to `model`).
-    pub(crate) shape: OnceCell<Option<u128>>,
+    /// What a whole-graph update needs to know about the graph, once asked for; reset wherever
+    /// the model or the kernels change (`model_mut`, `kernels_mut`, and every assignment to
+    /// `model` or `kernels`).
+    pub(crate) facts: OnceCell<UpdateFacts>,
     _not_sync: PhantomData<Cell<()>>,
+}
+
+/// What a whole-graph update needs to know about a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UpdateFacts {
+    /// [`crate::compat::shape_key`] of the model.
+    pub shape: Option<u128>,
+    /// Whether an executable's template can follow the graph by sharing its model: every node
+    /// can be written back from the model (kernels with known arguments, memsets, empty nodes).
+    pub follows_lazily: bool,
+}
+
+impl UpdateFacts {
+    fn of(graph: &Graph) -> UpdateFacts {
+        let follows_lazily = graph
+            .model
+            .nodes
+            .iter()
+            .zip(graph.kernels.iter())
+            .all(|(n, k)| {
+                matches!(
+                    (&n.kind, k),
+                    (model::NodeKind::Kernel(_), Some(_))
+                        | (model::NodeKind::Memset(_), _)
+                        | (model::NodeKind::Empty, _)
+                )
+            });
+        UpdateFacts {
+            shape: crate::compat::shape_key(&graph.model),
+            follows_lazily,
+        }
+    }
 }
 
 /// A kernel node's kernel and the (offset, size) of each of its parameters: its function in the
@@ -159,7 +192,7 @@ impl Graph {
             handles,
             kernels: Arc::new(kernels),
             keep: Arc::new(keep),
-            shape: OnceCell::new(),
+            facts: OnceCell::new(),
             _not_sync: PhantomData,
         }
     }
@@ -223,22 +256,27 @@ impl Graph {
     }
     /// The model, to change it (copied first when an executable shares it).
     pub(crate) fn model_mut(&mut self) -> &mut model::Graph {
-        self.shape.take();
+        self.facts.take();
         Arc::make_mut(&mut self.model)
     }
 
-    /// The model's update digest ([`crate::compat::shape_key`]), computed once.
-    pub(crate) fn shape_key(&self) -> Option<u128> {
-        let key = *self
-            .shape
-            .get_or_init(|| crate::compat::shape_key(&self.model));
+    /// The kernels of the nodes, to change them (copied first when shared).
+    pub(crate) fn kernels_mut(&mut self) -> &mut Vec<Option<KernelFn>> {
+        self.facts.take();
+        Arc::make_mut(&mut self.kernels)
+    }
+
+    /// What a whole-graph update needs to know about the graph, computed once (walking a
+    /// large model after the driver's work has evicted it from the caches costs tens of µs).
+    pub(crate) fn update_facts(&self) -> UpdateFacts {
+        let facts = *self.facts.get_or_init(|| UpdateFacts::of(self));
         debug_assert_eq!(
-            key,
-            crate::compat::shape_key(&self.model),
-            "stale shape key of graph '{}'",
+            facts,
+            UpdateFacts::of(self),
+            "stale update facts of graph '{}'",
             self.label
         );
-        key
+        facts
     }
 
     /// The raw handle, for interop (graphsmith keeps ownership).
@@ -349,7 +387,7 @@ impl Graph {
         );
         copy.id = self.id;
         copy.model = self.model.clone();
-        copy.shape = self.shape.clone();
+        copy.facts = self.facts.clone();
         copy.kernels = self.kernels.clone();
         copy.keep = self.keep.clone();
         copy.handles.reserve(self.handles.len());

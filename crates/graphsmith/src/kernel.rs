@@ -95,16 +95,17 @@ impl Context {
     }
 
     /// Loads a module from a cubin or fatbin image, or NUL-terminated PTX
-    /// (`cuLibraryLoadData`). A cubin runs only on devices of the architecture it was built for;
-    /// the driver refuses it elsewhere (`CUDA_ERROR_NO_BINARY_FOR_GPU`).
+    /// (`cuLibraryLoadData`). The image is checked first: an image that is none of these, or is
+    /// truncated (its headers reach past the slice), is refused here, because the driver would
+    /// read past it. A cubin runs only on devices of the architecture it was built for. With
+    /// CUDA's lazy loading (the default), other faults in the code surface when a kernel is
+    /// first looked up ([`Module::kernel`], naming the kernel and the driver's code).
     #[track_caller]
     pub fn load_image(&self, label: &str, image: &[u8]) -> Result<Module> {
         let at = SourceLine::caller();
-        if image.len() < 4 {
+        if let Err(reason) = crate::image::classify(image) {
             return Err(Error::new(
-                ErrorKind::InvalidInput {
-                    reason: format!("a module image of {} bytes is too short", image.len()),
-                },
+                ErrorKind::InvalidInput { reason },
                 ObjectRef::new(ObjectKind::Module, label),
                 "Context::load_image",
                 at,

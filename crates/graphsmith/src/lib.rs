@@ -42,6 +42,7 @@ mod event;
 mod exec;
 mod fallback;
 mod graph;
+mod image;
 mod journal;
 mod kernel;
 mod nvtx;

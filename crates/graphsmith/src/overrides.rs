@@ -262,7 +262,7 @@ pub(crate) fn fold_into_template(exec: &mut Exec) {
     let updates = std::mem::take(&mut exec.overrides);
     let current = exec.current.as_mut().unwrap_or(&mut exec.template);
     current.model = Arc::new(model);
-    current.shape.take();
+    current.facts.take();
     let keep = Arc::make_mut(&mut current.keep);
     let mut held: std::collections::HashSet<*const ()> =
         keep.iter().map(|k| Arc::as_ptr(k) as *const ()).collect();

@@ -88,7 +88,7 @@ impl Exec {
                 at,
             ));
         };
-        std::sync::Arc::make_mut(&mut self.current_mut().kernels)[index] = Some(known);
+        self.current_mut().kernels_mut()[index] = Some(known);
         Ok(())
     }
 
@@ -348,7 +348,7 @@ impl Exec {
         // Graphs of equal shape digests need no walk over both models.
         let same_shape = !copies_updated
             && matches!(
-                (self.current().shape_key(), graph.shape_key()),
+                (self.current().update_facts().shape, graph.update_facts().shape),
                 (Some(a), Some(b)) if a == b
             );
         let mut reasons = if same_shape {
@@ -361,7 +361,7 @@ impl Exec {
         if reasons.is_empty() {
             // Everything that can fail is done before the driver applies the update, so the
             // executable never runs `graph`'s parameters without holding what they use.
-            let copy = if follows_lazily(graph) {
+            let copy = if graph.update_facts().follows_lazily {
                 None
             } else {
                 Some(graph.clone_template(at)?)
@@ -428,8 +428,8 @@ impl Exec {
                     graph.keep.clone(),
                 ));
                 self.template.model = graph.model.clone();
-                self.template.shape = graph.shape.clone();
                 self.template.kernels = graph.kernels.clone();
+                self.template.facts = graph.facts.clone();
                 self.template.label = graph.label.clone();
                 self.stale.resize(self.template.handles.len(), true);
                 self.any_stale = true;
@@ -489,22 +489,6 @@ impl UpdateBatch<'_> {
         self.exec
             .set_kernel_bound(node, cfg, args, SourceLine::caller())
     }
-}
-
-/// Whether an executable's template can follow `graph` by sharing its model: every node can be
-/// written back from the model (kernels with known arguments, memsets, empty nodes).
-fn follows_lazily(graph: &Graph) -> bool {
-    graph
-        .model
-        .nodes
-        .iter()
-        .zip(graph.kernels.iter())
-        .all(|(n, k)| {
-            matches!(
-                (&n.kind, k),
-                (NodeKind::Kernel(_), Some(_)) | (NodeKind::Memset(_), _) | (NodeKind::Empty, _)
-            )
-        })
 }
 
 /// Kernel node parameters naming `func`, or the library kernel `kern` when `func` is null (the

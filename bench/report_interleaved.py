@@ -15,21 +15,29 @@ FIGURES = [
     ("eager_device_per_node_us", "eager device time per node", None, None),
     ("per_node_update_us", "update every kernel node", "ratio", 1.1),
     ("whole_graph_update_us", "whole-graph update", "ratio", 1.1),
-    ("instantiate_us", "instantiate", None, None),
+    ("instantiate_us", "instantiate (graphsmith: with the template copy)", None, None),
 ]
 
 
+SAME_BUFFER = ("buffer", "both")
+
+
 def merge(rows):
-    """{nodes: merged row} from interleaved rows of any number of rounds."""
+    """{nodes: merged row} from interleaved rows of any number of rounds. Rows of one sharing
+    mode are merged: the same buffer (the default) when there are such rows for that N."""
     by_n = {}
     for r in rows:
         by_n.setdefault(r["nodes"], []).append(r)
     out = {}
     for n, runs in by_n.items():
-        m = {"nodes": n, "rounds": len(runs), "reps": runs[0].get("reps"), "shared": runs[0].get("shared", "none"),
+        same = [r for r in runs if r.get("shared", "none") in SAME_BUFFER]
+        mode = same[0].get("shared") if same else runs[0].get("shared", "none")
+        runs = [r for r in runs if r.get("shared", "none") == mode]
+        m = {"nodes": n, "rounds": len(runs), "reps": statistics.median(r.get("reps", 0) for r in runs), "shared": mode,
              "correct": all(r.get("correct_cpp") is True and r.get("correct_graphsmith") is True for r in runs)}
         for key, *_ in FIGURES:
-            vals = [r[key] for r in runs if isinstance(r.get(key), dict)]
+            vals = [r[key] for r in runs if isinstance(r.get(key), dict)
+                    and all(isinstance(r[key].get(f), (int, float)) for f in ("cpp", "graphsmith", "ratio", "diff"))]
             if vals:
                 m[key] = {f: statistics.median(v[f] for v in vals) for f in ("cpp", "graphsmith", "ratio", "diff")}
         out[n] = m
@@ -41,7 +49,11 @@ def _fmt(v):
     return f"{v:,.0f}" if a >= 1000 else f"{v:.1f}" if a >= 100 else f"{v:.2f}" if a >= 10 else f"{v:.3f}"
 
 
-def verdict(kind, limit, fig):
+def verdict(kind, limit, fig, correct=True):
+    """True/False against the target; None without a target, or when the results were wrong
+    (timings of wrong results settle nothing)."""
+    if not correct:
+        return None
     if kind == "ratio":
         return fig["ratio"] <= limit
     if kind == "diff":
@@ -57,17 +69,24 @@ def headline(merged, mark):
     markdown lines, empty when there are none."""
     if not merged:
         return []
-    n = 1000 if 1000 in merged else max(merged)
-    m = merged[n]
+    same = {n: m for n, m in merged.items() if m["shared"] in SAME_BUFFER}
+    if not same:
+        return []
+    n = 1000 if 1000 in same else max(same)
+    m = same[n]
     lines = [f"chain of {n:,} kernels, graphsmith vs plain CUDA C++, timed turn by turn in one process on the same "
-             f"buffer ({m['rounds']} round(s) of {m['reps']} pairs; medians of the per-pair ratios and differences; "
-             "the section \"Turn by turn in one process\" below has every figure):", "",
+             f"buffer ({m['rounds']} round(s) of {m['reps']:g} pairs; medians of the per-pair ratios and differences; "
+             "the section \"Turn by turn in one process\" below has every figure):", ""]
+    if not m["correct"]:
+        lines += ["**No verdict: the results of that run did not match the host reference.**", ""]
+        return lines
+    lines += [
              "| target | graphsmith vs C++ | per-pair | verdict |", "|---|---:|---:|---:|"]
     for key, name, kind, limit in HEADLINE:
         fig = m.get(key)
         if not fig:
             continue
-        ok = verdict(kind, limit, fig)
+        ok = verdict(kind, limit, fig, m["correct"])
         target = f"{name} ≤ {limit:.2f}x C++" if kind == "ratio" else f"{name} ≤ C++ + {limit:g} µs"
         per_pair = f"{fig['ratio']:.2f}x" if kind == "ratio" else f"{'+' if fig['diff'] >= 0 else ''}{_fmt(fig['diff'])} µs"
         lines.append(f"| {target} | {_fmt(fig['graphsmith'])} vs {_fmt(fig['cpp'])} µs | {per_pair} | {mark(ok)} |")
@@ -93,7 +112,7 @@ def section(merged, mark):
         shared = {"none": "", "buffer": "; the C++ side runs on graphsmith's buffer",
                   "stream": "; the C++ side runs on graphsmith's stream",
                   "both": "; the C++ side runs on graphsmith's buffer and stream"}.get(m["shared"], "")
-        md.append(f"chain of {n:,} kernels ({m['reps']} pairs per round, {m['rounds']} round(s){shared}; "
+        md.append(f"chain of {n:,} kernels ({m['reps']:g} pairs per round, {m['rounds']} round(s){shared}; "
                   f"results correct on both sides: {'yes' if m['correct'] else '**NO**'}):")
         md.append("")
         md.append("| figure | graphsmith | CUDA C++ | per-pair ratio | per-pair difference | target | verdict |")
@@ -102,7 +121,7 @@ def section(merged, mark):
             fig = m.get(key)
             if not fig:
                 continue
-            ok = verdict(kind, limit, fig)
+            ok = verdict(kind, limit, fig, m["correct"])
             met += ok is True
             missed += ok is False
             target = "" if kind is None else (f"≤ {limit:.2f}x" if kind == "ratio" else f"≤ +{limit:g} µs")
@@ -116,17 +135,24 @@ def section(merged, mark):
 
 def self_test(expect, mark):
     fig = lambda c, g: {"cpp": c, "graphsmith": g, "ratio": g / c, "diff": g - c}
-    rows = [{"impl": "interleaved", "nodes": 1000, "reps": 20, "correct_cpp": True, "correct_graphsmith": ok,
-             "replay_device_per_node_us": fig(1.0, v), "replay_submit_us": fig(3.0, 3.0 + v)}
-            for v, ok in ((1.01, True), (1.5, True), (1.0, False))]
-    merged = merge(rows)
-    expect(merged[1000]["rounds"] == 3 and merged[1000]["correct"] is False, "interleaved rounds merged")
+    row = lambda v, ok=True, shared="buffer": {
+        "impl": "interleaved", "nodes": 1000, "reps": 20, "shared": shared, "correct_cpp": True,
+        "correct_graphsmith": ok, "replay_device_per_node_us": fig(1.0, v), "replay_submit_us": fig(3.0, 3.0 + v)}
+    # Three rounds on the same buffer, and one on own buffers that must not be pooled with them.
+    merged = merge([row(1.01), row(1.5), row(1.0), row(9.0, shared="none")])
+    expect(merged[1000]["rounds"] == 3 and merged[1000]["correct"] is True, "interleaved rounds merged")
+    expect(merged[1000]["shared"] == "buffer", "interleaved: same-buffer rows chosen")
     expect(abs(merged[1000]["replay_device_per_node_us"]["ratio"] - 1.01) < 1e-9, "interleaved median ratio")
     md = "\n".join(section(merged, mark))
     expect("| replay device time per node | 1.010 | 1.000 | 1.01x | +0.010 | ≤ 1.02x | **met** |" in md,
            f"interleaved section: {md}")
     expect("| replay submit | 4.010 | 3.000 | 1.34x | +1.010 | ≤ +1 µs | **MISSED** |" in md, "interleaved diff target")
-    expect("Turn by turn: 1 met, 1 missed." in md and "**NO**" in md, "interleaved summary")
+    expect("Turn by turn: 1 met, 1 missed." in md, "interleaved summary")
     head = "\n".join(headline(merged, mark))
     expect("| replay device time per node ≤ 1.02x C++ | 1.010 vs 1.000 µs | 1.01x | **met** |" in head, f"headline: {head}")
     expect("| replay submit ≤ C++ + 1 µs | 4.010 vs 3.000 µs | +1.010 µs | **MISSED** |" in head, "headline diff")
+    # Wrong results: no verdicts; own buffers only: no headline.
+    wrong = merge([row(1.0, ok=False)])
+    expect("No verdict" in "\n".join(headline(wrong, mark)), "no headline verdict on wrong results")
+    expect("**met**" not in "\n".join(section(wrong, mark)), "no section verdict on wrong results")
+    expect(headline(merge([row(1.0, shared="none")]), mark) == [], "no headline from own buffers")

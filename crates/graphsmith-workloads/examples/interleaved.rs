@@ -62,6 +62,20 @@ impl CppRef {
     }
 }
 
+/// The C++ side's chain, freed when dropped (also when a graphsmith call fails midway). Made
+/// after graphsmith's side, so it is dropped first: it may use that side's stream and buffer.
+struct CppChain<'l> {
+    lib: &'l CppRef,
+    raw: *mut std::ffi::c_void,
+}
+
+impl Drop for CppChain<'_> {
+    fn drop(&mut self) {
+        // SAFETY: raw came from chain_ref_new(_with) and is freed once, here.
+        unsafe { (self.lib.free)(self.raw) }
+    }
+}
+
 /// graphsmith's side: the same chain, built twice (adding 0.5 and 0.25) with the builder.
 struct Side {
     add: Kernel,
@@ -239,6 +253,7 @@ fn run(
     n: usize,
     reps: usize,
     image: Option<&[u8]>,
+    share: &str,
 ) -> graphsmith::Result<String> {
     let warmup = 3;
     let mut gs = Side::new(ctx, n, image)?;
@@ -247,7 +262,6 @@ fn run(
     // lies: on the H200 the same C++ chain took 0.973 µs per node on its own buffer and 1.005 µs
     // on graphsmith's, as fast as graphsmith's own chain on it. Sharing it compares the two
     // ways of submitting the same work, not two addresses.
-    let share = std::env::var("GS_REF_SHARE").unwrap_or_else(|_| "buffer".into());
     let stream = if share == "stream" || share == "both" {
         gs.stream.raw()
     } else {
@@ -259,15 +273,19 @@ fn run(
         0
     };
     // SAFETY: chain_ref_new(_with) returns a live handle (it exits on any CUDA error); it is
-    // used only through the library's functions below and freed once at the end, before `gs`
-    // (whose stream and buffer it may use) is dropped.
-    let c = unsafe {
-        if share == "none" {
-            (lib.new)(n as i32)
-        } else {
-            (lib.new_with)(n as i32, stream, buffer)
-        }
+    // used only through the library's functions below and freed once, when `cpp_chain` drops,
+    // before `gs` (whose stream and buffer it may use).
+    let cpp_chain = CppChain {
+        lib,
+        raw: unsafe {
+            if share == "none" {
+                (lib.new)(n as i32)
+            } else {
+                (lib.new_with)(n as i32, stream, buffer)
+            }
+        },
     };
+    let c = cpp_chain.raw;
     let step = |r: usize| if r % 2 == 1 { 0.5f32 } else { 0.25f32 };
     // SAFETY (every call on `c` below): `c` is the live handle made above.
     let timed_cpp = |f: unsafe extern "C" fn(*mut std::ffi::c_void, *mut f64, *mut f64)| {
@@ -306,7 +324,6 @@ fn run(
     }
     let cpp_ok = unsafe { (lib.check)(c, 1.0, want) } == 1;
     let gs_ok = gs.check(1.0, want)?;
-    unsafe { (lib.free)(c) };
     let nf = n as f64;
     Ok(format!(
         "{{\"impl\": \"interleaved\", \"workload\": \"chain\", \"nodes\": {n}, \"reps\": {reps}, \"shared\": \"{share}\", {}, {}, {}, {}, {}, {}, {}, \"correct_cpp\": {cpp_ok}, \"correct_graphsmith\": {gs_ok}}}",
@@ -331,21 +348,28 @@ fn main() {
         .unwrap_or_else(|| "1000,10000".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
+        .filter(|&n| n > 0)
         .collect();
     let reps: Option<usize> = argv.next().and_then(|v| v.parse().ok());
     let result = (|| -> Result<(), String> {
         let ctx = Context::new(0).map_err(|e| e.to_string())?;
         let lib = CppRef::load(&path).map_err(|e| format!("loading {path}: {e}"))?;
+        let share = std::env::var("GS_REF_SHARE").unwrap_or_else(|_| "buffer".into());
+        if !["buffer", "stream", "both", "none"].contains(&share.as_str()) {
+            return Err(format!(
+                "GS_REF_SHARE={share}: expected buffer, stream, both or none"
+            ));
+        }
         let image = match std::env::var_os("GS_KERNEL_IMAGE") {
             Some(p) => Some(std::fs::read(&p).map_err(|e| format!("reading {p:?}: {e}"))?),
             None => None,
         };
         for &n in &sizes {
-            let reps = reps.unwrap_or(if n <= 1000 { 30 } else { 20 });
+            let reps = reps.unwrap_or(if n <= 1000 { 30 } else { 20 }).max(1);
             eprintln!("interleaved: chain of {n}, {reps} reps");
             println!(
                 "{}",
-                run(&ctx, &lib, n, reps, image.as_deref()).map_err(|e| e.to_string())?
+                run(&ctx, &lib, n, reps, image.as_deref(), &share).map_err(|e| e.to_string())?
             );
         }
         Ok(())

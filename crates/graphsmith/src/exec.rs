@@ -120,7 +120,9 @@ impl RetiredExec {
 }
 
 // SAFETY: the raw handles (exec and template) are only used through &mut self (or in Drop), so
-// no two threads touch them at once; &self methods read plain data only.
+// no two threads touch them at once; &self methods read plain data only. The templates' interior
+// caches (`Graph::facts`, a OnceCell) are filled only by `Exec::update`, which takes &mut self;
+// `model_cache` is a OnceLock.
 unsafe impl Send for Exec {}
 // SAFETY: as above.
 unsafe impl Sync for Exec {}

@@ -28,35 +28,11 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
 
 /// The image's kind, or why it is not one the driver can safely be given.
 pub(crate) fn classify(image: &[u8]) -> Result<ImageKind, String> {
-    let len = image.len() as u64;
     if image.starts_with(&ELF_MAGIC) {
-        // ELF64, little-endian: the section and program header tables must lie in the slice.
-        if image.get(4) != Some(&2) || image.get(5) != Some(&1) || image.len() < 64 {
-            return Err("an ELF image that is not a complete 64-bit little-endian header".into());
-        }
-        let ends = [(0x28, 0x3A, 0x3C), (0x20, 0x36, 0x38)].map(|(off, entsize, num)| {
-            Some(u64_at(image, off)? + u16_at(image, entsize)? * u16_at(image, num)?)
-        });
-        return match ends {
-            [Some(sections), Some(programs)] if sections <= len && programs <= len => {
-                Ok(ImageKind::Cubin)
-            }
-            _ => Err(format!(
-                "a truncated cubin: its ELF headers reach past its {len} bytes"
-            )),
-        };
+        return check_elf(image).map(|()| ImageKind::Cubin);
     }
     if u32_at(image, 0) == Some(FATBIN_MAGIC as u64) {
-        let header = u16_at(image, 6).unwrap_or(0);
-        let body = u64_at(image, 8).unwrap_or(u64::MAX);
-        return if header >= 16 && header.checked_add(body).is_some_and(|end| end <= len) {
-            Ok(ImageKind::Fatbin)
-        } else {
-            Err(format!(
-                "a truncated fatbin: its header says {} bytes, the image has {len}",
-                header.saturating_add(body)
-            ))
-        };
+        return check_fatbin(image).map(|()| ImageKind::Fatbin);
     }
     let Some(nul) = image.iter().position(|&b| b == 0) else {
         return Err(
@@ -74,6 +50,101 @@ pub(crate) fn classify(image: &[u8]) -> Result<ImageKind, String> {
     }
 }
 
+/// `start + count * size <= len`, without overflow.
+fn within(start: u64, count: u64, size: u64, len: u64) -> bool {
+    count
+        .checked_mul(size)
+        .and_then(|bytes| bytes.checked_add(start))
+        .is_some_and(|end| end <= len)
+}
+
+/// A 64-bit little-endian ELF whose header tables, and every section and segment with file
+/// contents, lie inside the image.
+fn check_elf(image: &[u8]) -> Result<(), String> {
+    let len = image.len() as u64;
+    let truncated = || {
+        format!("a truncated or malformed cubin ({len} bytes): its ELF headers reach past its end")
+    };
+    if image.get(4) != Some(&2) || image.get(5) != Some(&1) || image.len() < 64 {
+        return Err("an ELF image that is not a complete 64-bit little-endian header".into());
+    }
+    let field = |at, size| match size {
+        2 => u16_at(image, at),
+        4 => u32_at(image, at),
+        _ => u64_at(image, at),
+    };
+    // The section and program header tables: offset, entry size, entry count.
+    let (shoff, shentsize, shnum) = (field(0x28, 8), field(0x3A, 2), field(0x3C, 2));
+    let (phoff, phentsize, phnum) = (field(0x20, 8), field(0x36, 2), field(0x38, 2));
+    let (Some(shoff), Some(shentsize), Some(shnum), Some(phoff), Some(phentsize), Some(phnum)) =
+        (shoff, shentsize, shnum, phoff, phentsize, phnum)
+    else {
+        return Err(truncated());
+    };
+    // Extended numbering (shnum 0 with a table) is not something a cubin uses.
+    if (shnum == 0 && shoff != 0)
+        || (shnum > 0 && shentsize != 64)
+        || (phnum > 0 && phentsize != 56)
+    {
+        return Err(truncated());
+    }
+    if !within(shoff, shnum, 64, len) || !within(phoff, phnum, 56, len) {
+        return Err(truncated());
+    }
+    const SHT_NOBITS: u64 = 8;
+    for i in 0..shnum {
+        let at = (shoff + i * 64) as usize;
+        let (kind, offset, size) = (field(at + 4, 4), field(at + 0x18, 8), field(at + 0x20, 8));
+        match (kind, offset, size) {
+            (Some(SHT_NOBITS), _, _) => {}
+            (Some(_), Some(offset), Some(size)) if within(offset, 1, size, len) => {}
+            _ => return Err(truncated()),
+        }
+    }
+    for i in 0..phnum {
+        let at = (phoff + i * 56) as usize;
+        match (field(at + 0x08, 8), field(at + 0x20, 8)) {
+            (Some(offset), Some(size)) if within(offset, 1, size, len) => {}
+            _ => return Err(truncated()),
+        }
+    }
+    Ok(())
+}
+
+/// A fatbin whose header and every entry (header and payload) lie inside the image.
+fn check_fatbin(image: &[u8]) -> Result<(), String> {
+    let len = image.len() as u64;
+    let header = u16_at(image, 6).unwrap_or(0);
+    let body = u64_at(image, 8).unwrap_or(u64::MAX);
+    let Some(end) = header
+        .checked_add(body)
+        .filter(|&end| header >= 16 && end <= len)
+    else {
+        return Err(format!(
+            "a truncated fatbin: its header says {} bytes, the image has {len}",
+            header.saturating_add(body)
+        ));
+    };
+    let mut at = header;
+    while at < end {
+        let entry_header = u32_at(image, at as usize + 4);
+        let payload = u64_at(image, at as usize + 8);
+        let next = match (entry_header, payload) {
+            (Some(h), Some(p)) if h >= 16 => h.checked_add(p).and_then(|n| n.checked_add(at)),
+            _ => None,
+        };
+        match next {
+            Some(next) if next <= end => at = next,
+            _ => {
+                return Err(format!(
+                    "a malformed fatbin: entry at byte {at} reaches past its end"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,11 +160,17 @@ mod tests {
         b
     }
 
+    /// A fatbin of `len` bytes whose header says `body` bytes follow, holding one entry (a
+    /// 16-byte entry header and `body - 16` bytes of payload) when `body >= 16`.
     fn fatbin(len: usize, body: u64) -> Vec<u8> {
         let mut b = vec![0u8; len];
         b[..4].copy_from_slice(&FATBIN_MAGIC.to_le_bytes());
         b[6..8].copy_from_slice(&16u16.to_le_bytes());
         b[8..16].copy_from_slice(&body.to_le_bytes());
+        if body >= 16 && len >= 32 {
+            b[20..24].copy_from_slice(&16u32.to_le_bytes());
+            b[24..32].copy_from_slice(&(body - 16).to_le_bytes());
+        }
         b
     }
 
@@ -102,13 +179,19 @@ mod tests {
         assert_eq!(classify(&elf(1024, 512, 8)), Ok(ImageKind::Cubin));
         assert!(classify(&elf(1024, 512, 9))
             .unwrap_err()
-            .contains("truncated cubin"));
+            .contains("malformed cubin"));
         assert!(classify(&elf(1024, 0, 0)[..40]).is_err());
         assert_eq!(classify(&fatbin(116, 100)), Ok(ImageKind::Fatbin));
         assert!(classify(&fatbin(115, 100))
             .unwrap_err()
             .contains("truncated fatbin"));
         assert!(classify(&fatbin(16, u64::MAX)).is_err());
+        // An entry whose payload reaches past the body.
+        let mut long_entry = fatbin(116, 100);
+        long_entry[24..32].copy_from_slice(&200u64.to_le_bytes());
+        assert!(classify(&long_entry)
+            .unwrap_err()
+            .contains("malformed fatbin"));
         let ptx = b"//\n.version 9.0\n.target sm_90\n\0";
         assert_eq!(classify(ptx), Ok(ImageKind::Ptx));
         assert_eq!(
@@ -119,6 +202,26 @@ mod tests {
         let mut builtin = crate::BUILTIN_PTX.as_bytes().to_vec();
         builtin.push(0);
         assert_eq!(classify(&builtin), Ok(ImageKind::Ptx));
+    }
+
+    #[test]
+    fn elf_fields_that_overflow_or_lie_are_refused() {
+        // A table offset that wraps around when the table's size is added.
+        assert!(classify(&elf(1024, u64::MAX - 10, 1)).is_err());
+        // An entry size other than ELF64's (the driver would read 64-byte entries).
+        let mut b = elf(1024, 512, 8);
+        b[0x3A..0x3C].copy_from_slice(&0u16.to_le_bytes());
+        assert!(classify(&b).is_err());
+        // A section whose contents lie past the end.
+        let mut b = elf(1024, 512, 8);
+        let section = 512 + 64;
+        b[section + 4] = 1; // SHT_PROGBITS
+        b[section + 0x18..section + 0x20].copy_from_slice(&1000u64.to_le_bytes());
+        b[section + 0x20..section + 0x28].copy_from_slice(&100u64.to_le_bytes());
+        assert!(classify(&b).is_err());
+        // The same section holding no file data (SHT_NOBITS) is fine.
+        b[section + 4] = 8;
+        assert_eq!(classify(&b), Ok(ImageKind::Cubin));
     }
 
     #[test]

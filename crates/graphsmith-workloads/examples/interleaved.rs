@@ -14,7 +14,8 @@
 //!
 //! `interleaved LIBCHAIN_REF.so [nodes,nodes,...] [reps]` (reps: 30 for N <= 1000, 20 above).
 //! With `GS_KERNEL_IMAGE=FILE`, graphsmith's side loads its kernel from that cubin or fatbin
-//! instead of the built-in PTX.
+//! instead of the built-in PTX; with `GS_INTO_EXEC=1` its executable is made by `into_exec`
+//! (no template copy) instead of `instantiate`.
 
 use std::time::Instant;
 
@@ -123,7 +124,14 @@ impl Side {
         stream.upload(&mut x, &[1.0; LEN as usize])?;
         let (g0, nodes) = build(ctx, &add, &mut x, n, 0.5)?;
         let (g1, _) = build(ctx, &add, &mut x, n, 0.25)?;
-        let mut exec = g0.instantiate()?;
+        // GS_INTO_EXEC: the executable is instantiated from a graph of its own without the
+        // template copy (`into_exec`), to tell the copy's effect on launches apart.
+        let (mut exec, nodes) = if std::env::var_os("GS_INTO_EXEC").is_some() {
+            let (own, own_nodes) = build(ctx, &add, &mut x, n, 0.5)?;
+            (own.into_exec()?, own_nodes)
+        } else {
+            (g0.instantiate()?, nodes)
+        };
         exec.upload(&stream)?;
         exec.launch(&stream)?;
         stream.synchronize()?;

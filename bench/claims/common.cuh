@@ -1,9 +1,12 @@
-// Shared helpers of the claim programs (bench/claims/claim_*.cu): checked CUDA calls, host
-// timers, medians, a spin kernel timed by the GPU's global timer, the benchmark's add kernel,
-// and the verdict line every program ends with:
+// Shared helpers of the claim programs (bench/claims/claim_*.cu): on top of ../common.cuh
+// (checked CUDA calls, host timer, medians, the benchmark's add kernel), checked calls whose
+// result is the measurement, a spin kernel timed by the GPU's global timer, and the verdict line
+// every program ends with:
 //
 //   CLAIM <id>: <measured outcome> -> <true|false|partly>
 #pragma once
+#include "../common.cuh"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,17 +17,6 @@
 #include <string>
 #include <vector>
 
-// A CUDA call that must succeed: otherwise the program says where and exits 1.
-#define CK(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_), \
-                   cudaGetErrorString(e_));                                                       \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
 // A CUDA call whose result is the measurement: returns the code, clears a non-sticky error.
 #define TRY(call) try_call((call), #call)
 
@@ -32,17 +24,6 @@ inline cudaError_t try_call(cudaError_t e, const char* what) {
   std::printf("    %s -> %s\n", what, cudaGetErrorName(e));
   if (e != cudaSuccess) (void)cudaGetLastError();
   return e;
-}
-
-inline double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-inline double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 // The GPU's global nanosecond timer.
@@ -58,11 +39,6 @@ __global__ void spin_ns(unsigned long long ns) {
   unsigned long long t0 = global_ns();
   while (global_ns() - t0 < ns) {
   }
-}
-
-// graphsmith's gs_add_scalar_f32: x[i] += a, grid-stride loop.
-extern "C" __global__ void add_scalar(float* x, float a, unsigned n) {
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) x[i] += a;
 }
 
 inline cudaKernelNodeParams add_params(void** args, unsigned blocks = 1, unsigned threads = 256) {

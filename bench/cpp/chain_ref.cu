@@ -5,28 +5,7 @@
 // the runtime's too). Every CUDA call is checked; a failure prints the call and exits.
 //
 //   nvcc -O2 -arch=sm_90 -shared -Xcompiler -fPIC -o libchain_ref.so bench/cpp/chain_ref.cu
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CK(call)                                                                                    \
-  do {                                                                                              \
-    cudaError_t e_ = (call);                                                                        \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
-
-// Same source as graphsmith's gs_add_scalar_f32 (kernels/graphsmith_kernels.cu).
-extern "C" __global__ void add_scalar(float* x, float a, unsigned n) {
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) x[i] += a;
-}
-
-static double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+#include "../common.cuh"
 
 struct ChainRef {
   int n;

@@ -5,44 +5,14 @@
 //
 //   nvcc -O2 -arch=sm_90 -o graph_bench bench/cpp/graph_bench.cu
 //   ./graph_bench 10,100,1000,10000 auto chain,forkjoin
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
-#include <vector>
 
-#define CK(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_), \
-                   cudaGetErrorString(e_));                                                       \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
-
-// Same source as graphsmith's gs_add_scalar_f32 (kernels/graphsmith_kernels.cu).
-extern "C" __global__ void add_scalar(float* x, float a, unsigned n) {
-  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) x[i] += a;
-}
+#include "../common.cuh"
 
 static const unsigned LEN = 256;     // floats per buffer
 static const unsigned THREADS = 256; // one block of 256 threads
 static const int BRANCHES = 4;       // fork/join branches
-
-static double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-static double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 struct Work {
   bool forkjoin;

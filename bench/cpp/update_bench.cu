@@ -5,15 +5,7 @@
 // bench/update_bench.sh times the same calls turn by turn with graphsmith's in one process.
 //
 //   nvcc -O2 -arch=sm_90 -o update_bench bench/cpp/update_bench.cu && ./update_bench 1000
-#include <algorithm>
-
 #include "chain_ref.cu"
-
-static double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
 
 int main(int argc, char** argv) {
   int n = argc > 1 ? std::atoi(argv[1]) : 1000;

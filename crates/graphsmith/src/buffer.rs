@@ -74,6 +74,34 @@ impl<T: Element> std::fmt::Debug for DeviceBuffer<T> {
     }
 }
 
+/// Checks that a copy of all of `src` into `dst` has matching lengths; the error names
+/// `object()` (the node or copy), the call and the caller's line.
+pub(crate) fn check_copy_lengths<T: Element>(
+    dst: &DeviceBuffer<T>,
+    src: &DeviceBuffer<T>,
+    object: impl FnOnce() -> ObjectRef,
+    op: &'static str,
+    at: SourceLine,
+) -> Result<()> {
+    if dst.len() == src.len() {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::InvalidInput {
+            reason: format!(
+                "copy of {} elements from '{}' into {} elements of '{}'",
+                src.len(),
+                src.label(),
+                dst.len(),
+                dst.label()
+            ),
+        },
+        object(),
+        op,
+        at,
+    ))
+}
+
 impl<T: Element> DeviceBuffer<T> {
     /// Number of elements.
     pub fn len(&self) -> usize {

@@ -249,22 +249,13 @@ impl Graph {
     ) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let op = "Graph::memcpy";
-        if dst.len() != src.len() {
-            return Err(Error::new(
-                ErrorKind::InvalidInput {
-                    reason: format!(
-                        "copy of {} elements from '{}' into {} elements of '{}'",
-                        src.len(),
-                        src.label(),
-                        dst.len(),
-                        dst.label()
-                    ),
-                },
-                ObjectRef::new(ObjectKind::Node, label),
-                op,
-                at,
-            ));
-        }
+        crate::buffer::check_copy_lengths(
+            dst,
+            src,
+            || ObjectRef::new(ObjectKind::Node, label),
+            op,
+            at,
+        )?;
         let bytes = dst.bytes();
         let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, bytes);
         let kind = NodeKind::Memcpy(MemcpyParams {
@@ -388,44 +379,56 @@ impl Graph {
         event: &Event,
         deps: &[&NodeRef],
     ) -> Result<NodeRef> {
-        let at = SourceLine::caller();
-        let (graph, raw) = (self.raw, event.inner.raw);
-        let kind = NodeKind::EventRecord {
-            event: event.label().to_string(),
-        };
-        // SAFETY: graph and event are live; the event is kept with the graph.
-        self.add_node(
-            label,
-            "Graph::event_record",
-            at,
-            kind,
-            Vec::new(),
-            vec![event.inner.clone() as Keep],
-            deps,
-            "cuGraphAddEventRecordNode",
-            |h, d, n| unsafe { sys::cuGraphAddEventRecordNode(h, graph, d, n, raw) },
-        )
+        self.event_node(label, event, deps, true, SourceLine::caller())
     }
 
     /// Adds a node that waits for `event`.
     #[track_caller]
     pub fn event_wait(&mut self, label: &str, event: &Event, deps: &[&NodeRef]) -> Result<NodeRef> {
-        let at = SourceLine::caller();
+        self.event_node(label, event, deps, false, SourceLine::caller())
+    }
+
+    /// An event record (`record`) or wait node; the event is kept with the graph.
+    fn event_node(
+        &mut self,
+        label: &str,
+        event: &Event,
+        deps: &[&NodeRef],
+        record: bool,
+        at: SourceLine,
+    ) -> Result<NodeRef> {
         let (graph, raw) = (self.raw, event.inner.raw);
-        let kind = NodeKind::EventWait {
-            event: event.label().to_string(),
+        let name = event.label().to_string();
+        let (kind, op, call) = if record {
+            (
+                NodeKind::EventRecord { event: name },
+                "Graph::event_record",
+                "cuGraphAddEventRecordNode",
+            )
+        } else {
+            (
+                NodeKind::EventWait { event: name },
+                "Graph::event_wait",
+                "cuGraphAddEventWaitNode",
+            )
         };
-        // SAFETY: graph and event are live; the event is kept with the graph.
         self.add_node(
             label,
-            "Graph::event_wait",
+            op,
             at,
             kind,
             Vec::new(),
             vec![event.inner.clone() as Keep],
             deps,
-            "cuGraphAddEventWaitNode",
-            |h, d, n| unsafe { sys::cuGraphAddEventWaitNode(h, graph, d, n, raw) },
+            call,
+            // SAFETY: graph and event are live; the event is kept with the graph.
+            |h, d, n| unsafe {
+                if record {
+                    sys::cuGraphAddEventRecordNode(h, graph, d, n, raw)
+                } else {
+                    sys::cuGraphAddEventWaitNode(h, graph, d, n, raw)
+                }
+            },
         )
     }
 

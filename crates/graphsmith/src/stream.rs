@@ -365,22 +365,13 @@ impl Stream {
     ) -> Result<()> {
         let at = SourceLine::caller();
         let op = "Stream::copy";
-        if dst.len() != src.len() {
-            return Err(Error::new(
-                ErrorKind::InvalidInput {
-                    reason: format!(
-                        "copy of {} elements from '{}' into {} elements of '{}'",
-                        src.len(),
-                        src.label(),
-                        dst.len(),
-                        dst.label()
-                    ),
-                },
-                ObjectRef::new(ObjectKind::Node, label),
-                op,
-                at,
-            ));
-        }
+        crate::buffer::check_copy_lengths(
+            dst,
+            src,
+            || ObjectRef::new(ObjectKind::Node, label),
+            op,
+            at,
+        )?;
         let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Node, label), op, at);
         self.ctx.bind().map_err(fail)?;
         let journal = Op {

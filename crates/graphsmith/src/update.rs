@@ -294,22 +294,7 @@ impl Exec {
             return Err(self.wrong_kind(index, "memcpy", op, at));
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
-        if dst.len() != src.len() {
-            return Err(Error::new(
-                ErrorKind::InvalidInput {
-                    reason: format!(
-                        "copy of {} elements from '{}' into {} elements of '{}'",
-                        src.len(),
-                        src.label(),
-                        dst.len(),
-                        dst.label()
-                    ),
-                },
-                node_object(),
-                op,
-                at,
-            ));
-        }
+        crate::buffer::check_copy_lengths(dst, src, node_object, op, at)?;
         let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, dst.bytes());
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;

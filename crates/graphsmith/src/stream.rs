@@ -6,11 +6,12 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
-use graphsmith_model::{Access, AccessMode};
+use graphsmith_model::AccessMode;
 
 pub use crate::event::Event;
 
 use crate::buffer::{DeviceBuffer, Element};
+use crate::builder::access;
 use crate::capture::{ActiveCapture, Keep};
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
@@ -211,16 +212,6 @@ impl Drop for Stream {
     fn drop(&mut self) {
         // The driver stream itself goes with the last holder of `handle`.
         self.abandon_capture();
-    }
-}
-
-fn access<T: Element>(b: &DeviceBuffer<T>, mode: AccessMode) -> Access {
-    Access {
-        buffer: b.alloc.ptr,
-        label: b.label().to_string(),
-        offset: 0,
-        len: b.bytes() as u64,
-        mode,
     }
 }
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds, on this machine (no GPU needed), every test binary and example of the workspace
-# and the graphsmith CLI in release mode, and copies them into gpu-bin/ for the GPU machine.
-# Then run scripts/gpu-run.sh there (CONTRIBUTING.md says how).
+# Builds, on any machine with a Rust toolchain (no GPU or CUDA toolkit needed), every test
+# binary and example of the workspace, the graphsmith CLI and the tracer's injection library in
+# release mode, and copies them into gpu-bin/. Copy the repository with gpu-bin/ to a machine
+# with an NVIDIA GPU and run `bash scripts/gpu-run.sh` there (CONTRIBUTING.md says how). The
+# test binaries find what they need there through environment variables that gpu-run.sh sets
+# (GRAPHSMITH_BIN, GRAPHSMITH_TRACE_LIB, GRAPHSMITH_REPO_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf gpu-bin
@@ -44,7 +47,7 @@ for f in target/release/examples/*; do
   case "$name" in *-*|*.d|*.rlib) continue ;; esac
   [ -f "$f" ] && [ -x "$f" ] && cp "$f" gpu-bin/examples/
 done
-# Symbols are not needed there; stripping keeps what the device tool carries small.
+# Symbols are not needed there; stripping keeps gpu-bin/ small to copy.
 strip gpu-bin/graphsmith gpu-bin/tests/* gpu-bin/examples/* 2>/dev/null || true
 strip --strip-debug gpu-bin/libgraphsmith_trace.so 2>/dev/null || true
 cp scripts/gpu-run.sh gpu-bin/

@@ -1,16 +1,23 @@
-//! Hazards and redundant edges on hand-made graphs and on the seed's attention example, each
-//! asserted on the full text of the report.
+//! Hazards and redundant edges on hand-made graphs and on an attention block whose Q, K and V
+//! projections run on forked streams (read back from the driver), each asserted on the full text
+//! of the report.
 
 mod common;
 
 use common::{graph, kernel};
 use graphsmith_model::{Access, AccessMode, Edge, Graph, HazardKind, ModelError, NodeId, NodeKind};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/driver-dot");
-
+/// The read-back graphs (tests/fixtures/driver-dot/*.json), compiled in so that the test binary
+/// runs anywhere (the GPU machine gets test binaries without the source tree).
 fn fixture_json(name: &str) -> Graph {
-    let text = std::fs::read_to_string(format!("{FIXTURES}/{name}.json")).unwrap();
-    Graph::from_json(&text).unwrap()
+    let text = match name {
+        "attention-racy" => include_str!("fixtures/driver-dot/attention-racy.json"),
+        "attention-fixed" => include_str!("fixtures/driver-dot/attention-fixed.json"),
+        "chain" => include_str!("fixtures/driver-dot/chain.json"),
+        "kinds" => include_str!("fixtures/driver-dot/kinds.json"),
+        _ => panic!("no fixture {name}.json"),
+    };
+    Graph::from_json(text).unwrap_or_else(|e| panic!("{name}.json: {e}"))
 }
 
 /// Asserts the hazards of `g`, one `Display` line each.

@@ -1,7 +1,13 @@
 //! The injection library loaded by a stand-in for CUDA and NVTX (programs/fake_host.c, built
 //! with the system C compiler), through `graphsmith trace` itself: the library loads, attaches
 //! to NVTX, says why it cannot attach to CUPTI (there is no CUDA here), and the command's exit
-//! code, crash and output pass through. Skipped when no C compiler is found.
+//! code, crash and output pass through.
+//!
+//! These tests never pass without running: a missing injection library or C compiler fails
+//! them with a message saying how to provide it. `cargo test` builds the library beside the
+//! test binary; a test binary copied elsewhere (as `scripts/gpu-build.sh` stages it) finds it
+//! through `GRAPHSMITH_TRACE_LIB`, which `scripts/gpu-run.sh` sets. The C compiler is `$CC`,
+//! else `cc`.
 //!
 //! With `--hazards`, a stand-in for libcuda and CUPTI (programs/fake_cuda.c) plays the driver:
 //! the library subscribes to it, sees a graph instantiated, reads that graph back through the
@@ -13,40 +19,79 @@ use std::process::{Command, ExitCode};
 
 use graphsmith_trace::cli::{run, TraceArgs};
 
+/// The injection library: `$GRAPHSMITH_TRACE_LIB`, else the cdylib cargo builds beside the test
+/// binary (`target/<profile>/deps/`). Fails the test, saying how to provide it, when it is not
+/// there.
 fn lib() -> PathBuf {
-    // The test binary is target/<profile>/deps/<name>-<hash>; the cdylib is built beside it.
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().join("libgraphsmith_trace.so")
+    let path = match std::env::var_os("GRAPHSMITH_TRACE_LIB").filter(|p| !p.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_exe()
+            .expect("the test binary's own path")
+            .with_file_name("libgraphsmith_trace.so"),
+    };
+    assert!(
+        path.is_file(),
+        "the injection library {} is missing: build it with `cargo build -p graphsmith-trace` \
+         (`cargo test` builds it beside the test binary), or set GRAPHSMITH_TRACE_LIB to the \
+         path of libgraphsmith_trace.so (scripts/gpu-run.sh sets it to gpu-bin/libgraphsmith_trace.so)",
+        path.display()
+    );
+    path
 }
 
-fn fake_host(dir: &Path) -> Option<PathBuf> {
-    let src = dir.join("fake_host.c");
-    std::fs::write(&src, include_str!("programs/fake_host.c")).ok()?;
-    let exe = dir.join("fake_host");
-    let ok = Command::new("cc")
-        .arg(&src)
+/// Compiles `source` (written into `dir` as `name.c`) with `$CC` (else `cc`) into `out`, with
+/// `flags` before the output. Fails the test, saying what is missing, when it cannot.
+fn compile(dir: &Path, name: &str, source: &str, flags: &[&str], out: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap_or_else(|e| panic!("cannot write {}: {e}", src.display()));
+    let exe = dir.join(out);
+    let cc = std::env::var("CC")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "cc".into());
+    let output = Command::new(&cc)
+        .args(flags)
         .arg("-o")
         .arg(&exe)
+        .arg(&src)
         .arg("-ldl")
-        .status()
-        .ok()?
-        .success();
-    ok.then_some(exe)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "no C compiler: running `{cc}` failed ({e}); these tests build small C stand-ins \
+                 for CUDA and NVTX. Install one (e.g. `apt-get install gcc`) or set CC to its path"
+            )
+        });
+    assert!(
+        output.status.success(),
+        "`{cc}` could not build {} ({}):\n{}",
+        src.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    exe
+}
+
+/// Builds the stand-in for CUDA's and NVTX's loading of the library.
+fn fake_host(dir: &Path) -> PathBuf {
+    compile(
+        dir,
+        "fake_host",
+        include_str!("programs/fake_host.c"),
+        &[],
+        "fake_host",
+    )
 }
 
 /// Builds the stand-in for libcuda and CUPTI, named and sonamed as the driver.
-fn fake_cuda(dir: &Path) -> Option<PathBuf> {
-    let src = dir.join("fake_cuda.c");
-    std::fs::write(&src, include_str!("programs/fake_cuda.c")).ok()?;
-    let lib = dir.join("libcuda.so.1");
-    let ok = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .status()
-        .ok()?
-        .success();
-    ok.then_some(lib)
+fn fake_cuda(dir: &Path) -> PathBuf {
+    compile(
+        dir,
+        "fake_cuda",
+        include_str!("programs/fake_cuda.c"),
+        &["-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"],
+        "libcuda.so.1",
+    )
 }
 
 fn trace(dir: &Path, name: &str, command: &[&str]) -> (ExitCode, serde_json::Value) {
@@ -85,15 +130,7 @@ fn trace_with(
 fn the_library_loads_attaches_to_nvtx_and_reports_cupti_missing() {
     let dir = std::env::temp_dir().join(format!("graphsmith-trace-fake-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    if !lib().is_file() {
-        // cargo builds the cdylib beside the test binary; a copied test binary has none.
-        eprintln!("skipped: no {} beside the test binary", lib().display());
-        return;
-    }
-    let Some(host) = fake_host(&dir) else {
-        eprintln!("skipped: no C compiler (cc)");
-        return;
-    };
+    let host = fake_host(&dir);
     let host = host.to_str().unwrap();
 
     let (code, report) = trace(&dir, "exit5", &[host, "ok", "5"]);
@@ -123,14 +160,7 @@ fn hazards_are_read_back_through_the_driver_at_instantiation() {
     let dir =
         std::env::temp_dir().join(format!("graphsmith-trace-fake-cuda-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    if !lib().is_file() {
-        eprintln!("skipped: no {} beside the test binary", lib().display());
-        return;
-    }
-    let (Some(host), Some(cuda)) = (fake_host(&dir), fake_cuda(&dir)) else {
-        eprintln!("skipped: no C compiler (cc)");
-        return;
-    };
+    let (host, cuda) = (fake_host(&dir), fake_cuda(&dir));
     let cbid = cudarc::cupti::sys::CUpti_driver_api_trace_cbid::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags as u32;
     let cbid = cbid.to_string();
     let command = [

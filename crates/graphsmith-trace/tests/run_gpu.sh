@@ -3,13 +3,15 @@
 # (C++ and PyTorch; the hazard-* cases with --hazards) under `graphsmith trace --json`, checks
 # every report (and the command's stdout, for the planted race's buffer) with check.py against
 # programs/expect.json, measures the tracer's overhead on a PyTorch capture-and-replay program,
-# and ends with "N passed, N failed".
+# and ends with "N passed, N failed". A case that cannot run here (no nvcc to build the C++
+# program, no PyTorch with CUDA for the PyTorch cases) counts as failed, never as passed.
 #
 # It first prints what it finds on the machine (CUPTI, NVTX, PyTorch), so that one run answers
 # the open questions too. Logs and reports go to $TRACE_OUT (default: ./trace-gpu-out).
 #
-# Usage (on the GPU machine, from the folder gpu-build.sh filled):
-#   bash trace/run_gpu.sh [case ...]            # all cases, or only those named
+# Usage (on a machine with an NVIDIA GPU, from the folder gpu-build.sh filled; scripts/gpu-run.sh
+# runs it as part of the GPU suite):
+#   bash gpu-bin/trace/run_gpu.sh [case ...]    # all cases, or only those named
 # Environment: GRAPHSMITH (the graphsmith binary; default: ../graphsmith beside this folder),
 #   PYTHON (default python3), NVCC (default nvcc), BENCH_REPLAYS (default 2000), BENCH_RUNS (3).
 set -uo pipefail
@@ -98,7 +100,9 @@ EOF
   args_line="$(sed -n 2p <<<"$spec")"
   cmd_line="$(sed -n 3p <<<"$spec")"
   if [[ "$cmd_line" == python3* && $has_torch == 0 ]]; then
-    echo "SKIP $case (no PyTorch with CUDA)"; return
+    # A case that cannot run is not a pass.
+    echo "FAIL $case (not run: no PyTorch with CUDA for $PY; install it, set PYTHON to a Python that has it, or name only the C++ cases)"
+    fail=$((fail + 1)); failed+=("$case"); return
   fi
   if [[ "$cmd_line" == *faults* && ! -x "$FAULTS" ]]; then
     echo "FAIL $case (faults was not built)"; fail=$((fail + 1)); failed+=("$case"); return

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The side-by-side benchmark in one invocation, on the GPU machine: compiles the plain CUDA C++
+# The side-by-side benchmark in one invocation, on a machine with an NVIDIA GPU: compiles the plain CUDA C++
 # program, runs it, the PyTorch program and `graphsmith bench --json` (gpu-bin/graphsmith, from
 # scripts/gpu-build.sh; if it is missing the report compares C++ and PyTorch only), collects
 # every row into bench/results/<date>-<gpu>.jsonl and writes bench/results/<date>-<gpu>.md
@@ -16,7 +16,7 @@
 # BENCH_CPUS (2,3: the CPUs every program is pinned to with taskset; empty: no pinning),
 # GPU_TAG (from the GPU's name, e.g. h200), NVCC, CUDA_ARCH (sm_90), GRAPHSMITH
 # (gpu-bin/graphsmith), GRAPHSMITH_BENCH_ARGS (replaces "bench --json --nodes ... [--reps ...]").
-# With the device tool: run(command="bash bench/run_all.sh --claims $OUT/bench.tgz", carry=["gpu-bin"])
+# On a machine without Rust, build gpu-bin/ elsewhere with scripts/gpu-build.sh and copy it here.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -99,7 +99,7 @@ if [ -x "$gs" ]; then
     [ "$reps" = auto ] || gs_args+=(--reps "$reps")
   fi
 else
-  notes+=("$gs is missing (build it with scripts/gpu-build.sh and carry gpu-bin): this report compares CUDA C++ and PyTorch only")
+  notes+=("$gs is missing (build it with scripts/gpu-build.sh and copy gpu-bin/ into the repository): this report compares CUDA C++ and PyTorch only")
   say "$gs is missing: reporting CUDA C++ vs PyTorch only"
 fi
 for round in $(seq 1 "$rounds"); do
@@ -161,7 +161,8 @@ if [ $claims -eq 1 ]; then
   bash bench/claims/run_claims.sh >"$logs/claims.out" 2>&1 || echo "run_claims.sh failed (see $logs/claims.out)" >&2
 fi
 
-# 6. Tarball, then the report on stdout, the short summary last (the device tool keeps the tail).
+# 6. Tarball, then the report on stdout, the short summary last (so that the tail of the output says
+# the most).
 if [ -n "$tarball" ]; then
   mkdir -p "$(dirname "$tarball")"
   tar czf "$tarball" bench/results/"$date"-* && say "packed $(tar tzf "$tarball" | wc -l) files into $tarball"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 4's update benchmark, run on the GPU machine in one invocation. Needs nvcc there and
+# Issue 4's update benchmark, run on a machine with an NVIDIA GPU in one invocation. Needs nvcc and
 # gpu-bin/ from scripts/gpu-build.sh.
 #
 # The comparison with plain CUDA C++ is timed turn by turn in one process: the C++ reference
 # (bench/cpp/chain_ref.cu) is compiled into a shared library that gpu-bin/examples/interleaved
-# loads, and the two sides alternate rep by rep. (Separate processes on a lent machine differ
-# by up to 2x from run to run, which swamps a 10% target.) Then graphsmith's update_bench
+# loads, and the two sides alternate rep by rep. (Separate processes on one machine differ by
+# up to 2x in host time from run to run, which swamps a 10% target.) Then graphsmith's update_bench
 # measures what has no C++ counterpart: a cache hit plus launch against a bare launch, and the
 # driver alone on graphsmith's executable. The whole is repeated $UPDATE_BENCH_ROUNDS times
 # (default 3) and the table shows the median of the rounds.

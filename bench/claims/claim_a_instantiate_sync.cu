@@ -1,4 +1,5 @@
-// Claim a (seed S8): "cudaGraphInstantiate forces a synchronization of the current stream
+// Claim a, as found in CUDA-graph tutorials and posts:
+// "cudaGraphInstantiate forces a synchronization of the current stream
 // (equivalent to cudaStreamSynchronize), blocking the host until all prior work is done."
 //
 // Method: put a 200 ms spin kernel in flight, then instantiate a graph (10 and 1,000 kernel

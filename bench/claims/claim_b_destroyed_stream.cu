@@ -1,4 +1,5 @@
-// Claim b (seed S6, "invalid context"): "cudaStreamCreate(&s); cudaStreamDestroy(s);
+// Claim b, as found in CUDA-graph tutorials and posts:
+// "cudaStreamCreate(&s); cudaStreamDestroy(s);
 // cudaGraphCreate(&graph, 0); // fails: the destroyed stream invalidates the context."
 //
 // Method: do exactly that and report the return codes; then build, instantiate and launch a
@@ -44,8 +45,8 @@ int main(int argc, char** argv) {
   header("b", "destroying a stream before cudaGraphCreate makes graph creation fail",
          "bench/claims/claim_b_destroyed_stream.cu");
 
-  // 1. The seed's exact sequence.
-  std::printf("  1. the seed's sequence:\n");
+  // 1. The claim's exact sequence.
+  std::printf("  1. the claim's sequence:\n");
   cudaStream_t s;
   TRY(cudaStreamCreate(&s));
   TRY(cudaStreamDestroy(s));

@@ -1,4 +1,5 @@
-// Claim c (seed S1): the seed's "correct" pattern changes a kernel node of the *graph*
+// Claim c, as found in CUDA-graph tutorials and posts:
+// a pattern shown as correct changes a kernel node of the *graph*
 // (cudaGraphKernelNodeSetParams, e.g. a new gridDim.x) after instantiation and relaunches the
 // old *executable*, implying that the executable sees the change.
 //
@@ -70,7 +71,7 @@ int main() {
 
   auto base = run("instantiated with a = 1, 1 block; launch:");
 
-  // The seed's pattern: change the template's node, relaunch the old executable.
+  // The pattern under test: change the template's node, relaunch the old executable.
   nd.a = 100.0f;
   p = nd.params(4);
   CK(cudaGraphKernelNodeSetParams(node, &p));

@@ -1,4 +1,5 @@
-// Claim d (seed S2): "the same executable (cudaGraphExec_t) cannot be launched concurrently:
+// Claim d, as found in CUDA-graph tutorials and posts:
+// "the same executable (cudaGraphExec_t) cannot be launched concurrently:
 // synchronize explicitly or keep one per thread."
 //
 // Method: a graph of one kernel that records, in a slot of its own (atomic counter), the GPU

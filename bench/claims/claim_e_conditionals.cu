@@ -1,4 +1,5 @@
-// Claim e (seed, intro): "replacing dynamic streams with graphs fails for loops with
+// Claim e, as found in CUDA-graph tutorials and posts:
+// "replacing dynamic streams with graphs fails for loops with
 // conditional branches: graphs have no conditional control flow (cudaErrorInvalidValue)."
 //
 // Method: build and run the three conditional node types CUDA has had since 12.4 (SWITCH since

@@ -1,4 +1,5 @@
-// Claim f (seed S8): "flags = 0 gives the default synchronous semantics; for asynchronous
+// Claim f, as found in CUDA-graph tutorials and posts:
+// "flags = 0 gives the default synchronous semantics; for asynchronous
 // instantiation (CUDA 12.0+) set cudaGraphInstantiateFlagAutoFreeOnLaunch."
 //
 // Method: two graphs: P, a chain of 100 kernels; M, captured from cudaMallocAsync + a kernel

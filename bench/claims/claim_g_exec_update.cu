@@ -1,7 +1,8 @@
-// Claim g (seed S15, 4.3): "cudaGraphExecUpdate requires the same node count, node types,
+// Claim g, as found in CUDA-graph tutorials and posts:
+// "cudaGraphExecUpdate requires the same node count, node types,
 // dependency order and kernel parameter layout; a change of kernelNodeParams::func or the grid
 // size triggers cudaErrorInvalidValue; a failed update gives no precise location" (and the
-// seed's code checks `err == cudaErrorInvalidValue` and passes &errorNode).
+// code given with it checks `err == cudaErrorInvalidValue` and passes &errorNode).
 //
 // Method: an executable of a 3-kernel chain n0 -> n1 -> n2 (x += 1 each). Build variants node by
 // node and call cudaGraphExecUpdate with each; report the return code, the
@@ -184,7 +185,7 @@ int main() {
     summary += part;
   }
 
-  // The seed's three statements: (1) topology and node types must not change; (2) a function
+  // The claim's three statements: (1) topology and node types must not change; (2) a function
   // or grid change fails with cudaErrorInvalidValue; (3) a failure does not say where.
   bool s1 = !success[5] && !success[6] && !success[7] && !success[8] && success[0] && success[1] && success[9];
   bool s2 = !success[2] && !success[3] && invalid_value;

@@ -1,4 +1,5 @@
-// Claim h (seed S8, 2.4): "end-to-end latency: direct stream submission 1.8 ms; graph +
+// Claim h, as found in CUDA-graph tutorials and posts:
+// "end-to-end latency: direct stream submission 1.8 ms; graph +
 // instantiation every frame 4.7 ms (throughput -62%)", blamed on instantiation's implicit sync.
 //
 // Method: a "frame" is one run of a realistic small-kernel workload: the benchmark's fork/join
@@ -6,9 +7,9 @@
 // Per frame, host wall time from the first call to the frame's completion (stream synchronize),
 // median of 30 frames after 3 warm-up frames, for:
 //   A. stream: issue the kernels eagerly;
-//   B. capture + instantiate + launch every frame (+ destroy; the misuse the seed describes);
+//   B. capture + instantiate + launch every frame (+ destroy; the misuse the claim describes);
 //   C. build node by node (cudaGraphCreate + cudaGraphAddKernelNode) + instantiate + launch every
-//      frame (the seed's own code);
+//      frame (the code given with the claim);
 //   D. replay one executable instantiated once;
 //   E. re-capture + cudaGraphExecUpdate + launch every frame (the dynamic-but-right way).
 // B is also split into its capture, instantiate, launch+wait and destroy parts.
@@ -163,9 +164,9 @@ int main() {
   }
   const char* v = ratio_1000 > 1.3 ? "partly" : "false";
   verdict("h", v,
-          "seed: 1.8 -> 4.7 ms (2.61x). Measured per frame: %s. Per-frame instantiation %s; the cost is the CPU work "
-          "of capture/build and instantiation (claim a: instantiation does not wait for the GPU), and the seed's "
+          "claimed: 1.8 -> 4.7 ms (2.61x). Measured per frame: %s. Per-frame instantiation %s; the cost is the CPU work "
+          "of capture/build and instantiation (claim a: instantiation does not wait for the GPU), and the claim's "
           "absolute figures belong to an unstated workload",
-          out.c_str(), ratio_1000 > 1.3 ? "is slower than streams, as the seed says" : "is NOT clearly slower than streams here");
+          out.c_str(), ratio_1000 > 1.3 ? "is slower than streams, as claimed" : "is NOT clearly slower than streams here");
   return 0;
 }

@@ -1,4 +1,5 @@
-// Claim i (seed S9, 2.5): "re-capturing a graph leaks: the old graph's nodes, events and kernel
+// Claim i, as found in CUDA-graph tutorials and posts:
+// "re-capturing a graph leaks: the old graph's nodes, events and kernel
 // instances stay resident in the GPU context until cudaGraphDestroy; memory grows."
 //
 // Method: one cycle = capture a 10-kernel fork/join step (root, 2 branches on 2 streams, join,

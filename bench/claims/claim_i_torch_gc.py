@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Claim i, the PyTorch half (seed 2.5): "a torch.cuda.graph() re-captured many times leaks unless
+"""Claim i, the PyTorch half, as found in CUDA-graph tutorials and posts:
+"a torch.cuda.graph() re-captured many times leaks unless
 the old graph is destroyed explicitly; the Python reference count reaching zero does not
 release the CUDA graph (relying on RAII or the GC is high risk)."
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Settles the seed's claims on the GPU machine in one command: compiles every
+# Settles claims about CUDA graphs found in tutorials and posts (docs/claims.md), on a machine
+# with an NVIDIA GPU, in one command: compiles every
 # bench/claims/claim_*.cu with nvcc, runs each (and claim_i_torch_gc.py where PyTorch is
 # installed), and writes their full output plus a summary of the `CLAIM <id>: ... -> verdict`
 # lines to bench/results/<date>-claims.txt.
@@ -53,7 +54,7 @@ run() {
         || echo failed >"$build/$name.failed" ) &
   done
   wait
-  echo "# Claims of the seed, measured"
+  echo "# Claims about CUDA graphs, measured"
   echo
   echo "date: $date (UTC)"
   echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1) (name, driver)"

@@ -16,7 +16,7 @@ struct Part {
     ok: bool,
 }
 
-/// The seed's attention example as a pure model (S7): Q, K, V projections write q, k, v;
+/// An attention block as a pure model: Q, K and V projections on forked streams write q, k, v;
 /// attention reads all three but waits only for its neighbour, the V projection.
 fn attention_model(racy: bool) -> Result<model::Graph, String> {
     let mut g = model::Graph::new(if racy {
@@ -80,7 +80,10 @@ fn attention_model(racy: bool) -> Result<model::Graph, String> {
 
 fn hazard_part() -> Result<Part, String> {
     println!("== A planted race, found before it runs (no GPU needed) ==");
-    println!("  The seed's attention example: attention reads q, k and v but depends only on the V projection.");
+    println!(
+        "  An attention block whose Q, K and V projections run on forked streams: attention reads"
+    );
+    println!("  q, k and v but depends only on the V projection.");
     let racy = attention_model(true)?
         .hazards()
         .map_err(|e| e.to_string())?;
@@ -179,8 +182,9 @@ fn update_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Part> {
     exec.launch(stream)?;
     let ok = stream.download(&x)?.iter().all(|&v| v == 200.0);
     println!("  100 kernel nodes updated in {update_us:.0} µs (instantiating took {instantiate_us:.0} µs); result {}", if ok { "200 as expected" } else { "WRONG" });
-    // The seed's "correct" example updates the template and relaunches the old executable; in
-    // graphsmith a template has no update method at all, and a whole-graph update is explained.
+    // A pattern often shown as correct updates the template and relaunches the old executable,
+    // which keeps the old parameters; in graphsmith a template has no update method at all, and a
+    // whole-graph update that cannot apply is explained.
     let mut other = ctx.graph("step-v2")?;
     other.memset("not-a-kernel", &mut x, 0.0f32, &[])?;
     match exec.update(&other, UpdatePolicy::InPlace) {

@@ -1,6 +1,6 @@
 //! graphsmith and plain CUDA C++ timed turn by turn in one process, for a chain of N small
 //! kernels: the C++ side is `bench/cpp/chain_ref.cu`, compiled by nvcc into a shared library
-//! and loaded here. Separate processes on a lent machine differ by up to 2x from run to run
+//! and loaded here. Separate processes on one machine differ by up to 2x from run to run
 //! (the same C++ binary: 310 µs, then 621 µs for the same updates); within one process, with
 //! the two sides alternating rep by rep (C++ first on even reps, graphsmith first on odd), both
 //! see the same state of the host. Both run in the device's primary context, and by default on

@@ -176,7 +176,7 @@ pub fn eager_vs_graph(ctx: &Context, nodes: usize, reps: usize) -> Result<EagerV
     })
 }
 
-/// The seed's attention example (S7): Q, K and V projections of one input on three forked
+/// An attention block: Q, K and V projections of one input on three forked
 /// streams, then an attention kernel. With `racy`, attention waits only for its neighbour (the
 /// V projection), so it races with the Q and K writers; otherwise it waits for all three.
 pub struct Attention {

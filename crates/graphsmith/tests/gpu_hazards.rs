@@ -1,7 +1,8 @@
-//! GPU test (issue 5): the seed's attention example captured from forked streams. The racy graph
-//! (attention waits only for its neighbour) has two hazards, found from the capture journal with
-//! the nodes' labels, and again from a plain read-back of the CUgraph (kernel pointer arguments
-//! matched to live allocations, directions from the C++ signatures); the fixed graph is clean.
+//! GPU test (issue 5): an attention block whose Q, K and V projections run on forked streams,
+//! captured. The racy graph (attention waits only for its neighbour) has two hazards, found from
+//! the capture journal with the nodes' labels, and again from a plain read-back of the CUgraph
+//! (kernel pointer arguments matched to live allocations, directions from the C++ signatures);
+//! the fixed graph is clean.
 
 mod common;
 

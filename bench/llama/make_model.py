@@ -210,8 +210,9 @@ def make(config_name, seed, out, max_shard_size):
         if float(got["rope_theta"]) != rope["rope_theta"] or got.get("rope_type") != rope["rope_type"]:
             log(f"reloaded rope_parameters {got} differ from {rope}")
             return 1
-        for (name, a), b in zip(model.state_dict().items(), reloaded.state_dict().values()):
-            if not torch.equal(a.to("cuda"), b):
+        saved = reloaded.state_dict()
+        for name, a in model.state_dict().items():
+            if name not in saved or not torch.equal(a.to("cuda"), saved[name]):
                 log(f"tensor '{name}' differs after reloading")
                 return 1
         ids = torch.arange(3, 35, device="cuda").unsqueeze(0) % config.vocab_size

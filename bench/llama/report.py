@@ -98,6 +98,13 @@ def config_section(idx, config):
                      f"graphsmith graphs at batch 1 = {ms(gs1):.3f} ms = **{ms(gs1) / floor[0]:.2f}x the floor**")
     if lines:
         out += ["Ratios:", ""] + lines + [""]
+    for b in batches:
+        r = idx.get((config, "lean-compiled", b))
+        if r and "check_max_abs_diff" in r:
+            out += [f"lean-compiled against transformers (one prompt, teacher-forced): logits max |diff| "
+                    f"{r['check_max_abs_diff']:.4f}, argmax equal at {r.get('check_argmax_agree', '?')} steps; "
+                    f"free-running greedy tokens agree for the first {r.get('check_tokens_agree', '?')}.", ""]
+            break
     return out
 
 
@@ -203,7 +210,8 @@ def self_test():
         "graphsmith-llama: loading...",  # not JSON: ignored
         row("graphsmith-graphs", "small", 1, 2500.0, **floor),
         row("graphsmith-eager", "small", 1, 300.0),
-        row("lean-compiled", "small", 1, 530.0, gpu="NVIDIA H200", driver="570.1", torch="2.11.0", transformers="5.17.0"),
+        row("lean-compiled", "small", 1, 530.0, gpu="NVIDIA H200", driver="570.1", torch="2.11.0", transformers="5.17.0",
+            check_max_abs_diff=0.03125, check_argmax_agree="32/32", check_tokens_agree="32/32"),
         row("hf-generate-static-compiled", "small", 1, 400.0),
         row("graphsmith-graphs", "small", 64, 700.0),
         row("lean-compiled", "small", 64, 600.0),
@@ -244,7 +252,8 @@ def self_test():
                    "**4.72x** (2500.0 vs 530.0 steps/s)", "**1.74x the floor**",
                    "| graphsmith-graphs | 2500.0 | 0.400 | 3.00 GiB | 700.0 | 1.429 | 3.00 GiB |",
                    "| hf-generate-static-compiled | 380.0 | 2.632 | 3.00 GiB | – | – | – |",
-                   "hf-generate-eager 1b batch 8: RuntimeError: boom"]:
+                   "hf-generate-eager 1b batch 8: RuntimeError: boom",
+                   "logits max |diff| 0.0312, argmax equal at 32/32 steps"]:
         assert needle in md, (needle, md)
     assert md.index("## Config `small`") < md.index("## Config `1b`")
     # Nothing measured: every goal says so rather than met or missed.

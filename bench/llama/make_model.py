@@ -204,28 +204,28 @@ def make(config_name, seed, out, max_shard_size):
         return 1
 
     # The saved file loads back into an identical model, and its logits are not degenerate.
-    if torch.cuda.is_available():
-        reloaded = LlamaForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to("cuda").eval()
-        got = reloaded.config.rope_parameters
-        if float(got["rope_theta"]) != rope["rope_theta"] or got.get("rope_type") != rope["rope_type"]:
-            log(f"reloaded rope_parameters {got} differ from {rope}")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    reloaded = LlamaForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(dev).eval()
+    got = reloaded.config.rope_parameters
+    if float(got["rope_theta"]) != rope["rope_theta"] or got.get("rope_type") != rope["rope_type"]:
+        log(f"reloaded rope_parameters {got} differ from {rope}")
+        return 1
+    saved = reloaded.state_dict()
+    for name, a in model.state_dict().items():
+        if name not in saved or not torch.equal(a.to(dev), saved[name]):
+            log(f"tensor '{name}' differs after reloading")
             return 1
-        saved = reloaded.state_dict()
-        for name, a in model.state_dict().items():
-            if name not in saved or not torch.equal(a.to("cuda"), saved[name]):
-                log(f"tensor '{name}' differs after reloading")
-                return 1
-        ids = torch.arange(3, 35, device="cuda").unsqueeze(0) % config.vocab_size
-        with torch.no_grad():
-            logits = reloaded(ids).logits[0].float()
-        top2 = logits.topk(2, dim=-1).values
-        margin = (top2[:, 0] - top2[:, 1]).median().item()
-        std = logits.std(dim=-1).median().item()
-        distinct = len(set(logits.argmax(-1).tolist()))
-        log(f"logits over 32 positions: median std {std:.4f}, median top-2 margin {margin:.4f}, {distinct} distinct argmaxes")
-        if not (std > 1e-3 and distinct > 1):
-            log("logits look degenerate")
-            return 1
+    ids = torch.arange(3, 35, device=dev).unsqueeze(0) % config.vocab_size
+    with torch.no_grad():
+        logits = reloaded(ids).logits[0].float()
+    top2 = logits.topk(2, dim=-1).values
+    margin = (top2[:, 0] - top2[:, 1]).median().item()
+    std = logits.std(dim=-1).median().item()
+    distinct = len(set(logits.argmax(-1).tolist()))
+    log(f"logits over 32 positions: median std {std:.4f}, median top-2 margin {margin:.4f}, {distinct} distinct argmaxes")
+    if not (std > 1e-3 and distinct > 1):
+        log("logits look degenerate")
+        return 1
     print(json.dumps({"config": config_name, "seed": seed, "dir": out, "parameters": params}))
     return 0
 

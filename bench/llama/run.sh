@@ -12,6 +12,8 @@
 # Environment: GRAPHSMITH_LLAMA (gpu-bin/graphsmith-llama), LLAMA_MODELS, PYTHON (python3),
 # BENCH_CONFIGS (small,1b: run one per call to stay under 10 minutes a call), BENCH_BATCH (1,8,64),
 # BENCH_STEPS (128), BENCH_WARMUP (16), BENCH_RUNS (5), BENCH_IMPLS (the three PyTorch contenders),
+# BENCH_TUNE (empty; 1: inductor's coordinate-descent tuning for the compiled contenders),
+# BENCH_RUST (1; 0: skip graphsmith-llama bench, e.g. when only re-running a PyTorch contender),
 # CHECK_TOLERANCE (empty: graphsmith-llama's default).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/../.."
 mode=${1:-}
 out=${2:-}
 if [ -z "$mode" ] || [ -z "$out" ]; then
-  sed -n '2,17p' "$0"
+  sed -n '2,20p' "$0"
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -77,7 +79,7 @@ smoke)
   model tiny tiny 1 || fail "model tiny"
   reference tiny single || fail "reference tiny"
   step "torch_bench tiny" "$py" $here/torch_bench.py --model "$models/tiny" --batch 1 --steps 8 --warmup 4 \
-    --runs 2 --fast-compile --json >"$out/smoke.jsonl" || fail "torch_bench tiny"
+    --runs 2 --json >"$out/smoke.jsonl" || fail "torch_bench tiny"
   if [ -x "$gs" ]; then
     step "graphsmith-llama check tiny" "$gs" check --model "$models/tiny" \
       --reference "$models/ref-tiny-single.safetensors" --mode graphs --json >"$out/smoke-check.json" ||
@@ -152,8 +154,19 @@ bench)
       continue
     }
     rows=$out/bench-$cfg.jsonl
-    : >"$rows"
-    if [ -x "$gs" ]; then
+    touch "$rows"
+    # drop IMPL...: forget this config's earlier rows of the contenders about to run again, so a
+    # call per contender (BENCH_IMPLS, BENCH_RUST=0) adds to the file instead of starting it anew.
+    drop() {
+      "$py" -c 'import json,sys
+path, impls = sys.argv[1], set(sys.argv[2:])
+keep = [l for l in open(path) if l.strip() and json.loads(l).get("impl") not in impls]
+open(path, "w").writelines(keep)' "$rows" "$@"
+    }
+    if [ "${BENCH_RUST:-1}" = 0 ]; then
+      say "BENCH_RUST=0: graphsmith-llama bench not run"
+    elif [ -x "$gs" ]; then
+      drop graphsmith-eager graphsmith-graphs
       step "graphsmith-llama bench $cfg" "$gs" bench --model "$models/$name" --batch "$batch" --steps "$steps" \
         --warmup "$warmup" --mode eager,graphs --json >"$rows.gs" || fail "graphsmith-llama bench $cfg"
       # The report keys rows on the config's name; the Rust bench may print the folder instead.
@@ -166,8 +179,9 @@ for line in sys.stdin:
     fi
     # One process per contender: compiled state and memory do not carry from one to the next.
     for impl in ${impls//,/ }; do
+      drop "$impl"
       step "torch_bench $cfg $impl" "$py" $here/torch_bench.py --model "$models/$name" --config "$cfg" \
-        --batch "$batch" --steps "$steps" --warmup "$warmup" --runs "$runs" --impls "$impl" --json \
+        --batch "$batch" --steps "$steps" --warmup "$warmup" --runs "$runs" --impls "$impl" ${BENCH_TUNE:+--tune} --json \
         >>"$rows" || fail "torch_bench $cfg $impl"
     done
   done
@@ -188,7 +202,7 @@ report)
   ;;
 
 *)
-  sed -n '2,17p' "$0"
+  sed -n '2,20p' "$0"
   exit 2
   ;;
 esac

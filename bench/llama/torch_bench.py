@@ -3,7 +3,7 @@
 
     python3 bench/llama/torch_bench.py --model DIR --batch 1,8,64 --steps 128 [--warmup 16] \
         [--impls hf-generate-eager,hf-generate-static-compiled,lean-compiled] [--runs 5] \
-        [--config NAME] [--json]
+        [--config NAME] [--tune] [--json]
 
 Contenders (`--impls`, comma-separated):
 - `hf-generate-eager`: `model.generate` greedy, transformers' default dynamic KV cache, no compile.
@@ -385,7 +385,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--prompt-len", type=int, default=32)
     ap.add_argument("--impls", default=",".join(IMPLS))
-    ap.add_argument("--fast-compile", action="store_true", help="leave inductor's coordinate-descent tuning off")
+    ap.add_argument("--tune", action="store_true",
+                    help="inductor's coordinate-descent tuning, as gpt-fast sets it (slower compile: minutes per batch size)")
     ap.add_argument("--json", action="store_true", help="accepted for symmetry with graphsmith-llama; output is always JSON lines")
     args = ap.parse_args()
     impls = [i for i in args.impls.split(",") if i]
@@ -406,7 +407,7 @@ def main():
     set_config(torch._dynamo.config, "recompile_limit", 64)  # one graph per batch size
     set_config(torch._dynamo.config, "cache_size_limit", 64)  # its older name
     set_config(inductor, "fx_graph_cache", True)
-    set_config(inductor, "coordinate_descent_tuning", not args.fast_compile)  # as gpt-fast does
+    set_config(inductor, "coordinate_descent_tuning", args.tune)  # gpt-fast turns it on
     from transformers import LlamaForCausalLM
 
     name = args.config or config_name(args.model)
@@ -460,6 +461,7 @@ def main():
                 "floor_ms": floor_ms,
                 "compile_s": compile_s,
                 "runs": args.runs,
+                "tuned": args.tune,
                 **extra_impl,
                 **extra,
                 **info,

@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Make a random Llama-architecture checkpoint in the HF layout for graphsmith-llama to load.
+
+    python3 bench/llama/make_model.py --config {tiny,small,1b} --seed N --out DIR [--max-shard-size 1GB]
+    python3 bench/llama/make_model.py --self-test     # the layout checker on a synthetic file (stdlib only)
+
+`torch.manual_seed(N)`, `LlamaForCausalLM(config).to(torch.bfloat16)` (HF's init, std 0.02),
+`save_pretrained(DIR)`: `config.json` + `model.safetensors` (or shards with their index).
+transformers 5 writes the RoPE settings as `rope_parameters` and the dtype as `dtype`; the legacy
+keys that checkpoints on the hub carry (`rope_theta`, `rope_scaling`, `torch_dtype`) are added to
+config.json too, with the same values, so a loader that reads either spelling sees one truth
+(transformers 5 folds the legacy keys back into `rope_parameters` when it loads the file).
+
+After saving, the tensor table of every safetensors file is read back from its header (stdlib
+only) and checked against the config: every expected name present, bf16, the right shape, no
+stray tensors. With a GPU, a forward pass over a few prompt ids shows the logits are not
+degenerate (std and top-2 margin printed). Needs no network: nothing is downloaded.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Shapes of the three configs (bench/llama/README.md).
+CONFIGS = {
+    "tiny": dict(
+        num_hidden_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=512,
+        tie_word_embeddings=True,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    ),
+    # Shaped like SmolLM2-135M.
+    "small": dict(
+        num_hidden_layers=30,
+        hidden_size=576,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        intermediate_size=1536,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+        max_position_embeddings=8192,
+        rms_norm_eps=1e-5,
+        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+    ),
+    # Shaped like Llama-3.2-1B.
+    "1b": dict(
+        num_hidden_layers=16,
+        hidden_size=2048,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=8192,
+        vocab_size=128256,
+        tie_word_embeddings=True,
+        max_position_embeddings=131072,
+        rms_norm_eps=1e-5,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 500000.0,
+            "factor": 32.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    ),
+}
+
+
+def log(msg):
+    print(f"[make_model] {msg}", file=sys.stderr, flush=True)
+
+
+def expected_tensors(cfg):
+    """Name -> shape of every tensor a Llama checkpoint of `cfg` (a config.json dict) holds."""
+    h = cfg["hidden_size"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads") or heads
+    hd = cfg.get("head_dim") or h // heads
+    ffn = cfg["intermediate_size"]
+    vocab = cfg["vocab_size"]
+    out = {"model.embed_tokens.weight": [vocab, h], "model.norm.weight": [h]}
+    if not cfg.get("tie_word_embeddings", False):
+        out["lm_head.weight"] = [vocab, h]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"] = [h]
+        out[p + "post_attention_layernorm.weight"] = [h]
+        out[p + "self_attn.q_proj.weight"] = [heads * hd, h]
+        out[p + "self_attn.k_proj.weight"] = [kv * hd, h]
+        out[p + "self_attn.v_proj.weight"] = [kv * hd, h]
+        out[p + "self_attn.o_proj.weight"] = [h, heads * hd]
+        out[p + "mlp.gate_proj.weight"] = [ffn, h]
+        out[p + "mlp.up_proj.weight"] = [ffn, h]
+        out[p + "mlp.down_proj.weight"] = [h, ffn]
+    return out
+
+
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "I32": 4, "I64": 8}
+
+
+def read_header(path):
+    """The JSON header of a safetensors file (8-byte little-endian length, then JSON)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) != 8:
+            raise ValueError(f"{path}: shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", raw)
+        if n > size - 8:
+            raise ValueError(f"{path}: header length {n} runs past the end of the file ({size} bytes)")
+        header = json.loads(f.read(n))
+    header["__file_size__"] = size
+    header["__data_start__"] = 8 + n
+    return header
+
+
+def check_layout(model_dir, dtype="BF16"):
+    """Problems found in the checkpoint in model_dir (an empty list when it is sound)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    want = expected_tensors(cfg)
+    problems, seen = [], {}
+    for name in files:
+        path = os.path.join(model_dir, name)
+        header = read_header(path)
+        data_len = header.pop("__file_size__") - header.pop("__data_start__")
+        header.pop("__metadata__", None)
+        for tensor, info in header.items():
+            seen[tensor] = name
+            start, end = info["data_offsets"]
+            numel = 1
+            for d in info["shape"]:
+                numel *= d
+            if end > data_len or end - start != numel * DTYPE_BYTES.get(info["dtype"], 0):
+                problems.append(f"{name}: tensor '{tensor}' offsets {start}..{end} do not fit its shape/dtype")
+            if tensor not in want:
+                problems.append(f"{name}: unexpected tensor '{tensor}'")
+                continue
+            if info["shape"] != want[tensor]:
+                problems.append(f"{name}: tensor '{tensor}' has shape {info['shape']}, expected {want[tensor]}")
+            if info["dtype"] != dtype:
+                problems.append(f"{name}: tensor '{tensor}' is {info['dtype']}, expected {dtype}")
+    for tensor in want:
+        if tensor not in seen:
+            problems.append(f"tensor '{tensor}' missing from {', '.join(files)}")
+    return problems
+
+
+def add_legacy_keys(model_dir, rope):
+    """Add the hub's legacy spellings of the RoPE settings and dtype to config.json."""
+    path = os.path.join(model_dir, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg["rope_theta"] = rope["rope_theta"]
+    scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+    cfg["rope_scaling"] = scaling if scaling.get("rope_type", "default") != "default" else None
+    cfg["torch_dtype"] = "bfloat16"
+    cfg.setdefault("dtype", "bfloat16")
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def make(config_name, seed, out, max_shard_size):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fields = dict(CONFIGS[config_name])
+    rope = dict(fields["rope_parameters"])
+    config = LlamaConfig(**fields, bos_token_id=1, eos_token_id=2, pad_token_id=None)
+    log(f"{config_name}: building with seed {seed} (HF init, initializer_range {config.initializer_range})")
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.eval()
+    os.makedirs(out, exist_ok=True)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(out, **kwargs)
+    add_legacy_keys(out, rope)
+    params = sum(p.numel() for p in model.parameters())
+    log(f"{config_name}: saved {params / 1e6:.1f} M parameters to {out}")
+
+    problems = check_layout(out)
+    for p in problems:
+        log(f"layout problem: {p}")
+    if problems:
+        return 1
+
+    # The saved file loads back into an identical model, and its logits are not degenerate.
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    reloaded = LlamaForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(dev).eval()
+    got = reloaded.config.rope_parameters
+    if float(got["rope_theta"]) != rope["rope_theta"] or got.get("rope_type") != rope["rope_type"]:
+        log(f"reloaded rope_parameters {got} differ from {rope}")
+        return 1
+    saved = reloaded.state_dict()
+    for name, a in model.state_dict().items():
+        if name not in saved or not torch.equal(a.to(dev), saved[name]):
+            log(f"tensor '{name}' differs after reloading")
+            return 1
+    ids = torch.arange(3, 35, device=dev).unsqueeze(0) % config.vocab_size
+    with torch.no_grad():
+        logits = reloaded(ids).logits[0].float()
+    top2 = logits.topk(2, dim=-1).values
+    margin = (top2[:, 0] - top2[:, 1]).median().item()
+    std = logits.std(dim=-1).median().item()
+    distinct = len(set(logits.argmax(-1).tolist()))
+    log(f"logits over 32 positions: median std {std:.4f}, median top-2 margin {margin:.4f}, {distinct} distinct argmaxes")
+    if not (std > 1e-3 and distinct > 1):
+        log("logits look degenerate")
+        return 1
+    print(json.dumps({"config": config_name, "seed": seed, "dir": out, "parameters": params}))
+    return 0
+
+
+def self_test():
+    """Write a synthetic tiny checkpoint header by hand and check the checker on it."""
+    cfg = dict(CONFIGS["tiny"])
+    want = expected_tensors(cfg)
+    assert len(want) == 2 + 9 * cfg["num_hidden_layers"], len(want)
+    assert want["model.layers.0.self_attn.k_proj.weight"] == [32, 64]
+
+    def write(dirname, tensors, dtype="BF16", truncate=0):
+        header, offset = {}, 0
+        for name, shape in tensors.items():
+            n = DTYPE_BYTES[dtype]
+            for d in shape:
+                n *= d
+            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+            offset += n
+        header["__metadata__"] = {"format": "pt"}
+        raw = json.dumps(header).encode()
+        with open(os.path.join(dirname, "model.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw + b"\0" * (offset - truncate))
+        with open(os.path.join(dirname, "config.json"), "w") as f:
+            json.dump(cfg, f)
+
+    with tempfile.TemporaryDirectory() as d:
+        write(d, want)
+        assert check_layout(d) == [], check_layout(d)
+        add_legacy_keys(d, cfg["rope_parameters"])
+        with open(os.path.join(d, "config.json")) as f:
+            saved = json.load(f)
+        assert saved["rope_theta"] == 10000.0 and saved["rope_scaling"] is None, saved
+        bad = dict(want)
+        del bad["model.norm.weight"]
+        bad["model.layers.1.mlp.up_proj.weight"] = [128, 63]
+        bad["extra"] = [1]
+        write(d, bad)
+        got = check_layout(d)
+        assert any("missing" in p and "model.norm.weight" in p for p in got), got
+        assert any("up_proj" in p and "[128, 63]" in p for p in got), got
+        assert any("unexpected tensor 'extra'" in p for p in got), got
+        write(d, want, dtype="F32")
+        assert any("is F32, expected BF16" in p for p in check_layout(d))
+        write(d, want, truncate=2)
+        assert any("do not fit" in p for p in check_layout(d))
+    with tempfile.TemporaryDirectory() as d:
+        one_b = dict(CONFIGS["1b"])
+        add_path = os.path.join(d, "config.json")
+        with open(add_path, "w") as f:
+            json.dump(one_b, f)
+        add_legacy_keys(d, one_b["rope_parameters"])
+        with open(add_path) as f:
+            saved = json.load(f)
+        assert saved["rope_scaling"]["rope_type"] == "llama3" and saved["rope_theta"] == 500000.0, saved
+        assert expected_tensors(saved)["model.layers.15.self_attn.q_proj.weight"] == [2048, 2048]
+    print("make_model self-test: ok", file=sys.stderr)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", choices=sorted(CONFIGS))
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out")
+    ap.add_argument("--max-shard-size", default=None, help="e.g. 1GB: write sharded files with an index")
+    ap.add_argument("--self-test", action="store_true")
+    args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    if not args.config or not args.out:
+        ap.error("--config and --out are required")
+    return make(args.config, args.seed, args.out, args.max_shard_size)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+//! # graphsmith-llama
+//!
+//! A Llama-architecture decoder on graphsmith: HF checkpoints (safetensors, memory-mapped) or
+//! random weights, cuBLAS GEMMs captured inside graphs as journaled library calls, one
+//! executable per batch bucket in a [`graphsmith::GraphCache`], positions read from device
+//! buffers, and weights swapped into every executable in place.
+
+pub mod checkpoint;
+pub mod config;
+pub mod cublas;
+pub mod error;
+pub mod tokenizer;
+
+pub use config::{Config, RopeScaling};
+pub use error::{LlamaError, Result};

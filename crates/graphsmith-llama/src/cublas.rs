@@ -134,10 +134,14 @@ fn status_name(status: cb::cublasStatus_t) -> String {
     format!("{status:?}")
 }
 
-/// A cuBLAS handle bound to one stream, with its own workspace.
+/// A cuBLAS handle with its own workspace; set to the stream of each call (and its workspace
+/// set again then, as cublasSetStream resets it).
 pub struct Cublas {
     handle: cb::cublasHandle_t,
-    stream: sys::CUstream,
+    /// The last failed call's (label, status), for [`Cublas::take_failure`].
+    failure: std::cell::RefCell<Option<(String, String)>>,
+    /// The stream the handle is set to (a call on another stream sets it again).
+    stream: std::cell::Cell<sys::CUstream>,
     _workspace: DeviceBuffer<u8>,
 }
 
@@ -171,14 +175,15 @@ impl Cublas {
         }
         let me = Cublas {
             handle,
-            stream: stream.raw(),
+            failure: Default::default(),
+            stream: std::cell::Cell::new(stream.raw()),
             _workspace: workspace,
         };
         // SAFETY: handle is live; the stream is live (the caller keeps it for the handle's
         // life); the workspace is device memory of WORKSPACE_BYTES owned by `me`. The stream is
         // set first because cublasSetStream resets the workspace to the default pool.
         unsafe {
-            let st = cb::cublasSetStream_v2(handle, me.stream as cb::cudaStream_t);
+            let st = cb::cublasSetStream_v2(handle, stream.raw() as cb::cudaStream_t);
             if st != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
                 return Err(fail("cublasSetStream", st));
             }
@@ -211,7 +216,7 @@ impl Cublas {
         k: usize,
         accumulate: bool,
         y_f32: bool,
-    ) -> Result<()> {
+    ) -> graphsmith::Result<()> {
         let alpha = 1.0f32;
         let beta = if accumulate { 1.0f32 } else { 0.0f32 };
         let handle = self.handle;
@@ -222,10 +227,25 @@ impl Cublas {
             bf16
         };
         let mut status = cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS;
+        let ws = self._workspace.device_ptr() as *mut std::ffi::c_void;
         let (xp, wp, yp) = (x.0, w.0, y.0);
         let result = stream.library_call(label, &[x.1, w.1], &[y.1], |raw| {
-            if raw != self.stream {
-                return sys::CUresult::CUDA_ERROR_INVALID_HANDLE;
+            if raw != self.stream.get() {
+                // SAFETY: handle is live, raw is the live stream this call runs on; the
+                // workspace is set again because cublasSetStream resets it.
+                let st = unsafe {
+                    let st = cb::cublasSetStream_v2(handle, raw as cb::cudaStream_t);
+                    if st == cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                        cb::cublasSetWorkspace_v2(handle, ws, WORKSPACE_BYTES)
+                    } else {
+                        st
+                    }
+                };
+                if st != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                    status = st;
+                    return sys::CUresult::CUDA_ERROR_UNKNOWN;
+                }
+                self.stream.set(raw);
             }
             // Column-major view: y^T (n x rows) = w (k x n)^T * x^T (k x rows).
             // SAFETY: handle is live with its stream and workspace set; the three pointers are
@@ -261,13 +281,22 @@ impl Cublas {
             }
         });
         if status != cb::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
-            return Err(LlamaError::Cublas {
-                call: "cublasGemmEx",
-                label: label.to_string(),
-                status: status_name(status),
-            });
+            *self.failure.borrow_mut() = Some((label.to_string(), status_name(status)));
         }
-        result.map_err(LlamaError::from)
+        result
+    }
+
+    /// The GEMM that failed last with a cuBLAS status (the runtime error of that call carries
+    /// `CUDA_ERROR_UNKNOWN`), as an error naming the GEMM and the status.
+    pub fn take_failure(&self) -> Option<LlamaError> {
+        self.failure
+            .borrow_mut()
+            .take()
+            .map(|(label, status)| LlamaError::Cublas {
+                call: "cublasGemmEx",
+                label,
+                status,
+            })
     }
 }
 

@@ -8,6 +8,8 @@
 pub mod checkpoint;
 pub mod config;
 pub mod cublas;
+pub mod decoder;
+pub mod weights;
 pub mod error;
 pub mod tokenizer;
 

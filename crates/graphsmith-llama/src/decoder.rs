@@ -185,8 +185,8 @@ impl Decoder {
         })
     }
 
-    /// Writes token ids and positions for the first `rows.len()` rows; every other row up to
-    /// `padded` becomes padding (position -1).
+    /// Writes token ids and positions for the first `rows.len()` rows; every other row becomes
+    /// padding (position -1). A row given position -1 is padding too (its token is ignored).
     pub fn write_rows(&mut self, stream: &Stream, rows: &[(i32, i32)]) -> Result<()> {
         if rows.len() > self.capacity {
             return Err(LlamaError::Input(format!(
@@ -198,6 +198,9 @@ impl Decoder {
         let mut toks = vec![0i32; self.capacity];
         let mut pos = vec![-1i32; self.capacity];
         for (i, &(t, p)) in rows.iter().enumerate() {
+            if p == -1 {
+                continue;
+            }
             if t < 0 || t as usize >= self.config.vocab_size {
                 return Err(LlamaError::Input(format!(
                     "token id {t} of row {i} is outside the vocabulary of {}",

@@ -11,6 +11,7 @@ pub mod cublas;
 pub mod decoder;
 pub mod weights;
 pub mod error;
+pub mod model;
 pub mod tokenizer;
 
 pub use config::{Config, RopeScaling};

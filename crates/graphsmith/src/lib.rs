@@ -52,6 +52,7 @@ pub mod probe;
 mod probe_features;
 mod range;
 mod readback;
+mod relocate;
 mod signature;
 mod stream;
 mod update;
@@ -77,6 +78,7 @@ pub use interop_access::{read, read_write, write, LibraryAccess};
 pub use kernel::{Args, Kernel, KernelArg, LaunchConfig, Module};
 pub use range::{current_ranges, range, RangeGuard};
 pub use readback::read_raw_graph;
+pub use relocate::{Relocated, Relocation};
 pub use stream::{Event, Stream};
 pub use update::{UpdateBatch, UpdateOutcome, UpdatePolicy};
 

@@ -136,21 +136,35 @@ impl Files {
         if index_path.exists() {
             let text = std::fs::read_to_string(&index_path).map_err(io(&index_path))?;
             let shown = index_path.display().to_string();
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| LlamaError::checkpoint(&shown, "file", format!("not valid JSON: {e}")))?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                LlamaError::checkpoint(&shown, "file", format!("not valid JSON: {e}"))
+            })?;
             let map = v
                 .get("weight_map")
                 .and_then(|m| m.as_object())
-                .ok_or_else(|| LlamaError::checkpoint(&shown, "field `weight_map`", "missing or not an object"))?;
+                .ok_or_else(|| {
+                    LlamaError::checkpoint(&shown, "field `weight_map`", "missing or not an object")
+                })?;
             for (tensor, file) in map {
                 let file = file.as_str().ok_or_else(|| {
-                    LlamaError::checkpoint(&shown, format!("tensor '{tensor}'"), "file name is not a string")
+                    LlamaError::checkpoint(
+                        &shown,
+                        format!("tensor '{tensor}'"),
+                        "file name is not a string",
+                    )
                 })?;
                 if file.contains('/') || file.contains("..") {
-                    return Err(LlamaError::checkpoint(&shown, format!("tensor '{tensor}'"), format!("file name {file:?} leaves the directory")));
+                    return Err(LlamaError::checkpoint(
+                        &shown,
+                        format!("tensor '{tensor}'"),
+                        format!("file name {file:?} leaves the directory"),
+                    ));
                 }
                 owner.insert(tensor.clone(), file.to_string());
-                if !files.iter().any(|f| f.file_name().and_then(|n| n.to_str()) == Some(file)) {
+                if !files
+                    .iter()
+                    .any(|f| f.file_name().and_then(|n| n.to_str()) == Some(file))
+                {
                     files.push(dir.join(file));
                 }
             }
@@ -163,7 +177,11 @@ impl Files {
             let map = map_file(path)?;
             let shown = path.display().to_string();
             let st = SafeTensors::deserialize(&map).map_err(|e| {
-                LlamaError::checkpoint(&shown, "file", format!("not a valid safetensors file (truncated?): {e}"))
+                LlamaError::checkpoint(
+                    &shown,
+                    "file",
+                    format!("not a valid safetensors file (truncated?): {e}"),
+                )
             })?;
             for name in st.names() {
                 index.insert(name.to_string(), maps.len());
@@ -190,7 +208,11 @@ impl Files {
     /// The tensor `name` as bf16 bits, checked to have `shape`.
     fn tensor(&self, name: &str, shape: &[usize], first_file: &str) -> Result<Vec<u16>> {
         let Some(&i) = self.index.get(name) else {
-            return Err(LlamaError::checkpoint(first_file, format!("tensor '{name}'"), "missing"));
+            return Err(LlamaError::checkpoint(
+                first_file,
+                format!("tensor '{name}'"),
+                "missing",
+            ));
         };
         let (file, map) = &self.maps[i];
         let st = SafeTensors::deserialize(map)
@@ -213,7 +235,10 @@ impl Files {
                 .collect(),
             Dtype::F16 => data
                 .chunks_exact(2)
-                .map(|c| bf16::from_f32(f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32()).to_bits())
+                .map(|c| {
+                    bf16::from_f32(f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+                        .to_bits()
+                })
                 .collect(),
             Dtype::F32 => data
                 .chunks_exact(4)
@@ -232,10 +257,19 @@ impl Files {
 
 /// Loads every weight of `config` from the checkpoint in `dir`; `progress` is called after each
 /// tensor with (done, total).
-pub fn load_weights(dir: &Path, config: &Config, mut progress: impl FnMut(usize, usize)) -> Result<HostWeights> {
+pub fn load_weights(
+    dir: &Path,
+    config: &Config,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<HostWeights> {
     let files = Files::open(dir)?;
     let first = files.maps.first().map(|m| m.0.clone()).unwrap_or_default();
-    let (h, f, v, hd) = (config.hidden_size, config.intermediate_size, config.vocab_size, config.head_dim);
+    let (h, f, v, hd) = (
+        config.hidden_size,
+        config.intermediate_size,
+        config.vocab_size,
+        config.head_dim,
+    );
     let (nq, nkv) = (config.num_attention_heads, config.num_key_value_heads);
     let total = 3 + 9 * config.num_hidden_layers;
     let mut done = 0;
@@ -250,8 +284,14 @@ pub fn load_weights(dir: &Path, config: &Config, mut progress: impl FnMut(usize,
     for i in 0..config.num_hidden_layers {
         let p = format!("model.layers.{i}");
         let mut qkv = get(&format!("{p}.self_attn.q_proj.weight"), &[nq * hd, h])?;
-        qkv.extend(get(&format!("{p}.self_attn.k_proj.weight"), &[nkv * hd, h])?);
-        qkv.extend(get(&format!("{p}.self_attn.v_proj.weight"), &[nkv * hd, h])?);
+        qkv.extend(get(
+            &format!("{p}.self_attn.k_proj.weight"),
+            &[nkv * hd, h],
+        )?);
+        qkv.extend(get(
+            &format!("{p}.self_attn.v_proj.weight"),
+            &[nkv * hd, h],
+        )?);
         let mut gate_up = get(&format!("{p}.mlp.gate_proj.weight"), &[f, h])?;
         gate_up.extend(get(&format!("{p}.mlp.up_proj.weight"), &[f, h])?);
         layers.push(LayerWeights {
@@ -269,7 +309,16 @@ pub fn load_weights(dir: &Path, config: &Config, mut progress: impl FnMut(usize,
     } else if files.has("lm_head.weight") {
         Some(get("lm_head.weight", &[v, h])?)
     } else {
-        return Err(LlamaError::checkpoint(&first, "tensor 'lm_head.weight'", "missing (tie_word_embeddings is false)"));
+        return Err(LlamaError::checkpoint(
+            &first,
+            "tensor 'lm_head.weight'",
+            "missing (tie_word_embeddings is false)",
+        ));
     };
-    Ok(HostWeights { embed, layers, final_norm, lm_head })
+    Ok(HostWeights {
+        embed,
+        layers,
+        final_norm,
+        lm_head,
+    })
 }

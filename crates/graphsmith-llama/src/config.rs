@@ -88,9 +88,7 @@ impl Config {
         }
         let usize_field = |field: &str, default: Option<usize>| -> Result<usize> {
             match obj.get(field) {
-                None | Some(Value::Null) => {
-                    default.ok_or_else(|| bad(field, "missing".into()))
-                }
+                None | Some(Value::Null) => default.ok_or_else(|| bad(field, "missing".into())),
                 Some(v) => match v.as_u64() {
                     Some(n) if n > 0 => Ok(n as usize),
                     _ => Err(bad(field, format!("must be a positive integer, found {v}"))),
@@ -108,7 +106,10 @@ impl Config {
         };
         if let Some(act) = obj.get("hidden_act").and_then(Value::as_str) {
             if act != "silu" {
-                return Err(bad("hidden_act", format!("only silu is supported, found {act:?}")));
+                return Err(bad(
+                    "hidden_act",
+                    format!("only silu is supported, found {act:?}"),
+                ));
             }
         }
         for field in ["attention_bias", "mlp_bias"] {
@@ -119,8 +120,8 @@ impl Config {
         let hidden_size = usize_field("hidden_size", None)?;
         let num_attention_heads = usize_field("num_attention_heads", None)?;
         let num_key_value_heads = usize_field("num_key_value_heads", Some(num_attention_heads))?;
-        let default_head_dim = (hidden_size % num_attention_heads == 0)
-            .then_some(hidden_size / num_attention_heads);
+        let default_head_dim =
+            (hidden_size % num_attention_heads == 0).then_some(hidden_size / num_attention_heads);
         let head_dim = usize_field("head_dim", default_head_dim)?;
         let rope_scaling = match obj.get("rope_scaling") {
             None | Some(Value::Null) => RopeScaling::None,
@@ -148,9 +149,7 @@ impl Config {
                         factor: num("factor")?,
                         low_freq_factor: num("low_freq_factor")?,
                         high_freq_factor: num("high_freq_factor")?,
-                        original_max_position_embeddings: num(
-                            "original_max_position_embeddings",
-                        )?,
+                        original_max_position_embeddings: num("original_max_position_embeddings")?,
                     },
                     other => {
                         return Err(bad(
@@ -165,7 +164,12 @@ impl Config {
         let tie_word_embeddings = match obj.get("tie_word_embeddings") {
             None | Some(Value::Null) => true,
             Some(Value::Bool(b)) => *b,
-            Some(v) => return Err(bad("tie_word_embeddings", format!("must be a bool, found {v}"))),
+            Some(v) => {
+                return Err(bad(
+                    "tie_word_embeddings",
+                    format!("must be a bool, found {v}"),
+                ))
+            }
         };
         let config = Config {
             name: name.to_string(),

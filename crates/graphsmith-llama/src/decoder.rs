@@ -49,7 +49,11 @@ impl Kernels {
 fn grid(x: u32, y: u32, block: u32, smem: u32) -> LaunchConfig {
     LaunchConfig {
         grid: Dim3 { x, y, z: 1 },
-        block: Dim3 { x: block, y: 1, z: 1 },
+        block: Dim3 {
+            x: block,
+            y: 1,
+            z: 1,
+        },
         shared_mem_bytes: smem,
     }
 }
@@ -143,7 +147,11 @@ impl Decoder {
             }
         }
         let cublas = Cublas::new(ctx, stream, "cublas")?;
-        let (h, f, v) = (config.hidden_size, config.intermediate_size, config.vocab_size);
+        let (h, f, v) = (
+            config.hidden_size,
+            config.intermediate_size,
+            config.vocab_size,
+        );
         let cache_len = capacity * config.num_key_value_heads * max_ctx * config.head_dim;
         let mut kcache = Vec::new();
         let mut vcache = Vec::new();
@@ -229,49 +237,172 @@ impl Decoder {
                 self.capacity
             )));
         }
-        self.issue_step(stream, rows).map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))
+        self.issue_step(stream, rows)
+            .map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))
     }
 
     fn issue_step(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let rows = rows.min(self.capacity);
         let c = &self.config;
         let k = &self.kernels;
-        let (h, f, v) = (c.hidden_size as i32, c.intermediate_size as i32, c.vocab_size as i32);
+        let (h, f, v) = (
+            c.hidden_size as i32,
+            c.intermediate_size as i32,
+            c.vocab_size as i32,
+        );
         let eps = c.rms_norm_eps;
         let r = rows as u32;
-        let (nq, nkv, hd) = (c.num_attention_heads as i32, c.num_key_value_heads as i32, c.head_dim as i32);
+        let (nq, nkv, hd) = (
+            c.num_attention_heads as i32,
+            c.num_key_value_heads as i32,
+            c.head_dim as i32,
+        );
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let max_ctx = self.max_ctx as i32;
         let w = &self.weights;
-        stream.launch("embed", &k.embed, grid(r, 1, 256, 0), args![&self.tokens, &w.embed, &mut self.hidden, h, v])?;
+        stream.launch(
+            "embed",
+            &k.embed,
+            grid(r, 1, 256, 0),
+            args![&self.tokens, &w.embed, &mut self.hidden, h, v],
+        )?;
         for (l, lw) in w.layers.iter().enumerate() {
             let range = graphsmith::range(&format!("layer {l}"));
-            stream.launch("input norm", &k.rmsnorm, grid(r, 1, 256, 0), args![&self.hidden, &lw.input_norm, &mut self.xn, h, eps])?;
-            self.cublas.gemm(stream, "gemm q/k/v", operand(&self.xn), operand(&lw.qkv), output(&mut self.qkv, false), rows, c.qkv_dim(), c.hidden_size, false, false)?;
+            stream.launch(
+                "input norm",
+                &k.rmsnorm,
+                grid(r, 1, 256, 0),
+                args![&self.hidden, &lw.input_norm, &mut self.xn, h, eps],
+            )?;
+            self.cublas.gemm(
+                stream,
+                "gemm q/k/v",
+                operand(&self.xn),
+                operand(&lw.qkv),
+                output(&mut self.qkv, false),
+                rows,
+                c.qkv_dim(),
+                c.hidden_size,
+                false,
+                false,
+            )?;
             stream.launch(
                 "rope + kv append + attention",
                 &k.attention,
                 grid(r, nkv as u32, ATTENTION_THREADS, self.attention_smem),
-                args![&self.qkv, &mut self.kcache[l], &mut self.vcache[l], &self.pos, &self.cos, &self.sin, &mut self.attn, nq, nkv, hd, max_ctx, scale],
+                args![
+                    &self.qkv,
+                    &mut self.kcache[l],
+                    &mut self.vcache[l],
+                    &self.pos,
+                    &self.cos,
+                    &self.sin,
+                    &mut self.attn,
+                    nq,
+                    nkv,
+                    hd,
+                    max_ctx,
+                    scale
+                ],
             )?;
-            self.cublas.gemm(stream, "gemm o + residual", operand(&self.attn), operand(&lw.o), output(&mut self.hidden, true), rows, c.hidden_size, c.q_dim(), true, false)?;
-            stream.launch("post-attention norm", &k.rmsnorm, grid(r, 1, 256, 0), args![&self.hidden, &lw.post_norm, &mut self.xn, h, eps])?;
-            self.cublas.gemm(stream, "gemm gate/up", operand(&self.xn), operand(&lw.gate_up), output(&mut self.gate_up, false), rows, 2 * c.intermediate_size, c.hidden_size, false, false)?;
+            self.cublas.gemm(
+                stream,
+                "gemm o + residual",
+                operand(&self.attn),
+                operand(&lw.o),
+                output(&mut self.hidden, true),
+                rows,
+                c.hidden_size,
+                c.q_dim(),
+                true,
+                false,
+            )?;
+            stream.launch(
+                "post-attention norm",
+                &k.rmsnorm,
+                grid(r, 1, 256, 0),
+                args![&self.hidden, &lw.post_norm, &mut self.xn, h, eps],
+            )?;
+            self.cublas.gemm(
+                stream,
+                "gemm gate/up",
+                operand(&self.xn),
+                operand(&lw.gate_up),
+                output(&mut self.gate_up, false),
+                rows,
+                2 * c.intermediate_size,
+                c.hidden_size,
+                false,
+                false,
+            )?;
             let total = rows as i32 * f;
-            stream.launch("swiglu", &k.swiglu, grid((total as u32).div_ceil(256).min(4096), 1, 256, 0), args![&self.gate_up, &mut self.act, f, total])?;
-            self.cublas.gemm(stream, "gemm down + residual", operand(&self.act), operand(&lw.down), output(&mut self.hidden, true), rows, c.hidden_size, c.intermediate_size, true, false)?;
+            stream.launch(
+                "swiglu",
+                &k.swiglu,
+                grid((total as u32).div_ceil(256).min(4096), 1, 256, 0),
+                args![&self.gate_up, &mut self.act, f, total],
+            )?;
+            self.cublas.gemm(
+                stream,
+                "gemm down + residual",
+                operand(&self.act),
+                operand(&lw.down),
+                output(&mut self.hidden, true),
+                rows,
+                c.hidden_size,
+                c.intermediate_size,
+                true,
+                false,
+            )?;
             drop(range);
         }
-        stream.launch("final norm", &k.rmsnorm, grid(r, 1, 256, 0), args![&self.hidden, &w.final_norm, &mut self.xn, h, eps])?;
-        self.cublas.gemm(stream, "gemm lm_head", operand(&self.xn), operand(w.head()), output(&mut self.logits, false), rows, c.vocab_size, c.hidden_size, false, true)?;
-        stream.launch("argmax", &k.argmax, grid(r, 1, 1024, 0), args![&mut self.logits, &mut self.next, v])?;
-        stream.launch("advance", &k.advance, grid(r.div_ceil(256), 1, 256, 0), args![&self.next, &mut self.tokens, &mut self.pos, rows as i32, max_ctx])?;
+        stream.launch(
+            "final norm",
+            &k.rmsnorm,
+            grid(r, 1, 256, 0),
+            args![&self.hidden, &w.final_norm, &mut self.xn, h, eps],
+        )?;
+        self.cublas.gemm(
+            stream,
+            "gemm lm_head",
+            operand(&self.xn),
+            operand(w.head()),
+            output(&mut self.logits, false),
+            rows,
+            c.vocab_size,
+            c.hidden_size,
+            false,
+            true,
+        )?;
+        stream.launch(
+            "argmax",
+            &k.argmax,
+            grid(r, 1, 1024, 0),
+            args![&mut self.logits, &mut self.next, v],
+        )?;
+        stream.launch(
+            "advance",
+            &k.advance,
+            grid(r.div_ceil(256), 1, 256, 0),
+            args![
+                &self.next,
+                &mut self.tokens,
+                &mut self.pos,
+                rows as i32,
+                max_ctx
+            ],
+        )?;
         Ok(())
     }
 }
 
 impl graphsmith::Workload<usize> for Decoder {
-    fn issue(&mut self, stream: &Stream, shape: &usize, _scope: &mut Scope<'_>) -> graphsmith::Result<()> {
+    fn issue(
+        &mut self,
+        stream: &Stream,
+        shape: &usize,
+        _scope: &mut Scope<'_>,
+    ) -> graphsmith::Result<()> {
         self.issue_step(stream, *shape)
     }
 }

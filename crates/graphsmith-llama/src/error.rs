@@ -87,7 +87,11 @@ impl LlamaError {
         }
     }
 
-    pub(crate) fn checkpoint(file: &str, what: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn checkpoint(
+        file: &str,
+        what: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
         LlamaError::Checkpoint {
             file: file.to_string(),
             what: what.into(),

@@ -9,10 +9,14 @@ pub mod checkpoint;
 pub mod config;
 pub mod cublas;
 pub mod decoder;
-pub mod weights;
 pub mod error;
 pub mod model;
+pub mod reference;
+pub mod run;
 pub mod tokenizer;
+pub mod weights;
 
 pub use config::{Config, RopeScaling};
 pub use error::{LlamaError, Result};
+pub use model::{Mode, Model};
+pub use run::{tour_decode, TourDecode};

@@ -115,8 +115,7 @@ impl Model {
                         oversize: Oversize::Eager,
                     },
                     work,
-                )
-                ?;
+                )?;
                 Runner::Graphs(Box::new(cache))
             }
         };
@@ -177,7 +176,11 @@ impl Model {
                     return Err(e);
                 }
                 let dispatch = dispatch.map_err(|e| {
-                    cache.work().cublas.take_failure().unwrap_or(LlamaError::Runtime(e))
+                    cache
+                        .work()
+                        .cublas
+                        .take_failure()
+                        .unwrap_or(LlamaError::Runtime(e))
                 })?;
                 Ok(match dispatch.path {
                     Path::Graph => StepPath::Graph {
@@ -227,7 +230,9 @@ impl Model {
         for bucket in cache.held_buckets() {
             if let Some(exec) = cache.exec(&bucket) {
                 let report = exec.model().hazards().map_err(|e| {
-                    LlamaError::Input(format!("bucket {bucket}: the graph model is malformed: {e}"))
+                    LlamaError::Input(format!(
+                        "bucket {bucket}: the graph model is malformed: {e}"
+                    ))
                 })?;
                 out.push((bucket, report));
             }

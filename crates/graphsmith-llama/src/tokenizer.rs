@@ -58,11 +58,7 @@ impl Codec {
                 file: file.clone(),
                 reason: e.to_string(),
             }),
-            None => Ok(ids
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(" ")),
+            None => Ok(ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")),
         }
     }
 }

@@ -47,15 +47,30 @@ impl DeviceWeights {
             progress(done, total);
             b
         };
-        let embed = step(put(ctx, stream, format!("{tag}/embed_tokens"), &host.embed)?);
+        let embed = step(put(
+            ctx,
+            stream,
+            format!("{tag}/embed_tokens"),
+            &host.embed,
+        )?);
         let mut layers = Vec::with_capacity(host.layers.len());
         for (i, l) in host.layers.iter().enumerate() {
             let p = format!("{tag}/layers.{i}");
             layers.push(DeviceLayer {
-                input_norm: step(put(ctx, stream, format!("{p}.input_layernorm"), &l.input_norm)?),
+                input_norm: step(put(
+                    ctx,
+                    stream,
+                    format!("{p}.input_layernorm"),
+                    &l.input_norm,
+                )?),
                 qkv: step(put(ctx, stream, format!("{p}.qkv_proj"), &l.qkv)?),
                 o: step(put(ctx, stream, format!("{p}.o_proj"), &l.o)?),
-                post_norm: step(put(ctx, stream, format!("{p}.post_attention_layernorm"), &l.post_norm)?),
+                post_norm: step(put(
+                    ctx,
+                    stream,
+                    format!("{p}.post_attention_layernorm"),
+                    &l.post_norm,
+                )?),
                 gate_up: step(put(ctx, stream, format!("{p}.gate_up_proj"), &l.gate_up)?),
                 down: step(put(ctx, stream, format!("{p}.down_proj"), &l.down)?),
             });
@@ -66,14 +81,26 @@ impl DeviceWeights {
             None => None,
         };
         step_done(&mut done, total, &mut progress);
-        Ok(DeviceWeights { embed, layers, final_norm, lm_head })
+        Ok(DeviceWeights {
+            embed,
+            layers,
+            final_norm,
+            lm_head,
+        })
     }
 
     /// Every buffer, in a fixed order (the same for two models of one config).
     pub fn buffers(&self) -> Vec<&DeviceBuffer<u16>> {
         let mut out = vec![&self.embed];
         for l in &self.layers {
-            out.extend([&l.input_norm, &l.qkv, &l.o, &l.post_norm, &l.gate_up, &l.down]);
+            out.extend([
+                &l.input_norm,
+                &l.qkv,
+                &l.o,
+                &l.post_norm,
+                &l.gate_up,
+                &l.down,
+            ]);
         }
         out.push(&self.final_norm);
         if let Some(h) = &self.lm_head {

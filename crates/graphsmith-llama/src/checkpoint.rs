@@ -271,7 +271,7 @@ pub fn load_weights(
         config.head_dim,
     );
     let (nq, nkv) = (config.num_attention_heads, config.num_key_value_heads);
-    let total = 3 + 9 * config.num_hidden_layers;
+    let total = 2 + 9 * config.num_hidden_layers + usize::from(!config.tie_word_embeddings);
     let mut done = 0;
     let mut get = |name: &str, shape: &[usize]| -> Result<Vec<u16>> {
         let t = files.tensor(name, shape, &first)?;

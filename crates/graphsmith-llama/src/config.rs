@@ -202,10 +202,13 @@ impl Config {
                 ),
             );
         }
-        if self.head_dim % 2 != 0 || self.head_dim > 256 {
+        if self.head_dim % 8 != 0 || self.head_dim > 256 {
             return bad(
                 "head_dim",
-                format!("must be even and at most 256, found {}", self.head_dim),
+                format!(
+                    "must be a multiple of 8 and at most 256, found {}",
+                    self.head_dim
+                ),
             );
         }
         if self.num_attention_heads / self.num_key_value_heads > 16 {

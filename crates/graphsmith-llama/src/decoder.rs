@@ -196,34 +196,7 @@ impl Decoder {
     /// Writes token ids and positions for the first `rows.len()` rows; every other row becomes
     /// padding (position -1). A row given position -1 is padding too (its token is ignored).
     pub fn write_rows(&mut self, stream: &Stream, rows: &[(i32, i32)]) -> Result<()> {
-        if rows.len() > self.capacity {
-            return Err(LlamaError::Input(format!(
-                "{} rows, the decoder holds {}",
-                rows.len(),
-                self.capacity
-            )));
-        }
-        let mut toks = vec![0i32; self.capacity];
-        let mut pos = vec![-1i32; self.capacity];
-        for (i, &(t, p)) in rows.iter().enumerate() {
-            if p == -1 {
-                continue;
-            }
-            if t < 0 || t as usize >= self.config.vocab_size {
-                return Err(LlamaError::Input(format!(
-                    "token id {t} of row {i} is outside the vocabulary of {}",
-                    self.config.vocab_size
-                )));
-            }
-            if p < 0 || p as usize >= self.max_ctx {
-                return Err(LlamaError::Input(format!(
-                    "position {p} of row {i} is outside the context of {} positions",
-                    self.max_ctx
-                )));
-            }
-            toks[i] = t;
-            pos[i] = p;
-        }
+        let (toks, pos) = row_inputs(rows, self.capacity, self.config.vocab_size, self.max_ctx)?;
         stream.upload(&mut self.tokens, &toks)?;
         stream.upload(&mut self.pos, &pos)?;
         Ok(())
@@ -405,4 +378,40 @@ impl graphsmith::Workload<usize> for Decoder {
     ) -> graphsmith::Result<()> {
         self.issue_step(stream, *shape)
     }
+}
+
+/// The token and position arrays (`capacity` long) for `rows`: rows past `rows.len()`, and rows
+/// given position -1, are padding (position -1, token 0). Checks ids and positions.
+pub fn row_inputs(
+    rows: &[(i32, i32)],
+    capacity: usize,
+    vocab: usize,
+    max_ctx: usize,
+) -> Result<(Vec<i32>, Vec<i32>)> {
+    if rows.len() > capacity {
+        return Err(LlamaError::Input(format!(
+            "{} rows, the decoder holds {capacity}",
+            rows.len()
+        )));
+    }
+    let mut toks = vec![0i32; capacity];
+    let mut pos = vec![-1i32; capacity];
+    for (i, &(t, p)) in rows.iter().enumerate() {
+        if p == -1 {
+            continue;
+        }
+        if t < 0 || t as usize >= vocab {
+            return Err(LlamaError::Input(format!(
+                "token id {t} of row {i} is outside the vocabulary of {vocab}"
+            )));
+        }
+        if p < 0 || p as usize >= max_ctx {
+            return Err(LlamaError::Input(format!(
+                "position {p} of row {i} is outside the context of {max_ctx} positions"
+            )));
+        }
+        toks[i] = t;
+        pos[i] = p;
+    }
+    Ok((toks, pos))
 }

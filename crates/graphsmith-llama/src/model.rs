@@ -16,6 +16,12 @@ use crate::weights::DeviceWeights;
 /// The batch buckets captured in graphs mode.
 pub const BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 
+/// The bucket a batch of `batch` rows runs in (the smallest that holds it), or `None` above the
+/// largest (such a batch runs eagerly); the same rule as the cache's dispatch.
+pub fn bucket_for(batch: usize) -> Option<usize> {
+    BUCKETS.iter().copied().find(|&b| batch <= b && batch > 0)
+}
+
 /// Eager launches, or replays of captured graphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -374,10 +374,10 @@ pub fn bench(
     progress: bool,
     mut emit: impl FnMut(&BenchLine),
 ) -> Result<()> {
-    if batches.contains(&0) {
-        return Err(LlamaError::Input("a batch of zero sequences".into()));
-    }
     let (config, host) = load_host(source, progress)?;
+    for &b in batches {
+        check_request(&config, 32, warmup + steps, b)?;
+    }
     let copy_tb_s = copy_bandwidth(ctx)?;
     let weight_bytes = config.weight_bytes();
     let prompt = bench_prompt(32, config.vocab_size);
@@ -466,6 +466,26 @@ pub struct Generation {
     pub prefill_ms: f64,
     pub decode_tokens_per_s: f64,
     pub mode: Mode,
+}
+
+/// Checks a generation request before anything goes to the device: a non-empty prompt and
+/// batch, and prompt plus new tokens within `context` positions. Returns the context to
+/// allocate.
+pub fn check_request(config: &Config, prompt_len: usize, new_tokens: usize, batch: usize) -> Result<usize> {
+    if batch == 0 {
+        return Err(LlamaError::Input("a batch of zero sequences".into()));
+    }
+    if prompt_len == 0 {
+        return Err(LlamaError::Input("an empty prompt".into()));
+    }
+    let need = prompt_len + new_tokens;
+    if need > config.max_position_embeddings {
+        return Err(LlamaError::Input(format!(
+            "a prompt of {prompt_len} tokens plus {new_tokens} new tokens is longer than the context of {} (max_position_embeddings)",
+            config.max_position_embeddings
+        )));
+    }
+    Ok(need + 1)
 }
 
 /// Greedy decoding of one prompt: prefill (one step per prompt token), then `new_tokens`.

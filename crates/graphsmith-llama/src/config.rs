@@ -193,7 +193,10 @@ impl Config {
     /// Checks the shape rules the kernels rely on.
     pub fn validate(&self, file: &str) -> Result<()> {
         let bad = |field: &str, reason: String| Err(LlamaError::config(file, field, reason));
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
             return bad(
                 "num_key_value_heads",
                 format!(
@@ -202,7 +205,7 @@ impl Config {
                 ),
             );
         }
-        if self.head_dim % 8 != 0 || self.head_dim > 256 {
+        if !self.head_dim.is_multiple_of(8) || self.head_dim > 256 {
             return bad(
                 "head_dim",
                 format!(
@@ -322,7 +325,8 @@ impl Config {
                     .map(|&f| {
                         let wavelen = 2.0 * std::f32::consts::PI / f;
                         let scaled = if wavelen > low_wavelen { f / factor } else { f };
-                        let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+                        // Neither high nor low frequency (NaN-free: both sides are finite).
+                        let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
                         if medium {
                             let smooth = (old / wavelen - low_freq_factor)
                                 / (high_freq_factor - low_freq_factor);

@@ -240,7 +240,7 @@ impl Decoder {
             args![&self.tokens, &w.embed, &mut self.hidden, h, v],
         )?;
         for (l, lw) in w.layers.iter().enumerate() {
-            let range = graphsmith::range(&format!("layer {l}"));
+            let range = graphsmith::range(format!("layer {l}"));
             stream.launch(
                 "input norm",
                 &k.rmsnorm,

@@ -246,6 +246,26 @@ impl Model {
         Ok(out)
     }
 
+    /// Fills the logits with NaN (tests poison outputs before a step, so a step that writes
+    /// nothing cannot pass).
+    pub fn poison_logits(&mut self) -> Result<()> {
+        let (stream, work): (&Stream, &mut Decoder) = match &mut self.runner {
+            Runner::Eager { stream, work } => (stream, work),
+            Runner::Graphs(cache) => cache.parts(),
+        };
+        let nan = vec![f32::NAN; work.logits.len()];
+        stream.upload(&mut work.logits, &nan)?;
+        Ok(())
+    }
+
+    /// The model of the bucket's executable (labels, lines, accesses), graphs mode.
+    pub fn graph_model(&self, bucket: usize) -> Option<graphsmith::model::Graph> {
+        match &self.runner {
+            Runner::Graphs(cache) => cache.exec(&bucket).map(|e| e.model().clone()),
+            Runner::Eager { .. } => None,
+        }
+    }
+
     /// Kernel and library nodes in the bucket's executable (graphs mode).
     pub fn node_count(&self, bucket: usize) -> Option<usize> {
         match &self.runner {

@@ -471,7 +471,12 @@ pub struct Generation {
 /// Checks a generation request before anything goes to the device: a non-empty prompt and
 /// batch, and prompt plus new tokens within `context` positions. Returns the context to
 /// allocate.
-pub fn check_request(config: &Config, prompt_len: usize, new_tokens: usize, batch: usize) -> Result<usize> {
+pub fn check_request(
+    config: &Config,
+    prompt_len: usize,
+    new_tokens: usize,
+    batch: usize,
+) -> Result<usize> {
     if batch == 0 {
         return Err(LlamaError::Input("a batch of zero sequences".into()));
     }

@@ -22,22 +22,49 @@ fn with_field(field: &str, value: &str) -> String {
 }
 
 fn config_error(text: &str) -> String {
-    Config::from_json(text, "m/config.json", "m").unwrap_err().to_string()
+    Config::from_json(text, "m/config.json", "m")
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
 fn good_config_parses() {
     let c = Config::from_json(TINY_CONFIG, "config.json", "tiny").unwrap();
     assert_eq!(c, Config::named("tiny").unwrap());
-    assert_eq!((c.head_dim, c.qkv_dim(), c.q_dim(), c.kv_dim()), (16, 128, 64, 32));
+    assert_eq!(
+        (c.head_dim, c.qkv_dim(), c.q_dim(), c.kv_dim()),
+        (16, 128, 64, 32)
+    );
 }
 
 #[test]
 fn named_configs_match_the_shared_shapes() {
     let small = Config::named("small").unwrap();
-    assert_eq!((small.num_hidden_layers, small.hidden_size, small.num_attention_heads, small.num_key_value_heads, small.intermediate_size, small.vocab_size, small.head_dim), (30, 576, 9, 3, 1536, 49152, 64));
+    assert_eq!(
+        (
+            small.num_hidden_layers,
+            small.hidden_size,
+            small.num_attention_heads,
+            small.num_key_value_heads,
+            small.intermediate_size,
+            small.vocab_size,
+            small.head_dim
+        ),
+        (30, 576, 9, 3, 1536, 49152, 64)
+    );
     let b1 = Config::named("1b").unwrap();
-    assert_eq!((b1.num_hidden_layers, b1.hidden_size, b1.num_attention_heads, b1.num_key_value_heads, b1.intermediate_size, b1.vocab_size, b1.head_dim), (16, 2048, 32, 8, 8192, 128256, 64));
+    assert_eq!(
+        (
+            b1.num_hidden_layers,
+            b1.hidden_size,
+            b1.num_attention_heads,
+            b1.num_key_value_heads,
+            b1.intermediate_size,
+            b1.vocab_size,
+            b1.head_dim
+        ),
+        (16, 2048, 32, 8, 8192, 128256, 64)
+    );
     assert!(matches!(b1.rope_scaling, RopeScaling::Llama3 { .. }));
     // Llama-3.2-1B: 1.236e9 parameters in bf16, lm_head tied.
     assert_eq!(b1.weight_bytes(), 2 * 1_235_814_400);
@@ -79,8 +106,16 @@ fn each_bad_config_field_is_named() {
     }
     let mut v: serde_json::Value = serde_json::from_str(TINY_CONFIG).unwrap();
     v.as_object_mut().unwrap().remove("vocab_size");
-    assert_eq!(config_error(&v.to_string()), "config m/config.json: field `vocab_size`: missing");
-    let linear = Config::from_json(&with_field("rope_scaling", r#"{"type": "linear", "factor": 2.0}"#), "c", "c").unwrap();
+    assert_eq!(
+        config_error(&v.to_string()),
+        "config m/config.json: field `vocab_size`: missing"
+    );
+    let linear = Config::from_json(
+        &with_field("rope_scaling", r#"{"type": "linear", "factor": 2.0}"#),
+        "c",
+        "c",
+    )
+    .unwrap();
     assert_eq!(linear.rope_scaling, RopeScaling::Linear { factor: 2.0 });
 }
 
@@ -96,7 +131,10 @@ fn single_file_loads_and_fuses() {
     for (a, b) in got.layers.iter().zip(&w.layers) {
         assert_eq!(a.qkv, b.qkv);
         assert_eq!(a.gate_up, b.gate_up);
-        assert_eq!((&a.o, &a.down, &a.input_norm, &a.post_norm), (&b.o, &b.down, &b.input_norm, &b.post_norm));
+        assert_eq!(
+            (&a.o, &a.down, &a.input_norm, &a.post_norm),
+            (&b.o, &b.down, &b.input_norm, &b.post_norm)
+        );
     }
 }
 
@@ -106,17 +144,32 @@ fn sharded_checkpoint_loads() {
     let (config, w) = tiny_model(dir.path());
     std::fs::remove_file(dir.path().join("model.safetensors")).unwrap();
     let all = hf_tensors(&config, &w);
-    let (mut a, mut b) = (std::collections::BTreeMap::new(), std::collections::BTreeMap::new());
+    let (mut a, mut b) = (
+        std::collections::BTreeMap::new(),
+        std::collections::BTreeMap::new(),
+    );
     let mut map = serde_json::Map::new();
     for (i, (name, t)) in all.into_iter().enumerate() {
-        let file = if i % 2 == 0 { "model-00001-of-00002.safetensors" } else { "model-00002-of-00002.safetensors" };
+        let file = if i % 2 == 0 {
+            "model-00001-of-00002.safetensors"
+        } else {
+            "model-00002-of-00002.safetensors"
+        };
         map.insert(name.clone(), file.into());
-        if i % 2 == 0 { a.insert(name, t); } else { b.insert(name, t); }
+        if i % 2 == 0 {
+            a.insert(name, t);
+        } else {
+            b.insert(name, t);
+        }
     }
     write_file(&dir.path().join("model-00001-of-00002.safetensors"), &a);
     write_file(&dir.path().join("model-00002-of-00002.safetensors"), &b);
     let index = serde_json::json!({"metadata": {}, "weight_map": map});
-    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
     let got = load_weights(dir.path(), &config, |_, _| {}).unwrap();
     assert_eq!(got.layers[1].qkv, w.layers[1].qkv);
     assert_eq!(got.final_norm, w.final_norm);
@@ -125,11 +178,20 @@ fn sharded_checkpoint_loads() {
     std::fs::remove_file(dir.path().join("model-00002-of-00002.safetensors")).unwrap();
     let err = load_error(dir.path(), &config);
     let path = dir.path().join("model-00002-of-00002.safetensors");
-    assert_eq!(err, format!("cannot read {}: No such file or directory (os error 2)", path.display()));
+    assert_eq!(
+        err,
+        format!(
+            "cannot read {}: No such file or directory (os error 2)",
+            path.display()
+        )
+    );
 }
 
 fn load_error(dir: &Path, config: &Config) -> String {
-    load_weights(dir, config, |_, _| {}).err().expect("loading must fail").to_string()
+    load_weights(dir, config, |_, _| {})
+        .err()
+        .expect("loading must fail")
+        .to_string()
 }
 
 #[test]
@@ -137,7 +199,13 @@ fn missing_file_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let config = Config::named("tiny").unwrap();
     let path = dir.path().join("model.safetensors");
-    assert_eq!(load_error(dir.path(), &config), format!("cannot read {}: No such file or directory (os error 2)", path.display()));
+    assert_eq!(
+        load_error(dir.path(), &config),
+        format!(
+            "cannot read {}: No such file or directory (os error 2)",
+            path.display()
+        )
+    );
 }
 
 #[test]
@@ -163,38 +231,68 @@ fn missing_wrong_dtype_and_wrong_shape_tensors_are_named() {
     let mut t = hf_tensors(&config, &w);
     t.remove("model.layers.1.mlp.up_proj.weight");
     write_file(&path, &t);
-    assert_eq!(load_error(dir.path(), &config), format!("checkpoint {shown}: tensor 'model.layers.1.mlp.up_proj.weight': missing"));
+    assert_eq!(
+        load_error(dir.path(), &config),
+        format!("checkpoint {shown}: tensor 'model.layers.1.mlp.up_proj.weight': missing")
+    );
 
-    let mut typed: Vec<_> = hf_tensors(&config, &w).into_iter().map(|(n, (b, s))| (n, Dtype::BF16, b, s)).collect();
+    let mut typed: Vec<_> = hf_tensors(&config, &w)
+        .into_iter()
+        .map(|(n, (b, s))| (n, Dtype::BF16, b, s))
+        .collect();
     for t in &mut typed {
         if t.0 == "model.norm.weight" {
             t.1 = Dtype::I16;
         }
     }
     write_file_typed(&path, typed);
-    assert_eq!(load_error(dir.path(), &config), format!("checkpoint {shown}: tensor 'model.norm.weight': dtype I16, want BF16, F16 or F32"));
+    assert_eq!(
+        load_error(dir.path(), &config),
+        format!("checkpoint {shown}: tensor 'model.norm.weight': dtype I16, want BF16, F16 or F32")
+    );
 
     let mut t = hf_tensors(&config, &w);
     let (bytes, _) = t["model.layers.0.self_attn.k_proj.weight"].clone();
-    t.insert("model.layers.0.self_attn.k_proj.weight".into(), (bytes, vec![64, 32]));
+    t.insert(
+        "model.layers.0.self_attn.k_proj.weight".into(),
+        (bytes, vec![64, 32]),
+    );
     write_file(&path, &t);
     assert_eq!(load_error(dir.path(), &config), format!("checkpoint {shown}: tensor 'model.layers.0.self_attn.k_proj.weight': shape [64, 32], the config wants [32, 64]"));
 
     // Untied config without lm_head.weight.
-    let untied = Config { tie_word_embeddings: false, ..config.clone() };
+    let untied = Config {
+        tie_word_embeddings: false,
+        ..config.clone()
+    };
     write_file(&path, &hf_tensors(&config, &w));
-    assert_eq!(load_error(dir.path(), &untied), format!("checkpoint {shown}: tensor 'lm_head.weight': missing (tie_word_embeddings is false)"));
+    assert_eq!(
+        load_error(dir.path(), &untied),
+        format!(
+            "checkpoint {shown}: tensor 'lm_head.weight': missing (tie_word_embeddings is false)"
+        )
+    );
 }
 
 #[test]
 fn f32_weights_are_converted_and_untied_head_loads() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config { tie_word_embeddings: false, ..Config::named("tiny").unwrap() };
+    let config = Config {
+        tie_word_embeddings: false,
+        ..Config::named("tiny").unwrap()
+    };
     let w = random_weights(&config, 3);
     let typed: Vec<_> = hf_tensors(&config, &w)
         .into_iter()
         .map(|(n, (b, s))| {
-            let f: Vec<u8> = b.chunks_exact(2).flat_map(|c| half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32().to_le_bytes()).collect();
+            let f: Vec<u8> = b
+                .chunks_exact(2)
+                .flat_map(|c| {
+                    half::bf16::from_bits(u16::from_le_bytes([c[0], c[1]]))
+                        .to_f32()
+                        .to_le_bytes()
+                })
+                .collect();
             (n, Dtype::F32, f, s)
         })
         .collect();
@@ -208,7 +306,11 @@ fn f32_weights_are_converted_and_untied_head_loads() {
 fn not_llama_config_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.json");
-    std::fs::write(&path, r#"{"architectures": ["GPT2LMHeadModel"], "n_embd": 768}"#).unwrap();
+    std::fs::write(
+        &path,
+        r#"{"architectures": ["GPT2LMHeadModel"], "n_embd": 768}"#,
+    )
+    .unwrap();
     assert_eq!(
         Config::from_file(&path).unwrap_err().to_string(),
         format!("config {}: field `architectures`: not a Llama-architecture model (want LlamaForCausalLM, found [\"GPT2LMHeadModel\"])", path.display())
@@ -219,8 +321,14 @@ fn not_llama_config_file_is_refused() {
 fn requests_are_checked_before_the_device() {
     let c = Config::named("tiny").unwrap();
     assert_eq!(check_request(&c, 10, 20, 1).unwrap(), 31);
-    assert_eq!(check_request(&c, 10, 20, 0).unwrap_err().to_string(), "bad input: a batch of zero sequences");
-    assert_eq!(check_request(&c, 0, 20, 1).unwrap_err().to_string(), "bad input: an empty prompt");
+    assert_eq!(
+        check_request(&c, 10, 20, 0).unwrap_err().to_string(),
+        "bad input: a batch of zero sequences"
+    );
+    assert_eq!(
+        check_request(&c, 0, 20, 1).unwrap_err().to_string(),
+        "bad input: an empty prompt"
+    );
     assert_eq!(
         check_request(&c, 2000, 100, 1).unwrap_err().to_string(),
         "bad input: a prompt of 2000 tokens plus 100 new tokens is longer than the context of 2048 (max_position_embeddings)"
@@ -230,7 +338,18 @@ fn requests_are_checked_before_the_device() {
 #[test]
 fn bucket_dispatch_and_padding() {
     assert_eq!(BUCKETS, [1, 2, 4, 8, 16, 32, 64]);
-    let want = [(1, Some(1)), (2, Some(2)), (3, Some(4)), (5, Some(8)), (8, Some(8)), (9, Some(16)), (33, Some(64)), (64, Some(64)), (65, None), (0, None)];
+    let want = [
+        (1, Some(1)),
+        (2, Some(2)),
+        (3, Some(4)),
+        (5, Some(8)),
+        (8, Some(8)),
+        (9, Some(16)),
+        (33, Some(64)),
+        (64, Some(64)),
+        (65, None),
+        (0, None),
+    ];
     for (batch, bucket) in want {
         assert_eq!(bucket_for(batch), bucket, "batch {batch}");
     }
@@ -238,9 +357,20 @@ fn bucket_dispatch_and_padding() {
     let (toks, pos) = row_inputs(&[(5, 0), (7, 3), (0, -1)], 8, 512, 16).unwrap();
     assert_eq!(toks, [5, 7, 0, 0, 0, 0, 0, 0]);
     assert_eq!(pos, [0, 3, -1, -1, -1, -1, -1, -1]);
-    assert_eq!(row_inputs(&[(512, 0)], 8, 512, 16).unwrap_err().to_string(), "bad input: token id 512 of row 0 is outside the vocabulary of 512");
-    assert_eq!(row_inputs(&[(1, 16)], 8, 512, 16).unwrap_err().to_string(), "bad input: position 16 of row 0 is outside the context of 16 positions");
-    assert_eq!(row_inputs(&[(1, 0); 9], 8, 512, 16).unwrap_err().to_string(), "bad input: 9 rows, the decoder holds 8");
+    assert_eq!(
+        row_inputs(&[(512, 0)], 8, 512, 16).unwrap_err().to_string(),
+        "bad input: token id 512 of row 0 is outside the vocabulary of 512"
+    );
+    assert_eq!(
+        row_inputs(&[(1, 16)], 8, 512, 16).unwrap_err().to_string(),
+        "bad input: position 16 of row 0 is outside the context of 16 positions"
+    );
+    assert_eq!(
+        row_inputs(&[(1, 0); 9], 8, 512, 16)
+            .unwrap_err()
+            .to_string(),
+        "bad input: 9 rows, the decoder holds 8"
+    );
 }
 
 #[test]
@@ -274,5 +404,11 @@ fn tokenizer_path_text_in_text_out() {
 
     std::fs::write(dir.path().join("tokenizer.json"), "{not json").unwrap();
     let err = Codec::for_model(dir.path()).err().unwrap().to_string();
-    assert!(err.starts_with(&format!("tokenizer {}: ", dir.path().join("tokenizer.json").display())), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "tokenizer {}: ",
+            dir.path().join("tokenizer.json").display()
+        )),
+        "{err}"
+    );
 }

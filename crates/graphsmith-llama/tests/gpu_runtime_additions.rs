@@ -109,7 +109,7 @@ fn relocate_moves_an_executable_onto_new_buffers_and_frees_the_old() {
     drop(a);
     let (free_after, _) = ctx.memory_info().unwrap();
     assert!(
-        free_after >= free_before + (n * 4) as usize,
+        free_after >= free_before + n * 4,
         "the old buffer is no longer held by the executable: free {free_before} -> {free_after}"
     );
     stream.upload(&mut out, &vec![f32::NAN; n]).unwrap();

@@ -75,6 +75,8 @@ pub struct SwapReport {
     pub executables: usize,
     /// Kernel nodes whose arguments changed, over all executables.
     pub nodes_updated: usize,
+    /// `relocate` (in place), or `recapture: <why relocation was impossible>`.
+    pub method: String,
     /// Device memory given back after the switch (the old set's bytes when all of it was freed).
     pub freed_bytes: u64,
 }
@@ -326,15 +328,20 @@ impl Model {
         let used_before = self.device_used_bytes()?;
         let t = Instant::now();
         let (mut executables, mut nodes_updated) = (0, 0);
+        let mut impossible = None;
         if let Runner::Graphs(cache) = &mut self.runner {
             for bucket in cache.held_buckets() {
                 if let Some(exec) = cache.exec_mut(&bucket) {
-                    nodes_updated += exec.relocate(&moves)?.nodes;
+                    match exec.relocate(&moves) {
+                        Ok(moved) => nodes_updated += moved.nodes,
+                        // Nothing of this executable was changed: it is re-captured below.
+                        Err(e) => impossible = Some(e),
+                    }
                     executables += 1;
                 }
             }
         }
-        let switch_ms = t.elapsed().as_secs_f64() * 1e3;
+        let mut switch_ms = t.elapsed().as_secs_f64() * 1e3;
         drop(moves);
         let old = match &mut self.runner {
             Runner::Eager { stream, work } => {
@@ -348,12 +355,26 @@ impl Model {
             }
         };
         drop(old);
+        let method = match impossible {
+            None => "relocate".to_string(),
+            Some(reason) => {
+                // Fall back to capturing every bucket again with the new weights.
+                let t = Instant::now();
+                if let Runner::Graphs(cache) = &mut self.runner {
+                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
+                    cache.stream().synchronize()?;
+                }
+                switch_ms += t.elapsed().as_secs_f64() * 1e3;
+                format!("recapture: {reason}")
+            }
+        };
         let used_after = self.device_used_bytes()?;
         Ok(SwapReport {
             upload_ms,
             switch_ms,
             executables,
             nodes_updated,
+            method,
             freed_bytes: used_before.saturating_sub(used_after).min(old_bytes),
         })
     }

@@ -314,6 +314,7 @@ fn weight_swap_in_place_gives_the_new_models_results() {
     let before = generate(&mut model, &prompt, 24).unwrap();
     let report = model.swap_weights(&w2).unwrap();
     assert_eq!(report.executables, BUCKETS.len());
+    assert_eq!(report.method, "relocate");
     assert!(report.nodes_updated > 0);
     model.poison_logits().unwrap();
     let after = generate(&mut model, &prompt, 24).unwrap();

@@ -110,9 +110,13 @@ enum Command {
 
 fn print_error(e: &LlamaError) {
     eprintln!("error: {e}");
+    let shown = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
-        eprintln!("Caused by: {s}");
+        let text = s.to_string();
+        if !shown.contains(&text) {
+            eprintln!("Caused by: {text}");
+        }
         source = s.source();
     }
 }
@@ -145,9 +149,8 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             tolerance,
             json,
         } => {
-            let ctx = context()?;
             let swap = swap_model.as_deref().zip(swap_reference.as_deref());
-            let out = run::check(&ctx, &model, &reference, mode, swap, tolerance, tty)?;
+            let out = run::check(context, &model, &reference, mode, swap, tolerance, tty)?;
             if json {
                 println!("{}", serde_json::to_string(&out).unwrap_or_default());
             } else {
@@ -199,9 +202,8 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                     "--steps and --runs must be at least 1".into(),
                 ));
             }
-            let ctx = context()?;
             run::bench(
-                &ctx,
+                context,
                 &source,
                 &batch,
                 &mode,

@@ -227,9 +227,10 @@ pub struct CheckOutcome {
     pub pass: bool,
 }
 
-/// The `check` command.
+/// The `check` command. `ctx` is called once every input has been read and checked (so bad
+/// input is reported before any device work).
 pub fn check(
-    ctx: &Context,
+    ctx: impl FnOnce() -> Result<Context>,
     model_dir: &Path,
     reference: &Path,
     mode: Mode,
@@ -266,6 +267,7 @@ pub fn check(
     let all_refs = refs.iter().chain(swap_data.iter().flat_map(|s| s.1.iter()));
     let max_ctx = all_refs.clone().map(|r| r.tokens.len()).max().unwrap_or(1);
     let rows = refs.len().max(swap_data.as_ref().map_or(0, |s| s.1.len()));
+    let ctx = &ctx()?;
     let mut model = build_model(ctx, config, &host, rows, max_ctx, mode, progress)?;
     let mut checks = vec![check_against(
         &mut model,
@@ -361,10 +363,11 @@ pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
 }
 
 /// The `bench` command: for each mode and batch, decode `steps` steps after `warmup` (prefill
-/// excluded), timed with CUDA events over the whole loop, median of `runs`.
+/// excluded), timed with CUDA events over the whole loop, median of `runs`. `ctx` is called
+/// once the inputs have been checked.
 #[allow(clippy::too_many_arguments)]
 pub fn bench(
-    ctx: &Context,
+    ctx: impl FnOnce() -> Result<Context>,
     source: &Source,
     batches: &[usize],
     modes: &[Mode],
@@ -378,6 +381,7 @@ pub fn bench(
     for &b in batches {
         check_request(&config, 32, warmup + steps, b)?;
     }
+    let ctx = &ctx()?;
     let copy_tb_s = copy_bandwidth(ctx)?;
     let weight_bytes = config.weight_bytes();
     let prompt = bench_prompt(32, config.vocab_size);

@@ -412,3 +412,77 @@ fn tokenizer_path_text_in_text_out() {
         "{err}"
     );
 }
+
+fn write_reference(path: &Path, vocab: usize, prompt: &[i32], new: usize, tokens_extra: i32) {
+    let mut tokens: Vec<i32> = prompt.to_vec();
+    tokens.extend((0..new as i32 + tokens_extra).map(|i| i % 512));
+    let tb: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let pb: Vec<u8> = (prompt.len() as i32).to_le_bytes().to_vec();
+    let lb: Vec<u8> = vec![0u8; new * vocab * 4];
+    write_file_typed(
+        path,
+        vec![
+            (
+                "tokens.0".into(),
+                Dtype::I32,
+                tb.clone(),
+                vec![tokens.len()],
+            ),
+            ("prompt_len.0".into(), Dtype::I32, pb, vec![1]),
+            ("logits.0".into(), Dtype::F32, lb, vec![new, vocab]),
+        ],
+    );
+}
+
+#[test]
+fn check_refuses_bad_references_before_touching_the_device() {
+    use graphsmith_llama::model::Mode;
+    let dir = tempfile::tempdir().unwrap();
+    tiny_model(dir.path());
+    let reference = dir.path().join("ref.safetensors");
+    let no_device = || -> graphsmith_llama::Result<graphsmith::Context> {
+        panic!("bad input must be found before the device is used")
+    };
+    let run = |r: &Path| {
+        graphsmith_llama::run::check(no_device, dir.path(), r, Mode::Graphs, None, 0.0625, false)
+            .err()
+            .expect("must fail")
+            .to_string()
+    };
+    write_reference(&reference, 100, &[1, 2, 3], 4, 0);
+    let shown = reference.display();
+    assert_eq!(
+        run(&reference),
+        format!("checkpoint {shown}: sequence 0: logits shape [4, 100], want [N, 512]")
+    );
+    write_reference(&reference, 512, &[1, 2, 3], 4, 1);
+    assert_eq!(
+        run(&reference),
+        format!("checkpoint {shown}: sequence 0: 8 tokens for a prompt of 3 and 4 new tokens")
+    );
+    write_reference(&reference, 512, &[1, 2, 600], 4, 0);
+    assert_eq!(
+        run(&reference),
+        format!("checkpoint {shown}: sequence 0: token id 600 outside the vocabulary of 512")
+    );
+    let missing = dir.path().join("nothing.safetensors");
+    assert_eq!(
+        run(&missing),
+        format!(
+            "cannot read {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+    let err = graphsmith_llama::run::check(
+        no_device,
+        dir.path(),
+        &missing,
+        Mode::Eager,
+        None,
+        0.0625,
+        false,
+    )
+    .err()
+    .unwrap();
+    assert!(err.is_bad_input());
+}

@@ -445,8 +445,7 @@ fn check_refuses_bad_references_before_touching_the_device() {
     };
     let run = |r: &Path| {
         graphsmith_llama::run::check(no_device, dir.path(), r, Mode::Graphs, None, 0.0625, false)
-            .err()
-            .expect("must fail")
+            .expect_err("must fail")
             .to_string()
     };
     write_reference(&reference, 100, &[1, 2, 3], 4, 0);

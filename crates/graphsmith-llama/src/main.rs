@@ -178,7 +178,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                     println!("bucket {bucket}: {n} hazards");
                 }
                 if let Some(s) = &out.swap {
-                    println!("weight swap ({}): {:.3} ms to switch {} executables ({} nodes); upload {:.1} ms; freed {} bytes", s.method, s.switch_ms, s.executables, s.nodes_updated, s.upload_ms, s.freed_bytes);
+                    println!("weight swap ({}): {:.3} ms to switch {} executables ({} nodes); verified in {:.1} ms; upload {:.1} ms; freed {} bytes", s.method, s.switch_ms, s.executables, s.nodes_updated, s.verify_ms, s.upload_ms, s.freed_bytes);
                 }
                 if let Some(ms) = out.recapture_ms {
                     println!("re-capturing every bucket instead: {ms:.3} ms");

@@ -75,7 +75,9 @@ pub struct SwapReport {
     pub executables: usize,
     /// Kernel nodes whose arguments changed, over all executables.
     pub nodes_updated: usize,
-    /// `relocate` (in place), or `recapture: <why relocation was impossible>`.
+    /// Checking every relocated graph against an eager step (before the old weights go).
+    pub verify_ms: f64,
+    /// `relocate` (in place), or `recapture: <why relocation was impossible or incomplete>`.
     pub method: String,
     /// Device memory given back after the switch (the old set's bytes when all of it was freed).
     pub freed_bytes: u64,
@@ -354,8 +356,16 @@ impl Model {
                 std::mem::replace(&mut work.weights, new)
             }
         };
-        drop(old);
-        let method = match impossible {
+        // The old buffers stay alive until every relocated graph has been checked against an
+        // eager step: a pointer the relocation could not see (e.g. encoded inside a TMA
+        // descriptor) would still read the old weights, and is caught here, not by a fault.
+        let t = Instant::now();
+        let mismatch = match impossible {
+            Some(e) => Some(e.to_string()),
+            None => self.verify_graphs()?,
+        };
+        let verify_ms = t.elapsed().as_secs_f64() * 1e3;
+        let method = match mismatch {
             None => "relocate".to_string(),
             Some(reason) => {
                 // Fall back to capturing every bucket again with the new weights.
@@ -368,15 +378,56 @@ impl Model {
                 format!("recapture: {reason}")
             }
         };
+        drop(old);
         let used_after = self.device_used_bytes()?;
         Ok(SwapReport {
             upload_ms,
             switch_ms,
+            verify_ms,
             executables,
             nodes_updated,
             method,
             freed_bytes: used_before.saturating_sub(used_after).min(old_bytes),
         })
+    }
+
+    /// Runs every held bucket once from its graph and once eagerly (same inputs, all rows at
+    /// position 0) and compares the logits bit for bit; the first bucket that differs is
+    /// returned. Overwrites position 0 of the KV cache of those rows.
+    pub fn verify_graphs(&mut self) -> Result<Option<String>> {
+        let Runner::Graphs(cache) = &mut self.runner else {
+            return Ok(None);
+        };
+        let vocab = cache.work().config.vocab_size;
+        for bucket in cache.held_buckets() {
+            let rows: Vec<(i32, i32)> = (0..bucket)
+                .map(|r| (((r * 31 + 1) % vocab) as i32, 0))
+                .collect();
+            let mut failed = None;
+            cache.run_with(&bucket, |stream, work, _| {
+                failed = work.write_rows(stream, &rows).err();
+                Ok(())
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            let (stream, work) = cache.parts();
+            let graph = stream.download(&work.logits)?;
+            work.write_rows(stream, &rows)?;
+            work.step(stream, bucket)?;
+            let eager = stream.download(&work.logits)?;
+            let n = bucket * vocab;
+            let same = graph[..n]
+                .iter()
+                .zip(&eager[..n])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            if !same {
+                return Ok(Some(format!(
+                    "bucket {bucket}: the relocated graph's logits differ from an eager step's (a pointer the relocation could not see?)"
+                )));
+            }
+        }
+        Ok(None)
     }
 
     /// Re-captures every held bucket from the current state and updates the executables

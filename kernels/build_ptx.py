@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Compile kernels/graphsmith_kernels.cu to PTX with NVRTC (no GPU needed).
+"""Compile kernels/graphsmith_kernels.cu (or, with --source llama, kernels/llama_kernels.cu)
+to PTX with NVRTC (no GPU needed).
 
 Usage:
     python3 kernels/build_ptx.py --nvrtc /path/to/libnvrtc.so.13
     NVRTC_LIB=/path/to/libnvrtc.so.13 python3 kernels/build_ptx.py
+    python3 kernels/build_ptx.py --nvrtc /path/to/libnvrtc.so.13 --source llama
 
 Writes (next to this script):
     graphsmith_kernels.ptx   PTX for compute_90 (committed; loaded via include_str!)
@@ -34,6 +36,15 @@ EXTERN_C_KERNELS = [
     "gs_spin",
     "gs_empty",
 ]
+
+# The decoder's kernels (crates/graphsmith-llama): all extern "C", no mangled names.
+LLAMA = {
+    "src": os.path.join(HERE, "llama_kernels.cu"),
+    "ptx": os.path.join(HERE, "llama_kernels.ptx"),
+    "names": None,
+    "name_expressions": [],
+    "extern_c": ["ll_embed", "ll_rmsnorm", "ll_attention", "ll_swiglu", "ll_argmax", "ll_advance"],
+}
 
 NVRTC_SUCCESS = 0
 
@@ -116,7 +127,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nvrtc", default=os.environ.get("NVRTC_LIB"),
                     help="path to libnvrtc.so.13 (default: $NVRTC_LIB)")
+    ap.add_argument("--source", choices=["builtin", "llama"], default="builtin",
+                    help="which kernels: builtin (graphsmith_kernels.cu) or llama (llama_kernels.cu)")
     args = ap.parse_args()
+    global SRC, PTX_OUT, NAMES_OUT, NAME_EXPRESSIONS, EXTERN_C_KERNELS
+    if args.source == "llama":
+        SRC, PTX_OUT, NAMES_OUT = LLAMA["src"], LLAMA["ptx"], LLAMA["names"]
+        NAME_EXPRESSIONS, EXTERN_C_KERNELS = LLAMA["name_expressions"], LLAMA["extern_c"]
 
     lib = load_nvrtc(args.nvrtc)
     major, minor = ctypes.c_int(), ctypes.c_int()
@@ -128,7 +145,7 @@ def main():
 
     prog = ctypes.c_void_p()
     # Program name is fixed (not the absolute path) so the output is deterministic.
-    check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), src, b"graphsmith_kernels.cu",
+    check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), src, os.path.basename(SRC).encode(),
                                       0, None, None), "nvrtcCreateProgram")
     try:
         for expr in NAME_EXPRESSIONS:
@@ -176,9 +193,10 @@ def main():
 
     with open(PTX_OUT, "w", newline="\n") as f:
         f.write(ptx)
-    with open(NAMES_OUT, "w", newline="\n") as f:
-        for expr, mangled in lowered:
-            f.write(f"{expr} {mangled}\n")
+    if NAMES_OUT:
+        with open(NAMES_OUT, "w", newline="\n") as f:
+            for expr, mangled in lowered:
+                f.write(f"{expr} {mangled}\n")
 
     version = next((l.strip() for l in ptx.splitlines() if l.startswith(".version")), "?")
     target = next((l.strip() for l in ptx.splitlines() if l.startswith(".target")), "?")
@@ -186,7 +204,8 @@ def main():
           f"{len(entries)} entries)")
     for expr, mangled in lowered:
         print(f"{expr} {mangled}")
-    print(f"wrote {os.path.relpath(NAMES_OUT)}")
+    if NAMES_OUT:
+        print(f"wrote {os.path.relpath(NAMES_OUT)}")
 
 
 if __name__ == "__main__":

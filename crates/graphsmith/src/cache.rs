@@ -522,6 +522,13 @@ impl<K: ShapeKey, W: Workload<K>> GraphCache<K, W> {
             _ => None,
         }
     }
+    /// The held executable of a bucket, to change it in place (e.g. [`Exec::relocate`]).
+    pub fn exec_mut(&mut self, bucket: &K) -> Option<&mut Exec> {
+        match self.entries.get_mut(bucket) {
+            Some(Entry::Held { exec, .. }) => Some(exec),
+            _ => None,
+        }
+    }
     pub fn stats(&self) -> CacheStats {
         self.stats
     }

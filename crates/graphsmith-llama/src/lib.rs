@@ -1,0 +1,22 @@
+//! # graphsmith-llama
+//!
+//! A Llama-architecture decoder on graphsmith: HF checkpoints (safetensors, memory-mapped) or
+//! random weights, cuBLAS GEMMs captured inside graphs as journaled library calls, one
+//! executable per batch bucket in a [`graphsmith::GraphCache`], positions read from device
+//! buffers, and weights swapped into every executable in place.
+
+pub mod checkpoint;
+pub mod config;
+pub mod cublas;
+pub mod decoder;
+pub mod error;
+pub mod model;
+pub mod reference;
+pub mod run;
+pub mod tokenizer;
+pub mod weights;
+
+pub use config::{Config, RopeScaling};
+pub use error::{LlamaError, Result};
+pub use model::{Mode, Model};
+pub use run::{tour_decode, TourDecode};

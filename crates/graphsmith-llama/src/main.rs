@@ -1,0 +1,288 @@
+//! `graphsmith-llama`: check a Llama-architecture model against a transformers reference,
+//! benchmark it eager against graphs, or generate text.
+//!
+//! Exit codes: 0 when everything holds, 1 when a check fails (or the runtime fails), 2 on bad
+//! input (missing or malformed files, impossible requests).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use graphsmith::Context;
+use graphsmith_llama::model::Mode;
+use graphsmith_llama::run::{self, Source};
+use graphsmith_llama::tokenizer::Codec;
+use graphsmith_llama::LlamaError;
+
+#[derive(Parser)]
+#[command(
+    name = "graphsmith-llama",
+    version,
+    about = "A Llama-architecture decoder on graphsmith's CUDA graphs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct ModelArgs {
+    /// A model directory in the HF layout (config.json, model.safetensors or shards).
+    #[arg(long, conflicts_with = "config")]
+    model: Option<PathBuf>,
+    /// A built-in config with random weights instead: tiny, small or 1b.
+    #[arg(long)]
+    config: Option<String>,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl ModelArgs {
+    fn source(&self) -> Result<Source, LlamaError> {
+        match (&self.model, &self.config) {
+            (Some(dir), _) => Ok(Source::Dir(dir.clone())),
+            (None, Some(c)) => Ok(Source::Random {
+                config: c.clone(),
+                seed: self.seed,
+            }),
+            (None, None) => Err(LlamaError::Input(
+                "give --model DIR or --config tiny|small|1b".into(),
+            )),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode every sequence of a reference file together, teacher-forced, and compare logits.
+    Check {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        reference: PathBuf,
+        #[arg(long, default_value = "graphs")]
+        mode: Mode,
+        /// After checking, switch to this model's weights in place and check again.
+        #[arg(long, requires = "swap_reference")]
+        swap_model: Option<PathBuf>,
+        #[arg(long, requires = "swap_model")]
+        swap_reference: Option<PathBuf>,
+        /// Largest absolute logit difference allowed, and the top-2 margin above which argmax
+        /// must agree.
+        #[arg(long, default_value_t = 0.0625)]
+        tolerance: f32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decode tokens/s, eager and graphs, per batch size (prefill excluded).
+    Bench {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+        batch: Vec<usize>,
+        #[arg(long, default_value_t = 128)]
+        steps: usize,
+        #[arg(long, default_value_t = 16)]
+        warmup: usize,
+        /// Timed runs per point (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        #[arg(long, value_delimiter = ',', default_value = "eager,graphs")]
+        mode: Vec<Mode>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Greedy generation from a prompt (text with tokenizer.json, else token ids).
+    Generate {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        prompt: String,
+        #[arg(long, default_value_t = 32)]
+        new_tokens: usize,
+        #[arg(long, default_value = "graphs")]
+        mode: Mode,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn print_error(e: &LlamaError) {
+    eprintln!("error: {e}");
+    let shown = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !shown.contains(&text) {
+            eprintln!("Caused by: {text}");
+        }
+        source = s.source();
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            print_error(&e);
+            ExitCode::from(if e.is_bad_input() { 2 } else { 1 })
+        }
+    }
+}
+
+fn context() -> Result<Context, LlamaError> {
+    Ok(Context::new(0)?)
+}
+
+fn real_main(cli: Cli) -> Result<bool, LlamaError> {
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    match cli.command {
+        Command::Check {
+            model,
+            reference,
+            mode,
+            swap_model,
+            swap_reference,
+            tolerance,
+            json,
+        } => {
+            let swap = swap_model.as_deref().zip(swap_reference.as_deref());
+            let out = run::check(context, &model, &reference, mode, swap, tolerance, tty)?;
+            if json {
+                println!("{}", serde_json::to_string(&out).unwrap_or_default());
+            } else {
+                for c in &out.checks {
+                    println!(
+                        "{}: max |logit diff| {:.4} (tolerance {tolerance}) -> {}",
+                        c.reference,
+                        c.max_abs_diff,
+                        if c.pass { "ok" } else { "FAILED" }
+                    );
+                    for s in &c.sequences {
+                        let part = s
+                            .first_divergence
+                            .as_ref()
+                            .map_or("never".to_string(), |d| {
+                                format!(
+                                    "step {} (reference margin {:.4})",
+                                    d.step, d.reference_margin
+                                )
+                            });
+                        println!("  sequence {}: prompt {}, max diff {:.4}, argmax {}/{} agree above the margin, greedy parts at {part}", s.sequence, s.prompt_len, s.max_abs_diff, s.argmax_checked - s.argmax_mismatches, s.argmax_checked);
+                    }
+                }
+                for (bucket, n) in &out.hazards {
+                    println!("bucket {bucket}: {n} hazards");
+                }
+                if let Some(s) = &out.swap {
+                    println!("weight swap ({}): {:.3} ms to switch {} executables ({} nodes); verified in {:.1} ms; upload {:.1} ms; freed {} bytes", s.method, s.switch_ms, s.executables, s.nodes_updated, s.verify_ms, s.upload_ms, s.freed_bytes);
+                }
+                if let Some(ms) = out.recapture_ms {
+                    println!("re-capturing every bucket instead: {ms:.3} ms");
+                }
+                println!("{}", if out.pass { "PASS" } else { "FAIL" });
+            }
+            Ok(out.pass)
+        }
+        Command::Bench {
+            model,
+            batch,
+            steps,
+            warmup,
+            runs,
+            mode,
+            json,
+        } => {
+            let source = model.source()?;
+            if steps == 0 || runs == 0 {
+                return Err(LlamaError::Input(
+                    "--steps and --runs must be at least 1".into(),
+                ));
+            }
+            run::bench(
+                context,
+                &source,
+                &batch,
+                &mode,
+                steps,
+                warmup,
+                runs,
+                tty,
+                |line| {
+                    if json {
+                        println!("{}", serde_json::to_string(line).unwrap_or_default());
+                    } else {
+                        println!("{:<18} batch {:>3}: {:>9.1} steps/s {:>10.1} tokens/s {:>8.3} ms/step (floor {:.3} ms, peak {} MiB, {})", line.implementation, line.batch, line.steps_per_s, line.tokens_per_s, line.ms_per_step, line.floor_ms, line.peak_mem_bytes >> 20, line.path);
+                    }
+                },
+            )?;
+            Ok(true)
+        }
+        Command::Generate {
+            model,
+            prompt,
+            new_tokens,
+            mode,
+            json,
+        } => {
+            let source = model.source()?;
+            let codec = match &source {
+                Source::Dir(d) => Codec::for_model(d)?,
+                Source::Random { .. } => Codec::ids_only(),
+            };
+            let ids: Vec<i32> = codec
+                .encode(&prompt)?
+                .into_iter()
+                .map(|i| i as i32)
+                .collect();
+            let (config, host) = run::load_host(&source, tty)?;
+            if ids.len() + new_tokens > config.max_position_embeddings {
+                return Err(LlamaError::Input(format!(
+                    "a prompt of {} tokens plus {new_tokens} new tokens is longer than the context of {} (max_position_embeddings)",
+                    ids.len(), config.max_position_embeddings
+                )));
+            }
+            let ctx = context()?;
+            let mut m = run::build_model(
+                &ctx,
+                config,
+                &host,
+                1,
+                ids.len() + new_tokens + 1,
+                mode,
+                tty,
+            )?;
+            let mut out = run::generate(&mut m, &ids, new_tokens)?;
+            if codec.has_tokenizer() {
+                let ids: Vec<u32> = out.tokens.iter().map(|&t| t as u32).collect();
+                out.text = Some(codec.decode(&ids)?);
+            }
+            if json {
+                println!("{}", serde_json::to_string(&out).unwrap_or_default());
+            } else {
+                match &out.text {
+                    Some(t) => println!("{t}"),
+                    None => println!(
+                        "{}",
+                        out.tokens
+                            .iter()
+                            .map(|t| t.to_string())
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                }
+                eprintln!(
+                    "{} tokens, {:.1} tokens/s ({:?}), prefill {:.1} ms",
+                    out.tokens.len(),
+                    out.decode_tokens_per_s,
+                    out.mode,
+                    out.prefill_ms
+                );
+            }
+            Ok(true)
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! A loaded model ready to decode: weights on the device, the [`Decoder`] state, and either a
+//! plain stream (eager) or a [`GraphCache`] with batch buckets 1..64 (graphs). Requests above
+//! the largest bucket run eagerly with the cache's reason.
+
+use std::time::Instant;
+
+use graphsmith::model::HazardReport;
+use graphsmith::{CacheConfig, CaptureMode, Context, GraphCache, Oversize, Path, Stream};
+
+use crate::checkpoint::HostWeights;
+use crate::config::Config;
+use crate::decoder::Decoder;
+use crate::error::{LlamaError, Result};
+use crate::weights::DeviceWeights;
+
+/// The batch buckets captured in graphs mode.
+pub const BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// The bucket a batch of `batch` rows runs in (the smallest that holds it), or `None` above the
+/// largest (such a batch runs eagerly); the same rule as the cache's dispatch.
+pub fn bucket_for(batch: usize) -> Option<usize> {
+    BUCKETS.iter().copied().find(|&b| batch <= b && batch > 0)
+}
+
+/// Eager launches, or replays of captured graphs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Eager,
+    Graphs,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Mode, String> {
+        match s {
+            "eager" => Ok(Mode::Eager),
+            "graphs" => Ok(Mode::Graphs),
+            other => Err(format!("unknown mode {other:?} (want eager or graphs)")),
+        }
+    }
+}
+
+enum Runner {
+    Eager { stream: Stream, work: Box<Decoder> },
+    Graphs(Box<GraphCache<usize, Decoder>>),
+}
+
+/// How one step ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepPath {
+    /// Eager mode.
+    Eager,
+    /// The executable of this bucket was replayed.
+    Graph { bucket: usize },
+    /// Graphs mode, but the step ran eagerly for this reason.
+    Fallback { reason: String },
+}
+
+/// A model on the device, in one mode.
+pub struct Model {
+    ctx: Context,
+    runner: Runner,
+    mode: Mode,
+}
+
+/// What a weight swap took.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SwapReport {
+    /// Uploading the new weights into new buffers (while the old ones still serve).
+    pub upload_ms: f64,
+    /// Switching every held executable to the new buffers in place.
+    pub switch_ms: f64,
+    /// Executables switched.
+    pub executables: usize,
+    /// Kernel nodes whose arguments changed, over all executables.
+    pub nodes_updated: usize,
+    /// Checking every relocated graph against an eager step (before the old weights go).
+    pub verify_ms: f64,
+    /// `relocate` (in place), or `recapture: <why relocation was impossible or incomplete>`.
+    pub method: String,
+    /// Device memory given back after the switch (the old set's bytes when all of it was freed).
+    pub freed_bytes: u64,
+}
+
+impl Model {
+    /// Uploads `host` and prepares `mode` for batches of up to `capacity` rows and `max_ctx`
+    /// positions. Graphs mode captures the largest bucket here (the others on first use).
+    pub fn new(
+        ctx: &Context,
+        config: Config,
+        host: &HostWeights,
+        capacity: usize,
+        max_ctx: usize,
+        mode: Mode,
+        progress: impl FnMut(usize, usize),
+    ) -> Result<Model> {
+        if capacity == 0 {
+            return Err(LlamaError::Input("a batch of zero sequences".into()));
+        }
+        let upload = ctx.stream("upload")?;
+        let weights = DeviceWeights::upload(ctx, &upload, host, "weights", progress)?;
+        upload.synchronize()?;
+        let runner = match mode {
+            Mode::Eager => {
+                let stream = ctx.stream("eager")?;
+                let work = Decoder::new(ctx, &stream, config, weights, capacity, max_ctx)?;
+                stream.synchronize()?;
+                Runner::Eager {
+                    stream,
+                    work: Box::new(work),
+                }
+            }
+            Mode::Graphs => {
+                let capacity = capacity.max(*BUCKETS.last().unwrap_or(&1));
+                let work = Decoder::new(ctx, &upload, config, weights, capacity, max_ctx)?;
+                upload.synchronize()?;
+                let cache = GraphCache::new(
+                    ctx,
+                    CacheConfig {
+                        buckets: BUCKETS.to_vec(),
+                        budget_bytes: u64::MAX,
+                        warmup_runs: 1,
+                        mode: CaptureMode::Global,
+                        oversize: Oversize::Eager,
+                    },
+                    work,
+                )?;
+                Runner::Graphs(Box::new(cache))
+            }
+        };
+        Ok(Model {
+            ctx: ctx.clone(),
+            runner,
+            mode,
+        })
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The decoder state.
+    pub fn decoder(&self) -> &Decoder {
+        match &self.runner {
+            Runner::Eager { work, .. } => work,
+            Runner::Graphs(cache) => cache.work(),
+        }
+    }
+
+    /// The stream the model runs on.
+    pub fn stream(&self) -> &Stream {
+        match &self.runner {
+            Runner::Eager { stream, .. } => stream,
+            Runner::Graphs(cache) => cache.stream(),
+        }
+    }
+
+    /// The config.
+    pub fn config(&self) -> &Config {
+        &self.decoder().config
+    }
+
+    /// Writes (token, position) for each row and runs one step for them; rows past
+    /// `rows.len()` in the bucket are padding.
+    pub fn step(&mut self, rows: &[(i32, i32)]) -> Result<StepPath> {
+        if rows.is_empty() {
+            return Err(LlamaError::Input("a batch of zero sequences".into()));
+        }
+        match &mut self.runner {
+            Runner::Eager { stream, work } => {
+                work.write_rows(stream, rows)?;
+                work.step(stream, rows.len())?;
+                Ok(StepPath::Eager)
+            }
+            Runner::Graphs(cache) => {
+                let mut input_error = None;
+                let dispatch = cache.run_with(&rows.len(), |stream, work, _bucket| {
+                    if let Err(e) = work.write_rows(stream, rows) {
+                        input_error = Some(e);
+                    }
+                    Ok(())
+                });
+                if let Some(e) = input_error {
+                    return Err(e);
+                }
+                let dispatch = dispatch.map_err(|e| {
+                    cache
+                        .work()
+                        .cublas
+                        .take_failure()
+                        .unwrap_or(LlamaError::Runtime(e))
+                })?;
+                Ok(match dispatch.path {
+                    Path::Graph => StepPath::Graph {
+                        bucket: dispatch.bucket,
+                    },
+                    Path::Eager { reason } => StepPath::Fallback { reason },
+                })
+            }
+        }
+    }
+
+    /// Runs `steps` steps for `rows` rows without writing anything from the host: each step's
+    /// advance feeds the next (greedy decoding on the device). For timing.
+    pub fn run_free(&mut self, rows: usize, steps: usize) -> Result<()> {
+        for _ in 0..steps {
+            match &mut self.runner {
+                Runner::Eager { stream, work } => work.step(stream, rows)?,
+                Runner::Graphs(cache) => {
+                    cache.run(&rows)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Logits of the first `rows` rows, `[rows, vocab]`, after the last step.
+    pub fn logits(&self, rows: usize) -> Result<Vec<f32>> {
+        let d = self.decoder();
+        let mut all = self.stream().download(&d.logits)?;
+        all.truncate(rows * d.config.vocab_size);
+        Ok(all)
+    }
+
+    /// The argmax of the first `rows` rows after the last step.
+    pub fn next_tokens(&self, rows: usize) -> Result<Vec<i32>> {
+        let mut all = self.stream().download(&self.decoder().next)?;
+        all.truncate(rows);
+        Ok(all)
+    }
+
+    /// The hazard report of every held executable, by bucket (graphs mode; empty otherwise).
+    pub fn hazard_reports(&self) -> Result<Vec<(usize, HazardReport)>> {
+        let Runner::Graphs(cache) = &self.runner else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for bucket in cache.held_buckets() {
+            if let Some(exec) = cache.exec(&bucket) {
+                let report = exec.model().hazards().map_err(|e| {
+                    LlamaError::Input(format!(
+                        "bucket {bucket}: the graph model is malformed: {e}"
+                    ))
+                })?;
+                out.push((bucket, report));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Fills the logits with NaN (tests poison outputs before a step, so a step that writes
+    /// nothing cannot pass).
+    pub fn poison_logits(&mut self) -> Result<()> {
+        let (stream, work): (&Stream, &mut Decoder) = match &mut self.runner {
+            Runner::Eager { stream, work } => (stream, work),
+            Runner::Graphs(cache) => cache.parts(),
+        };
+        let nan = vec![f32::NAN; work.logits.len()];
+        stream.upload(&mut work.logits, &nan)?;
+        Ok(())
+    }
+
+    /// The model of the bucket's executable (labels, lines, accesses), graphs mode.
+    pub fn graph_model(&self, bucket: usize) -> Option<graphsmith::model::Graph> {
+        match &self.runner {
+            Runner::Graphs(cache) => cache.exec(&bucket).map(|e| e.model().clone()),
+            Runner::Eager { .. } => None,
+        }
+    }
+
+    /// Kernel and library nodes in the bucket's executable (graphs mode).
+    pub fn node_count(&self, bucket: usize) -> Option<usize> {
+        match &self.runner {
+            Runner::Graphs(cache) => cache.exec(&bucket).map(|e| e.model().nodes.len()),
+            Runner::Eager { .. } => None,
+        }
+    }
+
+    /// Captures every bucket now (each is otherwise captured on first use).
+    pub fn capture_all(&mut self) -> Result<()> {
+        if let Runner::Graphs(cache) = &mut self.runner {
+            for b in BUCKETS {
+                let mut failed = None;
+                cache.run_with(&b, |stream, work, _| {
+                    failed = work.write_rows(stream, &[]).err();
+                    Ok(())
+                })?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+            }
+            cache.stream().synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Device memory in use on the device now (free memory's complement), bytes.
+    pub fn device_used_bytes(&self) -> Result<u64> {
+        let (free, total) = self.ctx.memory_info()?;
+        Ok(total.saturating_sub(free) as u64)
+    }
+
+    /// Loads `host` into new buffers while the current weights serve, switches every held
+    /// executable to them in place ([`graphsmith::Exec::relocate`]: no capture, no
+    /// instantiation) and frees the old buffers once no launch uses them.
+    pub fn swap_weights(&mut self, host: &HostWeights) -> Result<SwapReport> {
+        let t = Instant::now();
+        let upload = self.ctx.stream("swap-upload")?;
+        let new = DeviceWeights::upload(&self.ctx, &upload, host, "weights-swapped", |_, _| {})?;
+        upload.synchronize()?;
+        let upload_ms = t.elapsed().as_secs_f64() * 1e3;
+        let old_bytes = self.decoder().weights.bytes();
+        let moves = {
+            let old = self.decoder().weights.buffers();
+            let fresh = new.buffers();
+            if old.len() != fresh.len() {
+                return Err(LlamaError::Input(format!(
+                    "the new weights have {} tensors, the model {} (tied and untied lm_head mixed?)",
+                    fresh.len(),
+                    old.len()
+                )));
+            }
+            old.iter()
+                .zip(&fresh)
+                .map(|(o, n)| graphsmith::Relocation::new(o, n))
+                .collect::<graphsmith::Result<Vec<_>>>()?
+        };
+        let used_before = self.device_used_bytes()?;
+        let t = Instant::now();
+        let (mut executables, mut nodes_updated) = (0, 0);
+        let mut impossible = None;
+        if let Runner::Graphs(cache) = &mut self.runner {
+            for bucket in cache.held_buckets() {
+                if let Some(exec) = cache.exec_mut(&bucket) {
+                    match exec.relocate(&moves) {
+                        Ok(moved) => nodes_updated += moved.nodes,
+                        // Nothing of this executable was changed: it is re-captured below.
+                        Err(e) => impossible = Some(e),
+                    }
+                    executables += 1;
+                }
+            }
+        }
+        let mut switch_ms = t.elapsed().as_secs_f64() * 1e3;
+        drop(moves);
+        let old = match &mut self.runner {
+            Runner::Eager { stream, work } => {
+                stream.synchronize()?;
+                std::mem::replace(&mut work.weights, new)
+            }
+            Runner::Graphs(cache) => {
+                let (stream, work) = cache.parts();
+                stream.synchronize()?;
+                std::mem::replace(&mut work.weights, new)
+            }
+        };
+        // The old buffers stay alive until every relocated graph has been checked against an
+        // eager step: a pointer the relocation could not see (e.g. encoded inside a TMA
+        // descriptor) would still read the old weights, and is caught here, not by a fault.
+        let t = Instant::now();
+        let mismatch = match impossible {
+            Some(e) => Some(e.to_string()),
+            None => self.verify_graphs()?,
+        };
+        let verify_ms = t.elapsed().as_secs_f64() * 1e3;
+        let method = match mismatch {
+            None => "relocate".to_string(),
+            Some(reason) => {
+                // Fall back to capturing every bucket again with the new weights.
+                let t = Instant::now();
+                if let Runner::Graphs(cache) = &mut self.runner {
+                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
+                    cache.stream().synchronize()?;
+                }
+                switch_ms += t.elapsed().as_secs_f64() * 1e3;
+                format!("recapture: {reason}")
+            }
+        };
+        drop(old);
+        let used_after = self.device_used_bytes()?;
+        Ok(SwapReport {
+            upload_ms,
+            switch_ms,
+            verify_ms,
+            executables,
+            nodes_updated,
+            method,
+            freed_bytes: used_before.saturating_sub(used_after).min(old_bytes),
+        })
+    }
+
+    /// Runs every held bucket once from its graph and once eagerly (same inputs, all rows at
+    /// position 0) and compares the logits bit for bit; the first bucket that differs is
+    /// returned. Overwrites position 0 of the KV cache of those rows.
+    pub fn verify_graphs(&mut self) -> Result<Option<String>> {
+        let Runner::Graphs(cache) = &mut self.runner else {
+            return Ok(None);
+        };
+        let vocab = cache.work().config.vocab_size;
+        for bucket in cache.held_buckets() {
+            let rows: Vec<(i32, i32)> = (0..bucket)
+                .map(|r| (((r * 31 + 1) % vocab) as i32, 0))
+                .collect();
+            let mut failed = None;
+            cache.run_with(&bucket, |stream, work, _| {
+                failed = work.write_rows(stream, &rows).err();
+                Ok(())
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            let (stream, work) = cache.parts();
+            let graph = stream.download(&work.logits)?;
+            work.write_rows(stream, &rows)?;
+            work.step(stream, bucket)?;
+            let eager = stream.download(&work.logits)?;
+            let n = bucket * vocab;
+            let same = graph[..n]
+                .iter()
+                .zip(&eager[..n])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            if !same {
+                return Ok(Some(format!(
+                    "bucket {bucket}: the relocated graph's logits differ from an eager step's (a pointer the relocation could not see?)"
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Re-captures every held bucket from the current state and updates the executables
+    /// (the alternative to [`Model::swap_weights`]'s in-place switch), timed in ms.
+    pub fn recapture_all(&mut self) -> Result<f64> {
+        let Runner::Graphs(cache) = &mut self.runner else {
+            return Ok(0.0);
+        };
+        let t = Instant::now();
+        cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
+        cache.stream().synchronize()?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    }
+}

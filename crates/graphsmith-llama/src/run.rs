@@ -1,0 +1,594 @@
+//! What the commands do: `check` against a reference, `bench`, `generate`, and the tour's
+//! short decode. Each returns data (serialisable); the binary prints it.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use graphsmith::Context;
+use serde::Serialize;
+
+use crate::checkpoint::{load_weights, random_weights, HostWeights};
+use crate::config::Config;
+use crate::error::{LlamaError, Result};
+use crate::model::{Mode, Model, StepPath, SwapReport};
+use crate::reference::{load_reference, top2, RefSequence};
+
+/// Where weights come from: an HF directory, or a named config with random weights.
+#[derive(Clone, Debug)]
+pub enum Source {
+    Dir(PathBuf),
+    Random { config: String, seed: u64 },
+}
+
+impl Source {
+    /// A display name: the directory or `random:<config>:<seed>`.
+    pub fn name(&self) -> String {
+        match self {
+            Source::Dir(d) => d.display().to_string(),
+            Source::Random { config, seed } => format!("random:{config}:{seed}"),
+        }
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal or `show` is false).
+pub fn bar(show: bool, len: u64, what: &str) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) =
+        indicatif::ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {elapsed}")
+    {
+        pb.set_style(style.progress_chars("=> "));
+    }
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// Reads the config and host weights of `source`.
+pub fn load_host(source: &Source, progress: bool) -> Result<(Config, HostWeights)> {
+    match source {
+        Source::Dir(dir) => {
+            let config = Config::from_file(&dir.join("config.json"))?;
+            let pb = bar(progress, 1, "reading");
+            let w = load_weights(dir, &config, |done, total| {
+                pb.set_length(total as u64);
+                pb.set_position(done as u64);
+            })?;
+            pb.finish_and_clear();
+            Ok((config, w))
+        }
+        Source::Random { config, seed } => {
+            let config = Config::named(config)?;
+            let w = random_weights(&config, *seed);
+            Ok((config, w))
+        }
+    }
+}
+
+/// Uploads and prepares a model, with a progress bar.
+pub fn build_model(
+    ctx: &Context,
+    config: Config,
+    host: &HostWeights,
+    capacity: usize,
+    max_ctx: usize,
+    mode: Mode,
+    progress: bool,
+) -> Result<Model> {
+    let pb = bar(progress, 1, "uploading");
+    let model = Model::new(ctx, config, host, capacity, max_ctx, mode, |done, total| {
+        pb.set_length(total as u64);
+        pb.set_position(done as u64);
+    })?;
+    pb.finish_and_clear();
+    Ok(model)
+}
+
+/// One sequence's result in a check.
+#[derive(Clone, Debug, Serialize)]
+pub struct SequenceCheck {
+    pub sequence: usize,
+    pub prompt_len: usize,
+    pub max_abs_diff: f32,
+    /// Steps whose reference top-2 margin exceeds the tolerance.
+    pub argmax_checked: usize,
+    /// Of those, steps whose argmax differs from the reference's.
+    pub argmax_mismatches: usize,
+    /// The first step where our argmax differs from the reference token, with the reference's
+    /// top-2 margin there.
+    pub first_divergence: Option<Divergence>,
+}
+
+/// Where a sequence first parts from the reference.
+#[derive(Clone, Debug, Serialize)]
+pub struct Divergence {
+    pub step: usize,
+    pub ours: i32,
+    pub reference: i32,
+    pub reference_margin: f32,
+}
+
+/// The result of checking one reference.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    pub reference: String,
+    pub sequences: Vec<SequenceCheck>,
+    pub max_abs_diff: f32,
+    pub pass: bool,
+}
+
+/// Decodes every sequence of `refs` together in one batch, teacher-forced on the reference
+/// tokens, comparing logits at each generated step.
+pub fn check_against(
+    model: &mut Model,
+    refs: &[RefSequence],
+    name: &str,
+    tolerance: f32,
+) -> Result<CheckReport> {
+    let vocab = model.config().vocab_size;
+    let steps = refs
+        .iter()
+        .map(|r| r.prompt_len + r.new_tokens - 1)
+        .max()
+        .unwrap_or(0);
+    let mut checks: Vec<SequenceCheck> = refs
+        .iter()
+        .enumerate()
+        .map(|(s, r)| SequenceCheck {
+            sequence: s,
+            prompt_len: r.prompt_len,
+            max_abs_diff: 0.0,
+            argmax_checked: 0,
+            argmax_mismatches: 0,
+            first_divergence: None,
+        })
+        .collect();
+    for t in 0..steps {
+        let rows: Vec<(i32, i32)> = refs
+            .iter()
+            .map(|r| {
+                if t < r.prompt_len + r.new_tokens - 1 {
+                    (r.tokens[t], t as i32)
+                } else {
+                    (0, -1)
+                }
+            })
+            .collect();
+        model.step(&rows)?;
+        if !refs
+            .iter()
+            .any(|r| t + 1 >= r.prompt_len && t < r.prompt_len + r.new_tokens - 1)
+        {
+            continue;
+        }
+        let logits = model.logits(refs.len())?;
+        for (s, r) in refs.iter().enumerate() {
+            if t + 1 < r.prompt_len || t >= r.prompt_len + r.new_tokens - 1 {
+                continue;
+            }
+            let i = t + 1 - r.prompt_len;
+            let ours = &logits[s * vocab..(s + 1) * vocab];
+            let theirs = &r.logits[i * vocab..(i + 1) * vocab];
+            let c = &mut checks[s];
+            let diff = ours
+                .iter()
+                .zip(theirs)
+                .map(|(a, b)| (a - b).abs())
+                .fold(
+                    0.0f32,
+                    |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+                );
+            c.max_abs_diff = c.max_abs_diff.max(diff);
+            let (our_top, _) = top2(ours);
+            let (ref_top, margin) = top2(theirs);
+            if margin > tolerance {
+                c.argmax_checked += 1;
+                if our_top != ref_top {
+                    c.argmax_mismatches += 1;
+                }
+            }
+            let reference = r.tokens[r.prompt_len + i];
+            if c.first_divergence.is_none() && our_top as i32 != reference {
+                c.first_divergence = Some(Divergence {
+                    step: i,
+                    ours: our_top as i32,
+                    reference,
+                    reference_margin: margin,
+                });
+            }
+        }
+    }
+    let max_abs_diff = checks.iter().map(|c| c.max_abs_diff).fold(0.0, f32::max);
+    let pass = max_abs_diff <= tolerance && checks.iter().all(|c| c.argmax_mismatches == 0);
+    Ok(CheckReport {
+        reference: name.to_string(),
+        sequences: checks,
+        max_abs_diff,
+        pass,
+    })
+}
+
+/// Everything `check` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckOutcome {
+    pub model: String,
+    pub mode: Mode,
+    pub tolerance: f32,
+    pub checks: Vec<CheckReport>,
+    /// Hazards found in the captured graphs, per bucket (graphs mode): all zero when clean.
+    pub hazards: Vec<(usize, usize)>,
+    pub swap: Option<SwapReport>,
+    /// Re-capturing every held bucket instead of switching in place, ms.
+    pub recapture_ms: Option<f64>,
+    pub pass: bool,
+}
+
+/// The `check` command. `ctx` is called once every input has been read and checked (so bad
+/// input is reported before any device work).
+pub fn check(
+    ctx: impl FnOnce() -> Result<Context>,
+    model_dir: &Path,
+    reference: &Path,
+    mode: Mode,
+    swap: Option<(&Path, &Path)>,
+    tolerance: f32,
+    progress: bool,
+) -> Result<CheckOutcome> {
+    let source = Source::Dir(model_dir.to_path_buf());
+    let (config, host) = load_host(&source, progress)?;
+    let refs = load_reference(reference, config.vocab_size)?;
+    let swap_data = match swap {
+        Some((dir, r)) => {
+            let (c2, h2) = load_host(&Source::Dir(dir.to_path_buf()), progress)?;
+            if c2.hidden_size != config.hidden_size
+                || c2.num_hidden_layers != config.num_hidden_layers
+                || c2.vocab_size != config.vocab_size
+                || c2.intermediate_size != config.intermediate_size
+                || c2.tie_word_embeddings != config.tie_word_embeddings
+            {
+                return Err(LlamaError::Input(format!(
+                    "--swap-model {} has another shape than --model {}",
+                    dir.display(),
+                    model_dir.display()
+                )));
+            }
+            Some((
+                h2,
+                load_reference(r, config.vocab_size)?,
+                r.display().to_string(),
+            ))
+        }
+        None => None,
+    };
+    let all_refs = refs.iter().chain(swap_data.iter().flat_map(|s| s.1.iter()));
+    let max_ctx = all_refs.clone().map(|r| r.tokens.len()).max().unwrap_or(1);
+    let rows = refs.len().max(swap_data.as_ref().map_or(0, |s| s.1.len()));
+    let ctx = &ctx()?;
+    let mut model = build_model(ctx, config, &host, rows, max_ctx, mode, progress)?;
+    let mut checks = vec![check_against(
+        &mut model,
+        &refs,
+        &reference.display().to_string(),
+        tolerance,
+    )?];
+    let mut hazards: Vec<(usize, usize)> = model
+        .hazard_reports()?
+        .iter()
+        .map(|(b, r)| (*b, r.hazards.len()))
+        .collect();
+    let (mut swap_report, mut recapture_ms) = (None, None);
+    if let Some((h2, refs2, name2)) = swap_data {
+        swap_report = Some(model.swap_weights(&h2)?);
+        checks.push(check_against(&mut model, &refs2, &name2, tolerance)?);
+        hazards.extend(
+            model
+                .hazard_reports()?
+                .iter()
+                .map(|(b, r)| (*b, r.hazards.len())),
+        );
+        if mode == Mode::Graphs {
+            recapture_ms = Some(model.recapture_all()?);
+        }
+    }
+    let pass = checks.iter().all(|c| c.pass) && hazards.iter().all(|h| h.1 == 0);
+    Ok(CheckOutcome {
+        model: model_dir.display().to_string(),
+        mode,
+        tolerance,
+        checks,
+        hazards,
+        swap: swap_report,
+        recapture_ms,
+        pass,
+    })
+}
+
+/// One line of `bench --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchLine {
+    #[serde(rename = "impl")]
+    pub implementation: String,
+    pub config: String,
+    pub batch: usize,
+    pub steps_per_s: f64,
+    pub tokens_per_s: f64,
+    pub ms_per_step: f64,
+    pub peak_mem_bytes: u64,
+    pub weight_bytes: u64,
+    pub copy_tb_s: f64,
+    pub floor_ms: f64,
+    /// Nodes in the bucket's graph (graphs mode).
+    pub graph_nodes: Option<usize>,
+    /// How the timed steps ran: "graph", "eager", or the fallback reason.
+    pub path: String,
+}
+
+/// The prompt the bench decodes from (ids below 512, valid for every config).
+pub fn bench_prompt(len: usize, vocab: usize) -> Vec<i32> {
+    (0..len)
+        .map(|i| ((i * 37 + 11) % vocab.min(512)) as i32)
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Device-to-device copy bandwidth in TB/s (bytes read plus bytes written, per second).
+pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
+    let n = 256 << 20; // u32 elements: 1 GiB
+    let src = ctx.alloc::<u32>("bandwidth/src", n)?;
+    let mut dst = ctx.alloc::<u32>("bandwidth/dst", n)?;
+    let stream = ctx.stream("bandwidth")?;
+    let (a, b) = (
+        ctx.event("bandwidth/start", true)?,
+        ctx.event("bandwidth/end", true)?,
+    );
+    stream.copy("bandwidth copy", &mut dst, &src)?;
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        stream.record(&a)?;
+        stream.copy("bandwidth copy", &mut dst, &src)?;
+        stream.record(&b)?;
+        b.synchronize()?;
+        times.push(b.elapsed_ms_since(&a)? as f64);
+    }
+    let ms = median(times);
+    Ok(2.0 * (n * 4) as f64 / (ms * 1e-3) / 1e12)
+}
+
+/// The `bench` command: for each mode and batch, decode `steps` steps after `warmup` (prefill
+/// excluded), timed with CUDA events over the whole loop, median of `runs`. `ctx` is called
+/// once the inputs have been checked.
+#[allow(clippy::too_many_arguments)]
+pub fn bench(
+    ctx: impl FnOnce() -> Result<Context>,
+    source: &Source,
+    batches: &[usize],
+    modes: &[Mode],
+    steps: usize,
+    warmup: usize,
+    runs: usize,
+    progress: bool,
+    mut emit: impl FnMut(&BenchLine),
+) -> Result<()> {
+    let (config, host) = load_host(source, progress)?;
+    for &b in batches {
+        check_request(&config, 32, warmup + steps, b)?;
+    }
+    let ctx = &ctx()?;
+    let copy_tb_s = copy_bandwidth(ctx)?;
+    let weight_bytes = config.weight_bytes();
+    let prompt = bench_prompt(32, config.vocab_size);
+    let max_ctx = prompt.len() + warmup + steps + 1;
+    let capacity = batches.iter().copied().max().unwrap_or(1);
+    for &mode in modes {
+        let (free0, total) = ctx.memory_info()?;
+        let base = (total - free0) as u64;
+        let mut model = build_model(
+            ctx,
+            config.clone(),
+            &host,
+            capacity,
+            max_ctx,
+            mode,
+            progress,
+        )?;
+        let mut peak = model.device_used_bytes()?.saturating_sub(base);
+        for &batch in batches {
+            let pb = bar(
+                progress,
+                (prompt.len() + runs * (warmup + steps)) as u64,
+                &format!("{mode:?} b{batch}"),
+            );
+            let mut path = StepPath::Eager;
+            for (t, &tok) in prompt.iter().enumerate() {
+                path = model.step(&vec![(tok, t as i32); batch])?;
+                pb.inc(1);
+            }
+            let last = (*prompt.last().unwrap_or(&0), prompt.len() as i32 - 1);
+            let (a, b) = (
+                ctx.event("bench/start", true)?,
+                ctx.event("bench/end", true)?,
+            );
+            let mut times = Vec::new();
+            for _ in 0..runs {
+                model.step(&vec![last; batch])?;
+                model.run_free(batch, warmup)?;
+                model.stream().record(&a)?;
+                model.run_free(batch, steps)?;
+                model.stream().record(&b)?;
+                b.synchronize()?;
+                times.push(b.elapsed_ms_since(&a)? as f64);
+                pb.inc((warmup + steps) as u64);
+            }
+            pb.finish_and_clear();
+            peak = peak.max(model.device_used_bytes()?.saturating_sub(base));
+            let ms = median(times) / steps as f64;
+            let (implementation, nodes, path) = match (mode, path) {
+                (Mode::Eager, _) => ("graphsmith-eager", None, "eager".to_string()),
+                (Mode::Graphs, StepPath::Graph { bucket }) => (
+                    "graphsmith-graphs",
+                    model.node_count(bucket),
+                    "graph".to_string(),
+                ),
+                (Mode::Graphs, StepPath::Fallback { reason }) => {
+                    ("graphsmith-graphs", None, format!("eager: {reason}"))
+                }
+                (Mode::Graphs, StepPath::Eager) => ("graphsmith-graphs", None, "eager".to_string()),
+            };
+            emit(&BenchLine {
+                implementation: implementation.to_string(),
+                config: source.name(),
+                batch,
+                steps_per_s: 1e3 / ms,
+                tokens_per_s: batch as f64 * 1e3 / ms,
+                ms_per_step: ms,
+                peak_mem_bytes: peak,
+                weight_bytes,
+                copy_tb_s,
+                floor_ms: weight_bytes as f64 / (copy_tb_s * 1e12) * 1e3,
+                graph_nodes: nodes,
+                path,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What `generate` produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct Generation {
+    pub prompt_tokens: Vec<i32>,
+    pub tokens: Vec<i32>,
+    pub text: Option<String>,
+    pub prefill_ms: f64,
+    pub decode_tokens_per_s: f64,
+    pub mode: Mode,
+}
+
+/// Checks a generation request before anything goes to the device: a non-empty prompt and
+/// batch, and prompt plus new tokens within `context` positions. Returns the context to
+/// allocate.
+pub fn check_request(
+    config: &Config,
+    prompt_len: usize,
+    new_tokens: usize,
+    batch: usize,
+) -> Result<usize> {
+    if batch == 0 {
+        return Err(LlamaError::Input("a batch of zero sequences".into()));
+    }
+    if prompt_len == 0 {
+        return Err(LlamaError::Input("an empty prompt".into()));
+    }
+    let need = prompt_len + new_tokens;
+    if need > config.max_position_embeddings {
+        return Err(LlamaError::Input(format!(
+            "a prompt of {prompt_len} tokens plus {new_tokens} new tokens is longer than the context of {} (max_position_embeddings)",
+            config.max_position_embeddings
+        )));
+    }
+    Ok(need + 1)
+}
+
+/// Greedy decoding of one prompt: prefill (one step per prompt token), then `new_tokens`.
+pub fn generate(model: &mut Model, prompt: &[i32], new_tokens: usize) -> Result<Generation> {
+    if prompt.is_empty() {
+        return Err(LlamaError::Input("an empty prompt".into()));
+    }
+    let max_ctx = model.decoder().max_ctx;
+    if prompt.len() + new_tokens > max_ctx {
+        return Err(LlamaError::Input(format!(
+            "a prompt of {} tokens plus {new_tokens} new tokens is longer than the context of {max_ctx}",
+            prompt.len()
+        )));
+    }
+    let t = Instant::now();
+    for (i, &tok) in prompt.iter().enumerate() {
+        model.step(&[(tok, i as i32)])?;
+    }
+    let mut next = model.next_tokens(1)?[0];
+    let prefill_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut tokens = vec![next];
+    let t = Instant::now();
+    for i in 1..new_tokens {
+        model.step(&[(next, (prompt.len() + i - 1) as i32)])?;
+        next = model.next_tokens(1)?[0];
+        tokens.push(next);
+    }
+    let secs = t.elapsed().as_secs_f64().max(1e-9);
+    tokens.truncate(new_tokens);
+    Ok(Generation {
+        prompt_tokens: prompt.to_vec(),
+        tokens,
+        text: None,
+        prefill_ms,
+        decode_tokens_per_s: new_tokens.saturating_sub(1) as f64 / secs,
+        mode: model.mode(),
+    })
+}
+
+/// The tour's decode: eager against graphs on one config with random weights.
+#[derive(Clone, Debug, Serialize)]
+pub struct TourDecode {
+    pub config: String,
+    pub prompt_len: usize,
+    pub new_tokens: usize,
+    pub eager_tokens_per_s: f64,
+    pub graphs_tokens_per_s: f64,
+    /// Both modes produced the same tokens.
+    pub equal: bool,
+    pub tokens: Vec<i32>,
+    /// Hazards found in the captured graphs (0 when clean).
+    pub hazards: usize,
+}
+
+/// A short decode of the `small` config (random weights, seed 0), eager against graphs, with
+/// tokens/s of each and whether they agree (the tour's centrepiece).
+pub fn tour_decode(ctx: &Context) -> Result<TourDecode> {
+    tour_decode_with(ctx, "small", 16, 64)
+}
+
+/// [`tour_decode`] for any named config and lengths.
+pub fn tour_decode_with(
+    ctx: &Context,
+    config: &str,
+    prompt_len: usize,
+    new_tokens: usize,
+) -> Result<TourDecode> {
+    let (config, host) = load_host(
+        &Source::Random {
+            config: config.into(),
+            seed: 0,
+        },
+        false,
+    )?;
+    let prompt = bench_prompt(prompt_len, config.vocab_size);
+    let max_ctx = prompt_len + new_tokens + 1;
+    let mut eager = build_model(ctx, config.clone(), &host, 1, max_ctx, Mode::Eager, false)?;
+    let e = generate(&mut eager, &prompt, new_tokens)?;
+    drop(eager);
+    let mut graphs = build_model(ctx, config.clone(), &host, 1, max_ctx, Mode::Graphs, false)?;
+    let g = generate(&mut graphs, &prompt, new_tokens)?;
+    let hazards = graphs
+        .hazard_reports()?
+        .iter()
+        .map(|(_, r)| r.hazards.len())
+        .sum();
+    Ok(TourDecode {
+        config: config.name.clone(),
+        prompt_len,
+        new_tokens,
+        eager_tokens_per_s: e.decode_tokens_per_s,
+        graphs_tokens_per_s: g.decode_tokens_per_s,
+        equal: e.tokens == g.tokens,
+        tokens: g.tokens,
+        hazards,
+    })
+}

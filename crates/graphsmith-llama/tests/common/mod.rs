@@ -1,0 +1,117 @@
+//! Helpers shared by the tests: a tiny model directory written in the HF layout.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use graphsmith_llama::checkpoint::{random_weights, HostWeights};
+use graphsmith_llama::Config;
+use safetensors::tensor::TensorView;
+use safetensors::Dtype;
+
+/// The `config.json` of the tiny config.
+pub const TINY_CONFIG: &str = r#"{
+  "architectures": ["LlamaForCausalLM"],
+  "model_type": "llama",
+  "hidden_size": 64,
+  "intermediate_size": 128,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 4,
+  "num_key_value_heads": 2,
+  "vocab_size": 512,
+  "rms_norm_eps": 1e-6,
+  "rope_theta": 10000.0,
+  "max_position_embeddings": 2048,
+  "tie_word_embeddings": true,
+  "hidden_act": "silu"
+}"#;
+
+/// The HF tensors of `w` (bf16 bytes and shapes), unfused.
+pub fn hf_tensors(c: &Config, w: &HostWeights) -> BTreeMap<String, (Vec<u8>, Vec<usize>)> {
+    let bytes = |v: &[u16]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let (h, f, hd) = (c.hidden_size, c.intermediate_size, c.head_dim);
+    let (nq, nkv) = (c.num_attention_heads, c.num_key_value_heads);
+    let mut t = BTreeMap::new();
+    t.insert(
+        "model.embed_tokens.weight".into(),
+        (bytes(&w.embed), vec![c.vocab_size, h]),
+    );
+    for (i, l) in w.layers.iter().enumerate() {
+        let p = format!("model.layers.{i}");
+        let (q, rest) = l.qkv.split_at(nq * hd * h);
+        let (k, v) = rest.split_at(nkv * hd * h);
+        let (g, u) = l.gate_up.split_at(f * h);
+        t.insert(
+            format!("{p}.self_attn.q_proj.weight"),
+            (bytes(q), vec![nq * hd, h]),
+        );
+        t.insert(
+            format!("{p}.self_attn.k_proj.weight"),
+            (bytes(k), vec![nkv * hd, h]),
+        );
+        t.insert(
+            format!("{p}.self_attn.v_proj.weight"),
+            (bytes(v), vec![nkv * hd, h]),
+        );
+        t.insert(
+            format!("{p}.self_attn.o_proj.weight"),
+            (bytes(&l.o), vec![h, nq * hd]),
+        );
+        t.insert(format!("{p}.mlp.gate_proj.weight"), (bytes(g), vec![f, h]));
+        t.insert(format!("{p}.mlp.up_proj.weight"), (bytes(u), vec![f, h]));
+        t.insert(
+            format!("{p}.mlp.down_proj.weight"),
+            (bytes(&l.down), vec![h, f]),
+        );
+        t.insert(
+            format!("{p}.input_layernorm.weight"),
+            (bytes(&l.input_norm), vec![h]),
+        );
+        t.insert(
+            format!("{p}.post_attention_layernorm.weight"),
+            (bytes(&l.post_norm), vec![h]),
+        );
+    }
+    t.insert("model.norm.weight".into(), (bytes(&w.final_norm), vec![h]));
+    if let Some(head) = &w.lm_head {
+        t.insert(
+            "lm_head.weight".into(),
+            (bytes(head), vec![c.vocab_size, h]),
+        );
+    }
+    t
+}
+
+/// Writes tensors into one safetensors file (bf16).
+pub fn write_file(path: &Path, tensors: &BTreeMap<String, (Vec<u8>, Vec<usize>)>) {
+    write_file_typed(
+        path,
+        tensors
+            .iter()
+            .map(|(n, (b, s))| (n.clone(), Dtype::BF16, b.clone(), s.clone()))
+            .collect(),
+    );
+}
+
+/// Writes (name, dtype, bytes, shape) tensors into one safetensors file.
+pub fn write_file_typed(path: &Path, tensors: Vec<(String, Dtype, Vec<u8>, Vec<usize>)>) {
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, b, s)| {
+            (
+                n.clone(),
+                TensorView::new(*d, s.clone(), b).expect("valid view"),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, &None, path).expect("write safetensors");
+}
+
+/// A tiny model directory: config.json and model.safetensors from random weights (seed 7).
+pub fn tiny_model(dir: &Path) -> (Config, HostWeights) {
+    std::fs::write(dir.join("config.json"), TINY_CONFIG).expect("write config");
+    let config = Config::from_json(TINY_CONFIG, "config.json", "tiny").expect("tiny config");
+    let w = random_weights(&config, 7);
+    write_file(&dir.join("model.safetensors"), &hf_tensors(&config, &w));
+    (config, w)
+}

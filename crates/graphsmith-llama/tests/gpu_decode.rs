@@ -1,0 +1,371 @@
+//! GPU tests (ignored without a GPU): eager against graphs, logits against a host f32 forward
+//! pass of the tiny model with the same bf16 rounding points, hazard checks of every captured
+//! bucket, the weight swap, the oversize fallback and the tour's decode.
+//!
+//! Run on a machine with an NVIDIA GPU:
+//! `cargo test -p graphsmith-llama --release --test gpu_decode -- --ignored --test-threads=1`
+
+mod common;
+
+use graphsmith::model::NodeKind;
+use graphsmith::Context;
+use graphsmith_llama::checkpoint::{random_weights, HostWeights};
+use graphsmith_llama::model::{Mode, Model, StepPath, BUCKETS};
+use graphsmith_llama::reference::top2;
+use graphsmith_llama::run::{generate, tour_decode_with};
+use graphsmith_llama::Config;
+
+fn bf(x: f32) -> f32 {
+    half::bf16::from_f32(x).to_f32()
+}
+
+fn f(v: &[u16]) -> Vec<f32> {
+    v.iter()
+        .map(|&b| half::bf16::from_bits(b).to_f32())
+        .collect()
+}
+
+/// `y[n] = sum_k x[k] w[n, k]` in f32.
+fn matvec(x: &[f32], w: &[f32], n: usize) -> Vec<f32> {
+    let k = x.len();
+    (0..n)
+        .map(|i| {
+            w[i * k..(i + 1) * k]
+                .iter()
+                .zip(x)
+                .map(|(a, b)| a * b)
+                .sum()
+        })
+        .collect()
+}
+
+fn rmsnorm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let ms = x.iter().map(|v| v * v).sum::<f32>() / x.len() as f32;
+    let inv = 1.0 / (ms + eps).sqrt();
+    x.iter().zip(w).map(|(v, g)| bf(g * bf(v * inv))).collect()
+}
+
+/// The tiny model on the host, f32 with bf16 rounding where HF (and the kernels) round.
+struct HostModel {
+    c: Config,
+    w: HostWeights,
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+    /// Per layer, per row: (position -> k, v) of kv_dim each.
+    k: Vec<Vec<Vec<Vec<f32>>>>,
+    v: Vec<Vec<Vec<Vec<f32>>>>,
+}
+
+impl HostModel {
+    fn new(c: &Config, w: &HostWeights, rows: usize, ctx: usize) -> HostModel {
+        let (cos, sin) = c.rope_tables(ctx);
+        let empty = vec![vec![vec![Vec::new(); ctx]; rows]; c.num_hidden_layers];
+        HostModel {
+            c: c.clone(),
+            w: w.clone(),
+            cos,
+            sin,
+            k: empty.clone(),
+            v: empty,
+        }
+    }
+
+    fn rope(&self, x: &[f32], p: usize) -> Vec<f32> {
+        let half = x.len() / 2;
+        let (c, s) = (
+            &self.cos[p * half..(p + 1) * half],
+            &self.sin[p * half..(p + 1) * half],
+        );
+        (0..x.len())
+            .map(|i| {
+                if i < half {
+                    bf(bf(x[i] * c[i]) + bf(-x[i + half] * s[i]))
+                } else {
+                    let j = i - half;
+                    bf(bf(x[i] * c[j]) + bf(x[j] * s[j]))
+                }
+            })
+            .collect()
+    }
+
+    fn step(&mut self, row: usize, tok: usize, p: usize) -> Vec<f32> {
+        let c = self.c.clone();
+        let (h, hd, nq, nkv, ff) = (
+            c.hidden_size,
+            c.head_dim,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.intermediate_size,
+        );
+        let mut x = f(&self.w.embed[tok * h..(tok + 1) * h]);
+        for l in 0..c.num_hidden_layers {
+            let lw = self.w.layers[l].clone();
+            let xn = rmsnorm(&x, &f(&lw.input_norm), c.rms_norm_eps);
+            let qkv: Vec<f32> = matvec(&xn, &f(&lw.qkv), c.qkv_dim())
+                .into_iter()
+                .map(bf)
+                .collect();
+            let mut kk = Vec::new();
+            for g in 0..nkv {
+                kk.extend(self.rope(&qkv[(nq + g) * hd..(nq + g + 1) * hd], p));
+            }
+            self.k[l][row][p] = kk;
+            self.v[l][row][p] = qkv[(nq + nkv) * hd..].to_vec();
+            let mut attn = Vec::new();
+            for head in 0..nq {
+                let g = head / (nq / nkv);
+                let q = self.rope(&qkv[head * hd..(head + 1) * hd], p);
+                let scores: Vec<f32> = (0..=p)
+                    .map(|t| {
+                        q.iter()
+                            .zip(&self.k[l][row][t][g * hd..(g + 1) * hd])
+                            .map(|(a, b)| a * b)
+                            .sum::<f32>()
+                            / (hd as f32).sqrt()
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let e: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
+                let sum: f32 = e.iter().sum();
+                for i in 0..hd {
+                    attn.push(bf((0..=p)
+                        .map(|t| e[t] / sum * self.v[l][row][t][g * hd + i])
+                        .sum()));
+                }
+            }
+            let o = matvec(&attn, &f(&lw.o), h);
+            x = x.iter().zip(&o).map(|(a, b)| bf(a + b)).collect();
+            let xn = rmsnorm(&x, &f(&lw.post_norm), c.rms_norm_eps);
+            let gu: Vec<f32> = matvec(&xn, &f(&lw.gate_up), 2 * ff)
+                .into_iter()
+                .map(bf)
+                .collect();
+            let act: Vec<f32> = (0..ff)
+                .map(|i| bf(bf(gu[i] / (1.0 + (-gu[i]).exp())) * gu[ff + i]))
+                .collect();
+            let d = matvec(&act, &f(&lw.down), h);
+            x = x.iter().zip(&d).map(|(a, b)| bf(a + b)).collect();
+        }
+        let xn = rmsnorm(&x, &f(&self.w.final_norm), c.rms_norm_eps);
+        matvec(&xn, &f(self.w.head()), c.vocab_size)
+            .into_iter()
+            .map(bf)
+            .collect()
+    }
+}
+
+fn tiny() -> (Config, HostWeights) {
+    let c = Config::named("tiny").unwrap();
+    let w = random_weights(&c, 11);
+    (c, w)
+}
+
+fn noop(_: usize, _: usize) {}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiny_logits_match_a_host_reference() {
+    let ctx = Context::new(0).unwrap();
+    let (c, w) = tiny();
+    let prompts: [&[usize]; 3] = [&[1, 17, 300, 45, 9, 88], &[400, 2], &[7, 7, 7, 7]];
+    let steps = 10;
+    for mode in [Mode::Eager, Mode::Graphs] {
+        let mut model = Model::new(&ctx, c.clone(), &w, 3, 32, mode, noop).unwrap();
+        let mut host = HostModel::new(&c, &w, 3, 32);
+        // Teacher-forced on the host model's own greedy tokens, three prompts in one batch.
+        let mut seqs: Vec<Vec<usize>> = prompts.iter().map(|p| p.to_vec()).collect();
+        let mut worst = 0.0f32;
+        for t in 0..steps {
+            let rows: Vec<(i32, i32)> = seqs
+                .iter()
+                .map(|s| (s[t.min(s.len() - 1)] as i32, t as i32))
+                .collect();
+            model.poison_logits().unwrap();
+            model.step(&rows).unwrap();
+            let logits = model.logits(3).unwrap();
+            let next = model.next_tokens(3).unwrap();
+            for (r, s) in seqs.iter_mut().enumerate() {
+                let want = host.step(r, s[t.min(s.len() - 1)], t);
+                let got = &logits[r * c.vocab_size..(r + 1) * c.vocab_size];
+                assert!(
+                    got.iter().all(|v| v.is_finite()),
+                    "{mode:?} step {t} row {r}: NaN left in the logits"
+                );
+                let diff = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                worst = worst.max(diff);
+                let (their_top, margin) = top2(&want);
+                if margin > 0.02 {
+                    assert_eq!(
+                        next[r] as usize, their_top,
+                        "{mode:?} step {t} row {r}: argmax"
+                    );
+                }
+                assert_eq!(
+                    next[r] as usize,
+                    top2(got).0,
+                    "the argmax kernel agrees with the logits"
+                );
+                if t + 1 >= s.len() {
+                    s.push(their_top);
+                }
+            }
+        }
+        println!("{mode:?}: largest |logit - host| = {worst}");
+        assert!(worst < 0.02, "{mode:?}: largest difference {worst}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiny_eager_and_graphs_decode_the_same() {
+    let ctx = Context::new(0).unwrap();
+    let (c, w) = tiny();
+    let prompt = [3, 141, 59, 26, 5, 358];
+    let mut eager = Model::new(&ctx, c.clone(), &w, 1, 64, Mode::Eager, noop).unwrap();
+    let e = generate(&mut eager, &prompt, 40).unwrap();
+    let le = eager.logits(1).unwrap();
+    let mut graphs = Model::new(&ctx, c.clone(), &w, 1, 64, Mode::Graphs, noop).unwrap();
+    graphs.poison_logits().unwrap();
+    let g = generate(&mut graphs, &prompt, 40).unwrap();
+    let lg = graphs.logits(1).unwrap();
+    assert_eq!(e.tokens, g.tokens);
+    assert_eq!(le, lg, "same kernels and GEMMs, same bits");
+    assert!(
+        g.tokens
+            .iter()
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            > 1,
+        "a degenerate decode: {:?}",
+        g.tokens
+    );
+    println!(
+        "eager {:.0} tokens/s, graphs {:.0} tokens/s",
+        e.decode_tokens_per_s, g.decode_tokens_per_s
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_captured_bucket_is_hazard_free_and_gemms_are_journaled() {
+    let ctx = Context::new(0).unwrap();
+    let (c, w) = tiny();
+    let mut model = Model::new(&ctx, c.clone(), &w, 64, 32, Mode::Graphs, noop).unwrap();
+    model.capture_all().unwrap();
+    let reports = model.hazard_reports().unwrap();
+    assert_eq!(
+        reports.iter().map(|r| r.0).collect::<Vec<_>>(),
+        BUCKETS.to_vec()
+    );
+    for (bucket, report) in &reports {
+        assert!(report.is_clean(), "bucket {bucket}: {report:?}");
+    }
+    let g = model.graph_model(8).unwrap();
+    let gemms: Vec<_> = g
+        .nodes
+        .iter()
+        .filter(|n| n.label.starts_with("gemm "))
+        .collect();
+    // Four GEMMs per layer and the lm_head, each a kernel node with its declared accesses.
+    assert_eq!(
+        gemms.len(),
+        4 * c.num_hidden_layers + 1,
+        "{:?}",
+        g.nodes.iter().map(|n| &n.label).collect::<Vec<_>>()
+    );
+    for n in &gemms {
+        assert!(
+            matches!(n.kind, NodeKind::Kernel(_)),
+            "{} is {:?}",
+            n.label,
+            n.kind.name()
+        );
+        assert!(n.accesses.len() >= 3, "{}: {:?}", n.label, n.accesses);
+        let p = n
+            .provenance
+            .as_ref()
+            .expect("a captured GEMM has its caller's line");
+        assert!(p.file.ends_with("decoder.rs"), "{p:?}");
+        assert!(
+            p.ranges.iter().any(|r| r.starts_with("layer ")) || n.label == "gemm lm_head",
+            "{p:?}"
+        );
+    }
+    println!(
+        "bucket 8: {} nodes ({} per layer)",
+        g.nodes.len(),
+        (g.nodes.len() - 6) / c.num_hidden_layers
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn weight_swap_in_place_gives_the_new_models_results() {
+    let ctx = Context::new(0).unwrap();
+    let (c, w) = tiny();
+    let w2 = random_weights(&c, 12);
+    let prompt = [9, 8, 7, 6, 5];
+    let mut model = Model::new(&ctx, c.clone(), &w, 1, 64, Mode::Graphs, noop).unwrap();
+    model.capture_all().unwrap();
+    let before = generate(&mut model, &prompt, 24).unwrap();
+    let report = model.swap_weights(&w2).unwrap();
+    assert_eq!(report.executables, BUCKETS.len());
+    assert_eq!(report.method, "relocate");
+    assert!(report.nodes_updated > 0);
+    model.poison_logits().unwrap();
+    let after = generate(&mut model, &prompt, 24).unwrap();
+    let swapped_logits = model.logits(1).unwrap();
+    let mut fresh = Model::new(&ctx, c.clone(), &w2, 1, 64, Mode::Eager, noop).unwrap();
+    let want = generate(&mut fresh, &prompt, 24).unwrap();
+    assert_eq!(after.tokens, want.tokens);
+    assert_eq!(swapped_logits, fresh.logits(1).unwrap());
+    assert_ne!(
+        before.tokens, after.tokens,
+        "the two models must differ for the test to mean anything"
+    );
+    for (bucket, r) in model.hazard_reports().unwrap() {
+        assert!(r.is_clean(), "bucket {bucket} after the swap: {r:?}");
+    }
+    let recapture = model.recapture_all().unwrap();
+    println!(
+        "switch {:.3} ms ({} nodes), re-capture {recapture:.3} ms, freed {} bytes",
+        report.switch_ms, report.nodes_updated, report.freed_bytes
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_batch_above_the_largest_bucket_runs_eagerly_with_its_reason() {
+    let ctx = Context::new(0).unwrap();
+    let (c, w) = tiny();
+    let mut model = Model::new(&ctx, c.clone(), &w, 65, 8, Mode::Graphs, noop).unwrap();
+    let rows = vec![(1, 0); 65];
+    model.poison_logits().unwrap();
+    let path = model.step(&rows).unwrap();
+    assert_eq!(
+        path,
+        StepPath::Fallback {
+            reason: "larger than every bucket".into()
+        }
+    );
+    assert!(model.logits(65).unwrap().iter().all(|v| v.is_finite()));
+    let path = model.step(&rows[..3]).unwrap();
+    assert_eq!(path, StepPath::Graph { bucket: 4 });
+    let err = model.step(&[]).unwrap_err().to_string();
+    assert_eq!(err, "bad input: a batch of zero sequences");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tour_decode_eager_equals_graphs() {
+    let ctx = Context::new(0).unwrap();
+    let t = tour_decode_with(&ctx, "small", 16, 64).unwrap();
+    println!("{t:?}");
+    assert!(t.equal);
+    assert_eq!(t.hazards, 0);
+    assert!(t.graphs_tokens_per_s > 0.0 && t.eager_tokens_per_s > 0.0);
+}

@@ -14,6 +14,9 @@ cp target/release/graphsmith gpu-bin/
 # graphsmith trace's injection library goes beside the binary (where `graphsmith trace` looks
 # for it), with the tracer's GPU test programs and script (run: bash gpu-bin/trace/run_gpu.sh).
 cargo build --release -p graphsmith-trace
+# The Llama-architecture decoder (bench/llama/run.sh runs it as gpu-bin/graphsmith-llama).
+cargo build --release -p graphsmith-llama
+cp target/release/graphsmith-llama gpu-bin/
 cp target/release/libgraphsmith_trace.so gpu-bin/
 mkdir -p gpu-bin/trace
 cp -r crates/graphsmith-trace/tests/run_gpu.sh crates/graphsmith-trace/tests/programs gpu-bin/trace/

@@ -7,13 +7,11 @@ use std::fmt::Write;
 use graphsmith_model::{AccessMode, Graph, NodeKind};
 use proptest::prelude::*;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/driver-dot");
-const NAMES: [&str; 4] = ["chain", "kinds", "attention-racy", "attention-fixed"];
+#[path = "common/driver_dot_fixtures.rs"]
+mod fixtures;
+use fixtures::{fixture, FIXTURES};
 
-fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!("{FIXTURES}/{name}"))
-        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
-}
+const NAMES: [&str; 4] = ["chain", "kinds", "attention-racy", "attention-fixed"];
 
 /// One line per node (with its accesses) and per edge, child graphs indented.
 fn describe(g: &Graph) -> String {
@@ -63,7 +61,7 @@ fn describe(g: &Graph) -> String {
 
 /// Reads fixture `name` and asserts its full description.
 fn check(name: &str, expected: &str) {
-    let g = Graph::from_driver_dot(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let g = Graph::from_driver_dot(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let actual = describe(&g);
     assert_eq!(actual, expected, "\n--- {name} actual ---\n{actual}");
 }
@@ -165,10 +163,10 @@ fn attention_racy_demangles_labels() {
 #[test]
 fn dumps_agree_with_graphsmith_json() {
     for name in NAMES {
-        let json = Graph::from_json(&fixture(&format!("{name}.json"))).unwrap();
+        let json = Graph::from_json(fixture(&format!("{name}.json"))).unwrap();
         for suffix in ["", "-verbose"] {
             let file = format!("{name}{suffix}.dot");
-            let dot = Graph::from_driver_dot(&fixture(&file)).unwrap();
+            let dot = Graph::from_driver_dot(fixture(&file)).unwrap();
             let mut todo = vec![(&json, &dot)];
             while let Some((j, d)) = todo.pop() {
                 assert_eq!(j.nodes.len(), d.nodes.len(), "{file}");
@@ -220,7 +218,7 @@ fn dumps_agree_with_graphsmith_json() {
 fn imported_dumps_have_no_hazards_without_kernel_accesses() {
     for name in NAMES {
         for suffix in ["", "-verbose"] {
-            let g = Graph::from_driver_dot(&fixture(&format!("{name}{suffix}.dot"))).unwrap();
+            let g = Graph::from_driver_dot(fixture(&format!("{name}{suffix}.dot"))).unwrap();
             assert!(g.hazards().unwrap().is_clean(), "{name}{suffix}");
         }
     }
@@ -385,15 +383,16 @@ proptest! {
 
     #[test]
     fn mutated_fixtures_never_panic(
-        which in 0usize..8,
+        which in any::<prop::sample::Index>(),
         edits in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..4, any::<char>()), 1..8),
     ) {
-        let names = [
-            "chain.dot", "chain-verbose.dot", "kinds.dot", "kinds-verbose.dot",
-            "attention-racy.dot", "attention-racy-verbose.dot",
-            "attention-fixed.dot", "attention-fixed-verbose.dot",
-        ];
-        let mut chars: Vec<char> = fixture(names[which]).chars().collect();
+        // Every dump: driver-API and runtime-API copies, PyTorch's, all node kinds.
+        let dumps: Vec<&str> = FIXTURES
+            .iter()
+            .filter(|(name, _)| name.ends_with(".dot"))
+            .map(|(_, text)| *text)
+            .collect();
+        let mut chars: Vec<char> = dumps[which.index(dumps.len())].chars().collect();
         for (at, op, c) in edits {
             if chars.is_empty() {
                 break;

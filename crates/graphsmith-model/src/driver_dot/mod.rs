@@ -12,11 +12,12 @@
 //! address ranges, each named by its first address).
 
 mod kinds;
+mod operands;
 mod record;
 mod syntax;
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::graph::Graph;
 use crate::node::{Access, AccessMode, NodeId, NodeKind};
@@ -266,14 +267,15 @@ impl Graph {
     }
 }
 
-/// Buffers of a dump: the maximal ranges of overlapping accessed bytes, as sorted
-/// `(start, end)` pairs.
+/// Buffers of a dump: the maximal ranges of overlapping operands (each from its first byte to
+/// its last, since all rows of one operand lie in one allocation), as sorted `(start, end)`
+/// pairs.
 fn regions<'a>(graphs: impl Iterator<Item = &'a RawGraph>) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = graphs
         .flat_map(|g| g.nodes.iter())
-        .flat_map(|n| n.parsed.ranges.iter())
-        .filter(|r| r.1 > 0)
-        .map(|&(a, len, _)| (a, a.saturating_add(len)))
+        .flat_map(|n| n.parsed.operands.iter())
+        .filter(|o| o.envelope.1 > 0)
+        .map(|o| (o.envelope.0, o.envelope.0.saturating_add(o.envelope.1)))
         .collect();
     ranges.sort_unstable();
     let mut out: Vec<(u64, u64)> = Vec::new();
@@ -310,7 +312,7 @@ fn assemble(
     let mut uses: HashMap<u64, usize> = HashMap::new();
     for g in raw.values() {
         for n in &g.nodes {
-            if let Some(m) = n.parsed.child {
+            for &m in n.parsed.child.iter().chain(&n.parsed.bodies) {
                 *uses.entry(m).or_default() += 1;
             }
         }
@@ -327,8 +329,14 @@ fn assemble(
             open.push(x);
             stack.push((x, true));
             let nodes = raw.get(&x).map(|g| &g.nodes[..]).unwrap_or_default();
-            for n in nodes.iter().rev() {
-                let Some(m) = n.parsed.child else { continue };
+            let inner = nodes.iter().rev().flat_map(|n| {
+                n.parsed
+                    .child
+                    .iter()
+                    .chain(&n.parsed.bodies)
+                    .map(move |&m| (n, m))
+            });
+            for (n, m) in inner {
                 let problem = if open.contains(&m) {
                     Some("the graph contains itself".to_string())
                 } else if !raw.contains_key(&m) && !graph_line.contains_key(&m) {
@@ -361,29 +369,37 @@ fn assemble(
             let mut kind = n.parsed.kind;
             let mut accesses: Vec<Access> = n
                 .parsed
-                .ranges
+                .operands
                 .iter()
+                .flat_map(|o| o.ranges.iter().map(move |&(a, len)| (a, len, o.mode)))
                 .filter(|r| r.1 > 0)
-                .filter_map(|&(a, len, mode)| access(regions, a, len, mode))
+                .filter_map(|(a, len, mode)| access(regions, a, len, mode))
                 .collect();
-            if let Some(m) = n.parsed.child {
+            // A child graph's node, and a conditional node (whose body may run), touch what the
+            // nodes inside touch.
+            let mut seen: HashSet<Access> = accesses.iter().cloned().collect();
+            let mut take = |m: u64, accesses: &mut Vec<Access>| {
                 let left = uses.entry(m).or_default();
                 *left = left.saturating_sub(1);
-                let child = if *left == 0 {
+                let inner = if *left == 0 {
                     built.remove(&m)
                 } else {
                     built.get(&m).cloned()
                 }
                 .unwrap_or_else(|| Graph::new(format!("graph_{m}")));
-                for inner in &child.nodes {
-                    for a in &inner.accesses {
-                        if !accesses.contains(a) {
-                            accesses.push(a.clone());
-                        }
+                for a in inner.nodes.iter().flat_map(|n| &n.accesses) {
+                    if seen.insert(a.clone()) {
+                        accesses.push(a.clone());
                     }
                 }
+                inner
+            };
+            for &m in &n.parsed.bodies {
+                take(m, &mut accesses);
+            }
+            if let Some(m) = n.parsed.child {
                 kind = NodeKind::ChildGraph {
-                    graph: Box::new(child),
+                    graph: Box::new(take(m, &mut accesses)),
                 };
             }
             let base = match &kind {

@@ -352,6 +352,50 @@ fn deep_nesting_is_refused() {
 }
 
 #[test]
+fn exponential_embedding_is_refused() {
+    // Each graph embeds the next one twice: 2^60 nodes if built.
+    let mut text = String::from("digraph dot {\n");
+    for i in 0..60 {
+        for n in 0..2 {
+            let _ = writeln!(
+                text,
+                "\"graph_{i}_node_{n}\"[label=\"{n}\ngraph_{}\"];",
+                i + 1
+            );
+        }
+    }
+    text.push_str("\"graph_60_node_0\"[label=\"0\nEMPTY\"];\n}\n");
+    let err = Graph::from_driver_dot(&text).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("embedding child graphs would make a model of more than 4194304 nodes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tall_pitched_operands_stay_bounded() {
+    // 300 memsets of 4,096 rows each (pitch 512): per-row ranges until the dump's budget of
+    // 2^20 is spent, then one range from the first byte to the last, never fewer bytes.
+    let mut text = String::from("digraph dot {\nsubgraph cluster_1 {\n");
+    for n in 0..300u64 {
+        let dptr = 0x1000_0000 + n * 0x100_0000;
+        let _ = writeln!(
+            text,
+            "\"graph_1_node_{n}\"[shape=\"record\" label=\"{{MEMSET | {{{{ID | node handle | dptr | pitch | value | elementSize | width | height}} | {{{n} (topoId: 0) | 0x1 | 0x{dptr:x} | 512 | 0 | 1 | 64 | 4096}}}}}}\"];"
+        );
+    }
+    text.push_str("}\n}\n");
+    let g = Graph::from_driver_dot(&text).unwrap();
+    let counts: Vec<usize> = g.nodes.iter().map(|n| n.accesses.len()).collect();
+    assert_eq!(counts[0], 4096);
+    assert_eq!(counts.iter().filter(|&&c| c == 4096).count(), 256);
+    assert!(counts[256..].iter().all(|&c| c == 1));
+    let last = &g.nodes[299].accesses[0];
+    assert_eq!((last.offset, last.len), (0, 4095 * 512 + 64));
+}
+
+#[test]
 fn empty_cluster_is_an_empty_graph_and_child_graphs_can_repeat() {
     let g =
         Graph::from_driver_dot("digraph dot {\nsubgraph cluster_1 {\nlabel=\"graph_1\";\n}\n}\n")

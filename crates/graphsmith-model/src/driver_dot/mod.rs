@@ -27,6 +27,16 @@ use crate::signature::demangled_name;
 /// keeps hostile input from building a model too deep to drop or print).
 pub const MAX_NESTING: usize = 64;
 
+/// A dump's model holds at most this many nodes, child graphs included (each embedding is a copy
+/// of the graph, so a few lines that embed a graph twice per level would otherwise build an
+/// exponentially large model).
+pub const MAX_MODEL_NODES: usize = 1 << 22;
+
+/// Per-row ranges in a whole dump: past this many, further pitched operands are taken from their
+/// first byte to their last (a cover), so that no dump can make the model much larger than
+/// its text.
+const MAX_ROW_RANGES: usize = 1 << 20;
+
 /// Why a text is not a readable `cudaGraphDebugDotPrint` dump. Every error names a line (from
 /// 1) of the input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -190,6 +200,7 @@ impl Graph {
         }
         let mut graphs: HashMap<u64, RawGraph> = HashMap::new();
         let mut defined: HashMap<&str, (u64, u64, usize)> = HashMap::new();
+        let mut row_ranges = 0usize;
         for stmt in &file.nodes {
             let Some((x, n)) = node_name(&stmt.name) else {
                 return Err(DotError::NodeName {
@@ -209,12 +220,21 @@ impl Graph {
                 slot.insert(stmt.line);
                 order.push(x);
             }
-            let parsed = kinds::parse(stmt.attr("label").unwrap_or_default(), stmt.attr("shape"))
-                .map_err(|message| DotError::Label {
-                line: stmt.line,
-                name: stmt.name.clone(),
-                message,
-            })?;
+            let mut parsed =
+                kinds::parse(stmt.attr("label").unwrap_or_default(), stmt.attr("shape")).map_err(
+                    |message| DotError::Label {
+                        line: stmt.line,
+                        name: stmt.name.clone(),
+                        message,
+                    },
+                )?;
+            for o in &mut parsed.operands {
+                if o.ranges.len() > 1 && row_ranges.saturating_add(o.ranges.len()) > MAX_ROW_RANGES
+                {
+                    o.ranges = vec![o.envelope];
+                }
+                row_ranges = row_ranges.saturating_add(o.ranges.len());
+            }
             graphs.entry(x).or_default().nodes.push(RawNode {
                 number: n,
                 name: stmt.name.clone(),
@@ -317,13 +337,16 @@ fn assemble(
             }
         }
     }
-    let mut built: HashMap<u64, Graph> = HashMap::new();
-    // Depth-first: (graph, whether its children are built). `open` holds the graphs on the path.
+    // First the order, children first, with the size of each graph's model (checked before any
+    // graph is built); then the graphs, in that order.
+    let mut sizes: HashMap<u64, usize> = HashMap::new();
+    let mut post: Vec<u64> = Vec::new();
+    // Depth-first: (graph, whether its children are done). `open` holds the graphs on the path.
     let mut stack: Vec<(u64, bool)> = vec![(top, false)];
     let mut open: Vec<u64> = Vec::new();
     while let Some((x, ready)) = stack.pop() {
         if !ready {
-            if built.contains_key(&x) {
+            if sizes.contains_key(&x) {
                 continue;
             }
             open.push(x);
@@ -356,13 +379,40 @@ fn assemble(
                         problem,
                     });
                 }
-                if !built.contains_key(&m) {
+                if !sizes.contains_key(&m) {
                     stack.push((m, false));
                 }
             }
             continue;
         }
         open.pop();
+        if sizes.contains_key(&x) {
+            continue;
+        }
+        let nodes = raw.get(&x).map(|g| &g.nodes[..]).unwrap_or_default();
+        // Nodes of the model of this graph, embedded child graphs included.
+        let mut size = nodes.len();
+        for n in nodes {
+            if let Some(m) = n.parsed.child {
+                size = size.saturating_add(sizes.get(&m).copied().unwrap_or(0));
+            }
+            if size > MAX_MODEL_NODES {
+                return Err(DotError::Child {
+                    line: n.line,
+                    name: n.name.clone(),
+                    graph: n.parsed.child.unwrap_or(x),
+                    problem: format!(
+                        "embedding child graphs would make a model of more than \
+                         {MAX_MODEL_NODES} nodes"
+                    ),
+                });
+            }
+        }
+        sizes.insert(x, size);
+        post.push(x);
+    }
+    let mut built: HashMap<u64, Graph> = HashMap::new();
+    for x in post {
         let g = raw.remove(&x).unwrap_or_default();
         let mut graph = Graph::new(format!("graph_{x}"));
         for n in g.nodes {
@@ -378,28 +428,38 @@ fn assemble(
             // A child graph's node, and a conditional node (whose body may run), touch what the
             // nodes inside touch.
             let mut seen: HashSet<Access> = accesses.iter().cloned().collect();
-            let mut take = |m: u64, accesses: &mut Vec<Access>| {
-                let left = uses.entry(m).or_default();
-                *left = left.saturating_sub(1);
-                let inner = if *left == 0 {
-                    built.remove(&m)
-                } else {
-                    built.get(&m).cloned()
-                }
-                .unwrap_or_else(|| Graph::new(format!("graph_{m}")));
+            let mut add = |inner: &Graph, accesses: &mut Vec<Access>| {
                 for a in inner.nodes.iter().flat_map(|n| &n.accesses) {
                     if seen.insert(a.clone()) {
                         accesses.push(a.clone());
                     }
                 }
-                inner
+            };
+            // The last node to use a graph takes it; the others clone it (a child) or only read
+            // it (a conditional's body, which the model does not hold).
+            let mut last_use = |m: u64| {
+                let left = uses.entry(m).or_default();
+                *left = left.saturating_sub(1);
+                *left == 0
             };
             for &m in &n.parsed.bodies {
-                take(m, &mut accesses);
+                if let Some(body) = built.get(&m) {
+                    add(body, &mut accesses);
+                }
+                if last_use(m) {
+                    built.remove(&m);
+                }
             }
             if let Some(m) = n.parsed.child {
+                let child = if last_use(m) {
+                    built.remove(&m)
+                } else {
+                    built.get(&m).cloned()
+                }
+                .unwrap_or_else(|| Graph::new(format!("graph_{m}")));
+                add(&child, &mut accesses);
                 kind = NodeKind::ChildGraph {
-                    graph: Box::new(take(m, &mut accesses)),
+                    graph: Box::new(child),
                 };
             }
             let base = match &kind {

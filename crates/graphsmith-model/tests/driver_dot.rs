@@ -775,3 +775,192 @@ fn runtime_api_kinds_host_alloc_free_events_child_and_conditionals() {
         (9, 3)
     );
 }
+
+/// Each copy and set layout of the runtime API (and PyTorch's copies), read from the real
+/// dumps: the spaces from the `kind` row, the bytes from `Extent`, and one access per row on
+/// each side (their bytes are checked against the manifests above).
+#[test]
+fn each_copy_and_set_layout_of_the_runtime_api() {
+    // (dump, node, what it is, accesses read, accesses written)
+    let expected = [
+        (
+            "runtime-api/kinds-racy.dot",
+            5,
+            "memcpy Device -> Host, 512 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-default-racy.dot",
+            0,
+            "memcpy Host -> Device, 1024 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-default-racy.dot",
+            1,
+            "memset elem 1 width 1024 height 1 pitch 0",
+            0,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-dtod-racy.dot",
+            0,
+            "memcpy Device -> Device, 512 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-dtoh-racy.dot",
+            0,
+            "memcpy Device -> Host, 2048 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-dtoh-racy.dot",
+            1,
+            "memset elem 1 width 1024 height 1 pitch 0",
+            0,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-htod-racy.dot",
+            0,
+            "memcpy Host -> Device, 1024 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy2d-dtod-racy.dot",
+            0,
+            "memcpy Device -> Device, 768 B",
+            6,
+            6,
+        ),
+        (
+            "runtime-api/memcpy2d-dtod-racy.dot",
+            1,
+            "memset elem 1 width 64 height 2 pitch 512",
+            0,
+            2,
+        ),
+        (
+            "runtime-api/memcpy2d-htod-racy.dot",
+            0,
+            "memcpy Host -> Device, 384 B",
+            4,
+            4,
+        ),
+        (
+            "runtime-api/memcpy2d-htod-racy.dot",
+            1,
+            "memset elem 1 width 64 height 4 pitch 512",
+            0,
+            4,
+        ),
+        (
+            "runtime-api/memcpy3d-racy.dot",
+            0,
+            "memcpy Device -> Device, 384 B",
+            6,
+            6,
+        ),
+        (
+            "runtime-api/memset1d-2d-racy.dot",
+            0,
+            "memset elem 1 width 528 height 1 pitch 0",
+            0,
+            1,
+        ),
+        (
+            "runtime-api/memset1d-2d-racy.dot",
+            1,
+            "memset elem 1 width 48 height 4 pitch 512",
+            0,
+            4,
+        ),
+        (
+            "runtime-api/node1d-default-racy.dot",
+            0,
+            "memcpy Host -> Device, 1024 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/node1d-default-racy.dot",
+            1,
+            "memset elem 4 width 128 height 1 pitch 0",
+            0,
+            1,
+        ),
+        (
+            "runtime-api/node1d-dtod-racy.dot",
+            0,
+            "memcpy Device -> Device, 1024 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/node3d-htod-racy.dot",
+            0,
+            "memcpy Host -> Device, 128 B",
+            4,
+            4,
+        ),
+        (
+            "torch/torch-copy-dtod-racy.dot",
+            0,
+            "memcpy Device -> Device, 4096 B",
+            1,
+            1,
+        ),
+        (
+            "torch/torch-copy-htod-racy.dot",
+            0,
+            "memcpy Host -> Device, 4096 B",
+            1,
+            1,
+        ),
+        (
+            "torch/torch-zero-racy.dot",
+            0,
+            "memcpy Device -> Device, 4096 B",
+            1,
+            1,
+        ),
+    ];
+    let mut actual = Vec::new();
+    for (name, _) in FIXTURES.iter().filter(|(n, _)| {
+        n.ends_with("-racy.dot") && (n.starts_with("runtime-api/") || n.starts_with("torch/"))
+    }) {
+        let g = Graph::from_driver_dot(fixture(name)).unwrap();
+        for n in &g.nodes {
+            let rows = |m: AccessMode| n.accesses.iter().filter(|a| a.mode == m).count();
+            let what = match &n.kind {
+                NodeKind::Memcpy(m) => format!(
+                    "memcpy {:?} -> {:?}, {} B",
+                    m.src.space, m.dst.space, m.bytes
+                ),
+                NodeKind::Memset(m) => format!(
+                    "memset elem {} width {} height {} pitch {}",
+                    m.element_size, m.width, m.height, m.pitch
+                ),
+                _ => continue,
+            };
+            actual.push((
+                *name,
+                n.id.0,
+                what,
+                rows(AccessMode::Read),
+                rows(AccessMode::Write),
+            ));
+        }
+    }
+    let expected: Vec<(&str, u32, String, usize, usize)> = expected
+        .iter()
+        .map(|&(f, n, w, r, wr)| (f, n, w.to_string(), r, wr))
+        .collect();
+    assert_eq!(actual, expected);
+}

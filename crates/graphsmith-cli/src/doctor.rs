@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use graphsmith::model::{
-    Graph, HazardKind, HazardOptions, HazardReport, NodeId, NodeKind, Summary,
+    AccessMode, Graph, Hazard, HazardKind, HazardOptions, HazardReport, NodeId, NodeKind, Summary,
 };
 
 /// What `doctor` was asked to do.
@@ -315,17 +315,8 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
                 h.second.id,
                 h.second.mode.verb()
             );
-            if h.kind == HazardKind::PossibleKernelAccess {
-                let kernel = if h.first.mode == graphsmith::model::AccessMode::Unknown {
-                    &h.first.label
-                } else {
-                    &h.second.label
-                };
-                let _ = writeln!(
-                    out,
-                    "     only possible: a dump holds no kernel arguments, so whether '{kernel}' \
-                     touches these bytes is unknown"
-                );
+            if let Some(why) = only_possible(h) {
+                let _ = writeln!(out, "     only possible: {why}");
             }
             if !h.path.is_empty() {
                 let _ = writeln!(out, "     in {}", h.graph);
@@ -362,7 +353,35 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
     out
 }
 
+/// Why a possible kernel hazard is only possible; `None` for other hazards.
+fn only_possible(h: &Hazard) -> Option<String> {
+    if h.kind != HazardKind::PossibleKernelAccess {
+        return None;
+    }
+    let kernel = if h.first.mode == AccessMode::Unknown {
+        &h.first.label
+    } else {
+        &h.second.label
+    };
+    Some(format!(
+        "a dump holds no kernel arguments, so whether '{kernel}' touches these bytes is unknown"
+    ))
+}
+
 fn json_report(file: &str, f: &Findings, notes: &[String], code: u8) -> String {
+    // Each hazard as the model serializes it, with `only_possible` where it is only possible.
+    let hazards: Vec<serde_json::Value> = f
+        .hazards
+        .hazards
+        .iter()
+        .map(|h| {
+            let mut value = serde_json::to_value(h).unwrap_or(serde_json::Value::Null);
+            if let (Some(why), Some(map)) = (only_possible(h), value.as_object_mut()) {
+                map.insert("only_possible".into(), why.into());
+            }
+            value
+        })
+        .collect();
     let path: Vec<serde_json::Value> = f
         .critical_path
         .iter()
@@ -390,7 +409,7 @@ fn json_report(file: &str, f: &Findings, notes: &[String], code: u8) -> String {
             "nodes_with_accesses": f.hazards.nodes_with_accesses,
             "accesses": f.hazards.accesses,
         },
-        "hazards": f.hazards.hazards,
+        "hazards": hazards,
         "unjudged_pairs": {
             "kernel_pairs": f.hazards.unjudged_kernel_pairs,
             "nested_pairs": f.hazards.unjudged_nested_pairs,

@@ -528,6 +528,13 @@ fn every_planted_race_exits_1_and_every_fixed_twin_exits_0() {
             assert_eq!(range, case.overlap, "{}: the overlap", case.name);
         } else {
             assert_eq!(h["kind"], "possible_kernel_access", "{}", case.name);
+            assert!(
+                h["only_possible"]
+                    .as_str()
+                    .is_some_and(|w| w.starts_with("a dump holds no kernel arguments")),
+                "{}",
+                case.name
+            );
             let side = if copy_or_set(&case.first) {
                 &case.first
             } else {

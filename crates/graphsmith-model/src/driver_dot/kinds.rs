@@ -328,7 +328,7 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
             };
             let row = m.width.saturating_mul(m.element_size as u64);
             let block = Block::at(m.dst, (0, 0, 0), m.pitch, 0, row, m.height, 1);
-            operands.extend(Operand::of(block, AccessMode::Write));
+            operands.extend(Operand::of(m.dst, block, AccessMode::Write));
             NodeKind::Memset(m)
         }
         NodeKind::Memcpy(_) if get("kind").is_some() || get("srcPtr.ptr").is_some() => {
@@ -341,8 +341,9 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
             let side = |ptr: &str, pos: &str, space: MemorySpace, mode| {
                 let key = |k: &str| format!("{ptr}.{k}");
                 let at = |k: &str| num(&format!("{pos}.{k}")).unwrap_or(0);
+                let ptr = num(&key("ptr")).unwrap_or(0);
                 let block = Block::at(
-                    num(&key("ptr")).unwrap_or(0),
+                    ptr,
                     (at("x"), at("y"), at("z")),
                     num(&key("pitch")).unwrap_or(0),
                     num(&key("ysize")).unwrap_or(0),
@@ -351,7 +352,7 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
                     depth,
                 );
                 let operand = (space != MemorySpace::Array)
-                    .then(|| Operand::of(block, mode))
+                    .then(|| Operand::of(ptr, block, mode))
                     .flatten();
                 (
                     MemRef {
@@ -409,7 +410,7 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
                     depth,
                 );
                 let operand = (space != MemorySpace::Array)
-                    .then(|| Operand::of(block, mode))
+                    .then(|| Operand::of(base, block, mode))
                     .flatten();
                 (
                     MemRef {

@@ -137,9 +137,10 @@ pub(super) struct Operand {
 }
 
 impl Operand {
-    /// The operand of `block`; `None` when it touches nothing or its address is unknown (0).
-    pub fn of(block: Block, mode: AccessMode) -> Option<Operand> {
-        if block.start == 0 || block.width == 0 {
+    /// The operand of `block`, at `ptr` before its position is added; `None` when it touches
+    /// nothing or the pointer is unknown (0).
+    pub fn of(ptr: u64, block: Block, mode: AccessMode) -> Option<Operand> {
+        if ptr == 0 || block.width == 0 {
             return None;
         }
         Some(Operand {

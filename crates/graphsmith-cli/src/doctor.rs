@@ -8,7 +8,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-use graphsmith::model::{Graph, HazardReport, NodeId, NodeKind, Summary};
+use graphsmith::model::{
+    AccessMode, Graph, Hazard, HazardKind, HazardOptions, HazardReport, NodeId, NodeKind, Summary,
+};
 
 /// What `doctor` was asked to do.
 pub(crate) struct Options {
@@ -111,20 +113,41 @@ fn analyse(path: &Path) -> Result<Findings, String> {
     };
     let summary = graph.summary().map_err(|e| e.to_string())?;
     let critical_path = graph.longest_path().map_err(|e| e.to_string())?;
-    let hazards = graph.hazards().map_err(|e| e.to_string())?;
+    // A dump holds no kernel arguments: its kernels may touch any byte.
+    let options = HazardOptions {
+        unknown_kernel_memory: format == Format::DriverDot,
+    };
+    let hazards = graph.hazards_with(&options).map_err(|e| e.to_string())?;
     let redundant = graph.redundant_edges().map_err(|e| e.to_string())?;
     let mut notes = Vec::new();
     let kernels_without_accesses = count_kernels_without_accesses(&graph);
-    if kernels_without_accesses > 0 {
-        let what = if format == Format::DriverDot {
-            "a DOT dump does not hold kernel arguments"
-        } else {
-            "the JSON lists none"
-        };
+    if kernels_without_accesses > 0 && format == Format::DriverDot {
         notes.push(format!(
-            "{kernels_without_accesses} kernel node(s) have no known memory accesses ({what}): \
-             their hazards cannot be checked; graphsmith JSON from the runtime or a live \
-             read-back has them"
+            "{kernels_without_accesses} kernel node(s) have no known memory accesses (a DOT \
+             dump does not hold kernel arguments): a kernel that no path orders with a copy or \
+             set is reported as a possible hazard on the copy's or set's bytes; graphsmith JSON \
+             from the runtime or a live read-back has kernel accesses"
+        ));
+    } else if kernels_without_accesses > 0 {
+        notes.push(format!(
+            "{kernels_without_accesses} kernel node(s) have no known memory accesses (the JSON \
+             lists none): their hazards cannot be checked; graphsmith JSON from the runtime or a \
+             live read-back has them"
+        ));
+    }
+    if hazards.unjudged_kernel_pairs > 0 {
+        notes.push(format!(
+            "{} unordered pair(s) of nodes that both run kernels (kernel nodes, or child graphs \
+             and conditionals holding kernels) cannot be judged from a dump: not counted as \
+             hazards",
+            hazards.unjudged_kernel_pairs
+        ));
+    }
+    if hazards.unjudged_nested_pairs > 0 {
+        notes.push(format!(
+            "{} unordered pair(s) of a copy or set and a child graph or conditional that runs \
+             kernels cannot be judged from a dump: not counted as hazards",
+            hazards.unjudged_nested_pairs
         ));
     }
     let (copies, without) = count_copies_without_accesses(&graph);
@@ -259,7 +282,15 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
         r.accesses, r.nodes_with_accesses, r.graphs
     );
     out.push('\n');
-    if r.hazards.is_empty() {
+    let unjudged = r
+        .unjudged_kernel_pairs
+        .saturating_add(r.unjudged_nested_pairs);
+    if r.hazards.is_empty() && unjudged > 0 {
+        let _ = writeln!(
+            out,
+            "hazards: none found; {unjudged} unordered pair(s) with kernels not judged (see the notes)"
+        );
+    } else if r.hazards.is_empty() {
         out.push_str("hazards: none\n");
     } else {
         let _ = writeln!(out, "hazards: {}", r.hazards.len());
@@ -284,6 +315,9 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
                 h.second.id,
                 h.second.mode.verb()
             );
+            if let Some(why) = only_possible(h) {
+                let _ = writeln!(out, "     only possible: {why}");
+            }
             if !h.path.is_empty() {
                 let _ = writeln!(out, "     in {}", h.graph);
             }
@@ -319,7 +353,35 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
     out
 }
 
+/// Why a possible kernel hazard is only possible; `None` for other hazards.
+fn only_possible(h: &Hazard) -> Option<String> {
+    if h.kind != HazardKind::PossibleKernelAccess {
+        return None;
+    }
+    let kernel = if h.first.mode == AccessMode::Unknown {
+        &h.first.label
+    } else {
+        &h.second.label
+    };
+    Some(format!(
+        "a dump holds no kernel arguments, so whether '{kernel}' touches these bytes is unknown"
+    ))
+}
+
 fn json_report(file: &str, f: &Findings, notes: &[String], code: u8) -> String {
+    // Each hazard as the model serializes it, with `only_possible` where it is only possible.
+    let hazards: Vec<serde_json::Value> = f
+        .hazards
+        .hazards
+        .iter()
+        .map(|h| {
+            let mut value = serde_json::to_value(h).unwrap_or(serde_json::Value::Null);
+            if let (Some(why), Some(map)) = (only_possible(h), value.as_object_mut()) {
+                map.insert("only_possible".into(), why.into());
+            }
+            value
+        })
+        .collect();
     let path: Vec<serde_json::Value> = f
         .critical_path
         .iter()
@@ -347,7 +409,11 @@ fn json_report(file: &str, f: &Findings, notes: &[String], code: u8) -> String {
             "nodes_with_accesses": f.hazards.nodes_with_accesses,
             "accesses": f.hazards.accesses,
         },
-        "hazards": f.hazards.hazards,
+        "hazards": hazards,
+        "unjudged_pairs": {
+            "kernel_pairs": f.hazards.unjudged_kernel_pairs,
+            "nested_pairs": f.hazards.unjudged_nested_pairs,
+        },
         "redundant_edges": redundant,
         "notes": notes,
         "exit_code": code,

@@ -4,7 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FIXTURES: &str = "../graphsmith-model/tests/fixtures/driver-dot";
+#[path = "../../graphsmith-model/tests/common/driver_dot_fixtures.rs"]
+mod fixtures;
+#[path = "../../graphsmith-model/tests/common/manifests.rs"]
+mod manifests;
 
 struct Run {
     code: i32,
@@ -12,15 +15,13 @@ struct Run {
     stderr: String,
 }
 
-/// Runs `graphsmith doctor ARGS` in the crate's folder, with `PATH` when given.
-fn doctor_with_path(args: &[&str], path: Option<&Path>) -> Run {
+/// Runs `graphsmith doctor ARGS` in folder `dir`, with `PATH` when given.
+fn doctor_with_path(dir: &Path, args: &[&str], path: Option<&Path>) -> Run {
     // GRAPHSMITH_BIN: the binary when the tests run away from the build tree (the GPU machine).
     let bin = std::env::var("GRAPHSMITH_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_graphsmith").to_string());
     let mut cmd = Command::new(bin);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("doctor")
-        .args(args);
+    cmd.current_dir(dir).arg("doctor").args(args);
     if let Some(path) = path {
         cmd.env("PATH", path);
     }
@@ -32,20 +33,27 @@ fn doctor_with_path(args: &[&str], path: Option<&Path>) -> Run {
     }
 }
 
-fn doctor(args: &[&str]) -> Run {
-    doctor_with_path(args, None)
+fn doctor(dir: &Path, args: &[&str]) -> Run {
+    doctor_with_path(dir, args, None)
 }
 
-fn fixture(name: &str) -> String {
-    format!("{FIXTURES}/{name}")
+/// Writes the embedded fixture `name` (a path under the model's `fixtures/driver-dot/`) into
+/// a fresh temporary folder of `test`; returns the folder and the file's name in it.
+fn staged(test: &str, name: &str) -> (PathBuf, String) {
+    let base = name.rsplit('/').next().unwrap_or(name).to_string();
+    let file = temp(test, &base);
+    std::fs::write(&file, fixtures::fixture(name)).expect("write fixture");
+    let dir = file.parent().expect("temp dir").to_path_buf();
+    (dir, base)
 }
 
-/// Asserts exit code and full stdout of `doctor FIXTURE [args]`.
+/// Asserts exit code and full stdout of `doctor FIXTURE [args]`, run beside the fixture.
 fn check(name: &str, args: &[&str], code: i32, expected: &str) {
-    let file = fixture(name);
+    let test = format!("check-{}", name.replace('/', "-"));
+    let (dir, file) = staged(&test, name);
     let mut all = vec![file.as_str()];
     all.extend_from_slice(args);
-    let run = doctor(&all);
+    let run = doctor(&dir, &all);
     assert_eq!(
         run.stdout, expected,
         "\n--- stdout of {name} ---\n{}\n--- stderr ---\n{}",
@@ -72,7 +80,7 @@ fn racy_attention_reports_both_hazards_and_exits_1() {
         "attention-racy.json",
         &[],
         1,
-        "../graphsmith-model/tests/fixtures/driver-dot/attention-racy.json (graphsmith JSON)
+        "attention-racy.json (graphsmith JSON)
 graph 'attention-racy'
   nodes   4
   edges   1
@@ -102,7 +110,7 @@ fn fixed_attention_is_clean_and_exits_0() {
         "attention-fixed.json",
         &[],
         0,
-        "../graphsmith-model/tests/fixtures/driver-dot/attention-fixed.json (graphsmith JSON)
+        "attention-fixed.json (graphsmith JSON)
 graph 'attention-fixed'
   nodes   4
   edges   3
@@ -138,7 +146,7 @@ fn racy_attention_as_json() {
     }
   ],
   "exit_code": 1,
-  "file": "../graphsmith-model/tests/fixtures/driver-dot/attention-racy.json",
+  "file": "attention-racy.json",
   "format": "json",
   "hazards": [
     {
@@ -206,6 +214,10 @@ fn racy_attention_as_json() {
     "nodes": 4,
     "roots": 3,
     "width": 3
+  },
+  "unjudged_pairs": {
+    "kernel_pairs": 0,
+    "nested_pairs": 0
   }
 }
 "#,
@@ -218,7 +230,7 @@ fn default_driver_dump_gives_structure_and_says_what_it_lacks() {
         "chain.dot",
         &[],
         0,
-        "../graphsmith-model/tests/fixtures/driver-dot/chain.dot (cudaGraphDebugDotPrint DOT)
+        "chain.dot (cudaGraphDebugDotPrint DOT)
 graph 'graph_1'
   nodes   4
   edges   3
@@ -233,8 +245,8 @@ memory: 0 accesses by 0 nodes in 1 graph(s)
 hazards: none
 redundant edges: none
 note: 2 kernel node(s) have no known memory accesses (a DOT dump does not hold kernel \
-arguments): their hazards cannot be checked; graphsmith JSON from the runtime or a live \
-read-back has them
+arguments): a kernel that no path orders with a copy or set is reported as a possible hazard on \
+the copy's or set's bytes; graphsmith JSON from the runtime or a live read-back has kernel accesses
 note: 2 of 2 memcpy/memset node(s) have no operands: only a verbose dump \
 (cudaGraphDebugDotFlagsVerbose) prints them, so their hazards cannot be checked
 ",
@@ -247,7 +259,7 @@ fn verbose_driver_dump_with_a_child_graph() {
         "kinds-verbose.dot",
         &[],
         0,
-        "../graphsmith-model/tests/fixtures/driver-dot/kinds-verbose.dot (cudaGraphDebugDotPrint DOT)
+        "kinds-verbose.dot (cudaGraphDebugDotPrint DOT)
 graph 'graph_3'
   nodes   5
   edges   4
@@ -262,8 +274,8 @@ memory: 0 accesses by 0 nodes in 2 graph(s)
 hazards: none
 redundant edges: none
 note: 1 kernel node(s) have no known memory accesses (a DOT dump does not hold kernel \
-arguments): their hazards cannot be checked; graphsmith JSON from the runtime or a live \
-read-back has them
+arguments): a kernel that no path orders with a copy or set is reported as a possible hazard on \
+the copy's or set's bytes; graphsmith JSON from the runtime or a live read-back has kernel accesses
 ",
     );
 }
@@ -272,26 +284,42 @@ read-back has them
 fn every_driver_dump_is_read_and_clean() {
     for name in ["chain", "kinds", "attention-racy", "attention-fixed"] {
         for suffix in ["", "-verbose"] {
-            let file = fixture(&format!("{name}{suffix}.dot"));
-            let run = doctor(&[&file]);
+            let (dir, file) = staged("every-dump", &format!("{name}{suffix}.dot"));
+            let run = doctor(&dir, &[&file]);
             assert_eq!(run.code, 0, "{file}: {}", run.stderr);
-            assert!(run.stdout.contains("hazards: none\n"), "{file}");
+            assert!(run.stdout.contains("\nhazards: none"), "{file}");
         }
     }
-    // The racy attention dump: structure only, kernels lack accesses.
-    let run = doctor(&[&fixture("attention-racy-verbose.dot")]);
+    // The attention dumps: structure only; kernels on forked streams cannot be judged, and the
+    // report says so rather than "hazards: none".
+    let (dir, file) = staged("attention-verbose", "attention-racy-verbose.dot");
+    let run = doctor(&dir, &[&file]);
     assert!(run
         .stdout
         .contains("critical path (2 nodes): proj#2 -> attention#3\n"));
+    assert!(
+        run.stdout.contains(
+            "hazards: none found; 5 unordered pair(s) with kernels not judged (see the notes)\n"
+        ),
+        "{}",
+        run.stdout
+    );
     assert!(run.stdout.contains("note: 4 kernel node(s)"));
+    assert!(run.stdout.contains(
+        "note: 5 unordered pair(s) of nodes that both run kernels (kernel nodes, or child graphs \
+         and conditionals holding kernels) cannot be judged from a dump: not counted as hazards\n"
+    ));
+    let (dir, file) = staged("attention-verbose", "attention-fixed-verbose.dot");
+    let run = doctor(&dir, &[&file]);
+    assert_eq!(run.code, 0);
+    assert!(run.stdout.contains(
+        "hazards: none found; 3 unordered pair(s) with kernels not judged (see the notes)\n"
+    ));
 }
 
 #[test]
 fn copy_and_set_race_in_a_dump_exits_1() {
-    let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(fixture("chain-verbose.dot")),
-    )
-    .unwrap();
+    let text = fixtures::fixture("chain-verbose.dot");
     // Drop the edges: the memset, the kernels and the memcpy all start at once.
     let racy: String = text
         .lines()
@@ -300,12 +328,20 @@ fn copy_and_set_race_in_a_dump_exits_1() {
         .collect();
     let file = temp("copy-set", "racy.dot");
     std::fs::write(&file, racy).unwrap();
-    let run = doctor(&[file.to_str().unwrap()]);
+    let run = doctor(file.parent().unwrap(), &["racy.dot"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
+    // The memset against the memcpy; each kernel against the memset and against both buffers
+    // of the memcpy: 6 possible hazards.
+    assert!(run.stdout.contains("\nhazards: 7\n"), "{}", run.stdout);
+    assert_eq!(
+        run.stdout
+            .matches("possible (kernel memory unknown)")
+            .count(),
+        6
+    );
     assert!(
         run.stdout.contains(
-            "hazards: 1
-  1. read-after-write on '0x7f1fd5e00400' (0x7f1fd5e00400) bytes [0, 1024)
+            "  3. read-after-write on '0x7f1fd5e00400' (0x7f1fd5e00400) bytes [0, 1024)
      'memset#0' (n0) writes, 'memcpy#3' (n3) reads; no path orders them
      fix: add edge memset#0 -> memcpy#3 (n0 -> n3)
 "
@@ -337,7 +373,7 @@ fn unreadable_input_exits_2_naming_the_line() {
     for (name, text, message) in cases {
         let file = temp("unreadable", name);
         std::fs::write(&file, text).unwrap();
-        let run = doctor(&[file.to_str().unwrap()]);
+        let run = doctor(file.parent().unwrap(), &[file.to_str().unwrap()]);
         assert_eq!(run.code, 2, "{name}");
         assert_eq!(run.stdout, "", "{name}");
         assert_eq!(
@@ -346,7 +382,7 @@ fn unreadable_input_exits_2_naming_the_line() {
             "{name}"
         );
     }
-    let run = doctor(&["/nonexistent/graph.json"]);
+    let run = doctor(&std::env::temp_dir(), &["/nonexistent/graph.json"]);
     assert_eq!(run.code, 2);
     assert!(run
         .stderr
@@ -355,12 +391,9 @@ fn unreadable_input_exits_2_naming_the_line() {
 
 #[test]
 fn dot_output_highlights_hazards() {
-    let out = temp("dot-output", "racy.dot");
-    let run = doctor(&[
-        &fixture("attention-racy.json"),
-        "--dot",
-        out.to_str().unwrap(),
-    ]);
+    let (dir, file) = staged("dot-output", "attention-racy.json");
+    let out = dir.join("racy.dot");
+    let run = doctor(&dir, &[&file, "--dot", out.to_str().unwrap()]);
     assert_eq!(run.code, 1);
     assert!(run
         .stdout
@@ -373,17 +406,11 @@ fn dot_output_highlights_hazards() {
 
 #[test]
 fn svg_without_graphviz_writes_dot_and_says_so() {
-    let svg = temp("svg-missing", "racy.svg");
-    let empty = svg.parent().unwrap().join("empty-path");
+    let (dir, file) = staged("svg-missing", "attention-racy.json");
+    let svg = dir.join("racy.svg");
+    let empty = dir.join("empty-path");
     std::fs::create_dir_all(&empty).unwrap();
-    let run = doctor_with_path(
-        &[
-            &fixture("attention-racy.json"),
-            "--svg",
-            svg.to_str().unwrap(),
-        ],
-        Some(&empty),
-    );
+    let run = doctor_with_path(&dir, &[&file, "--svg", svg.to_str().unwrap()], Some(&empty));
     assert_eq!(run.code, 1, "{}", run.stderr);
     let fallback = svg.with_extension("dot");
     assert!(
@@ -404,8 +431,9 @@ fn svg_without_graphviz_writes_dot_and_says_so() {
 fn svg_runs_graphviz_dot() {
     use std::os::unix::fs::PermissionsExt;
     // A stand-in `dot` that copies its input to the `-o` file, so the test needs no Graphviz.
-    let svg = temp("svg-fake", "racy.svg");
-    let bin = svg.parent().unwrap().join("bin");
+    let (dir, file) = staged("svg-fake", "attention-fixed.json");
+    let svg = dir.join("racy.svg");
+    let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     let fake = bin.join("dot");
     std::fs::write(
@@ -416,11 +444,8 @@ fn svg_runs_graphviz_dot() {
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = format!("{}:/bin:/usr/bin", bin.display());
     let run = doctor_with_path(
-        &[
-            &fixture("attention-fixed.json"),
-            "--svg",
-            svg.to_str().unwrap(),
-        ],
+        &dir,
+        &[&file, "--svg", svg.to_str().unwrap()],
         Some(Path::new(&path)),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -430,4 +455,194 @@ fn svg_runs_graphviz_dot() {
     assert!(std::fs::read_to_string(&svg)
         .unwrap()
         .starts_with("digraph \"attention-fixed\""));
+}
+
+/// Every planted race of both manifests (runtime-API programs, PyTorch), through the program:
+/// the racy dump exits 1 with a hazard naming both nodes (mapped from the manifest's node
+/// handles, or by kind for PyTorch), the buffer and the bytes, and the fix edge joining them;
+/// the fixed twin exits 0. The one race between two kernels (`torch-index-put`) cannot be seen
+/// in a dump: it exits 0 and the report counts the pair as not judged.
+#[test]
+fn every_planted_race_exits_1_and_every_fixed_twin_exits_0() {
+    let mut all = manifests::cases(
+        "runtime-api",
+        fixtures::fixture("runtime-api/manifest.json"),
+    );
+    all.extend(manifests::cases(
+        "torch",
+        fixtures::fixture("torch/manifest.json"),
+    ));
+    assert_eq!(all.len(), 16);
+    let copy_or_set = |s: &manifests::Side| s.kind == "memcpy" || s.kind == "memset";
+    for case in &all {
+        let (dir, file) = staged("manifest-racy", &case.racy);
+        let run = doctor(&dir, &[&file, "--json"]);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", case.racy, run.stdout));
+        let (fdir, ffile) = staged("manifest-fixed", &case.fixed);
+        let fixed = doctor(&fdir, &[&ffile]);
+        assert_eq!(fixed.code, 0, "{}:\n{}", case.fixed, fixed.stdout);
+        if !copy_or_set(&case.first) && !copy_or_set(&case.second) {
+            assert_eq!(run.code, 0, "{}", case.name);
+            assert_eq!(report["hazards"], serde_json::json!([]), "{}", case.name);
+            assert_eq!(report["unjudged_pairs"]["kernel_pairs"], 1, "{}", case.name);
+            assert!(
+                fixed.stdout.contains("\nhazards: none\n"),
+                "{}",
+                fixed.stdout
+            );
+            continue;
+        }
+        assert_eq!(run.code, 1, "{}:\n{}", case.racy, run.stdout);
+        // The ids of the two nodes in the model.
+        let dump = fixtures::fixture(&case.racy);
+        let ids: Vec<u64> = match (case.first.handle, case.second.handle) {
+            (Some(a), Some(b)) => [a, b]
+                .iter()
+                .map(|&h| manifests::node_of_handle(dump, h).expect("handle in dump") as u64)
+                .collect(),
+            _ => vec![0, 1], // PyTorch's dumps: the two nodes.
+        };
+        let found: Vec<&serde_json::Value> = report["hazards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|h| {
+                let mut pair = [h["first"]["id"].as_u64(), h["second"]["id"].as_u64()];
+                pair.sort();
+                let lo = h["buffer"].as_u64().unwrap() + h["offset"].as_u64().unwrap();
+                let hi = lo + h["len"].as_u64().unwrap();
+                pair == [Some(ids[0].min(ids[1])), Some(ids[0].max(ids[1]))]
+                    && lo < case.overlap.1
+                    && case.overlap.0 < hi
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{}:\n{}", case.racy, run.stdout);
+        let h = found[0];
+        assert_eq!(h["fix"]["from"], h["first"]["id"], "{}", case.name);
+        assert_eq!(h["fix"]["to"], h["second"]["id"], "{}", case.name);
+        let lo = h["buffer"].as_u64().unwrap() + h["offset"].as_u64().unwrap();
+        let range = (lo, lo + h["len"].as_u64().unwrap());
+        if copy_or_set(&case.first) && copy_or_set(&case.second) {
+            assert_ne!(h["kind"], "possible_kernel_access", "{}", case.name);
+            assert_eq!(range, case.overlap, "{}: the overlap", case.name);
+        } else {
+            assert_eq!(h["kind"], "possible_kernel_access", "{}", case.name);
+            assert!(
+                h["only_possible"]
+                    .as_str()
+                    .is_some_and(|w| w.starts_with("a dump holds no kernel arguments")),
+                "{}",
+                case.name
+            );
+            let side = if copy_or_set(&case.first) {
+                &case.first
+            } else {
+                &case.second
+            };
+            let rows = manifests::merged(side.ranges.clone());
+            assert_eq!(
+                range,
+                (rows[0].0, rows[rows.len() - 1].1),
+                "{}: the copy's or set's bytes",
+                case.name
+            );
+        }
+    }
+}
+
+#[test]
+fn runtime_api_2d_copy_and_2d_memset_race_on_two_rows() {
+    // cudaMemcpy2DAsync writes bytes [32, 128) of rows 3-6 of a pitched buffer (pitch 512);
+    // cudaMemset2DAsync writes bytes [64, 128) of rows 5-8: they share 64 bytes of rows 5 and 6.
+    // The buffer is named by the first byte the dump shows touched (row 3, byte 32).
+    check(
+        "runtime-api/memcpy2d-htod-racy.dot",
+        &[],
+        1,
+        "memcpy2d-htod-racy.dot (cudaGraphDebugDotPrint DOT)
+graph 'graph_7'
+  nodes   2
+  edges   0
+  depth   1
+  width   2
+  roots   2
+  leaves  2
+  kinds   memcpy 1, memset 1
+critical path (1 nodes): memcpy#0
+memory: 12 accesses by 2 nodes in 1 graph(s)
+
+hazards: 1
+  1. write-after-write on '0x7f9900802620' (0x7f9900802620) bytes [1056, 1632)
+     'memcpy#0' (n0) writes, 'memset#1' (n1) writes; no path orders them
+     fix: add edge memcpy#0 -> memset#1 (n0 -> n1)
+redundant edges: none
+",
+    );
+}
+
+#[test]
+fn runtime_api_3d_copy_against_a_kernel_is_a_possible_hazard() {
+    check(
+        "runtime-api/memcpy3d-racy.dot",
+        &[],
+        1,
+        "memcpy3d-racy.dot (cudaGraphDebugDotPrint DOT)
+graph 'graph_10'
+  nodes   2
+  edges   0
+  depth   1
+  width   2
+  roots   2
+  leaves  2
+  kinds   kernel 1, memcpy 1
+critical path (1 nodes): memcpy#0
+memory: 12 accesses by 1 nodes in 1 graph(s)
+
+hazards: 2
+  1. possible (kernel memory unknown) on '0x7f9900807208' (0x7f9900807208) bytes [0, 5184)
+     'memcpy#0' (n0) reads, 'touch#1' (n1) may read or write; no path orders them
+     only possible: a dump holds no kernel arguments, so whether 'touch#1' touches these bytes is unknown
+     fix: add edge memcpy#0 -> touch#1 (n0 -> n1)
+  2. possible (kernel memory unknown) on '0x7f990080b410' (0x7f990080b410) bytes [0, 5184)
+     'memcpy#0' (n0) writes, 'touch#1' (n1) may read or write; no path orders them
+     only possible: a dump holds no kernel arguments, so whether 'touch#1' touches these bytes is unknown
+     fix: add edge memcpy#0 -> touch#1 (n0 -> n1)
+redundant edges: none
+note: 1 kernel node(s) have no known memory accesses (a DOT dump does not hold kernel \
+arguments): a kernel that no path orders with a copy or set is reported as a possible hazard on \
+the copy's or set's bytes; graphsmith JSON from the runtime or a live read-back has kernel accesses
+",
+    );
+}
+
+#[test]
+fn a_race_between_two_kernels_is_counted_not_hidden() {
+    // torch-index-put: add_ and index_put_ are both kernels; a dump cannot show that they
+    // touch the same tensor. The report must not say a bare "hazards: none".
+    check(
+        "torch/torch-index-put-racy.dot",
+        &[],
+        0,
+        "torch-index-put-racy.dot (cudaGraphDebugDotPrint DOT)
+graph 'graph_7'
+  nodes   2
+  edges   0
+  depth   1
+  width   2
+  roots   2
+  leaves  2
+  kinds   kernel 2
+critical path (1 nodes): at::native::vectorized_elementwise_kernel#0
+memory: 0 accesses by 0 nodes in 1 graph(s)
+
+hazards: none found; 1 unordered pair(s) with kernels not judged (see the notes)
+redundant edges: none
+note: 2 kernel node(s) have no known memory accesses (a DOT dump does not hold kernel \
+arguments): a kernel that no path orders with a copy or set is reported as a possible hazard on \
+the copy's or set's bytes; graphsmith JSON from the runtime or a live read-back has kernel accesses
+note: 1 unordered pair(s) of nodes that both run kernels (kernel nodes, or child graphs and \
+conditionals holding kernels) cannot be judged from a dump: not counted as hazards
+",
+    );
 }

@@ -34,6 +34,7 @@ use crate::graph::{Edge, Graph, ModelError};
 use crate::node::{AccessMode, NodeId, NodeKind};
 use crate::reach::Clocks;
 use crate::topo;
+use crate::unknown_memory::UnknownMemory;
 
 /// How two unordered accesses conflict, named for the order the fix edge imposes: the second
 /// node's access happens after the first node's.
@@ -49,6 +50,10 @@ pub enum HazardKind {
     /// One side's direction is unknown (a pointer argument of a kernel without a signature), so
     /// it may write: reported so that it is never dropped, to be confirmed by a person.
     PossibleWrite,
+    /// One side is a kernel whose memory is not known (read from a dump, which holds no kernel
+    /// arguments), the other a node with known accesses (a copy or a set): the kernel may touch
+    /// those bytes. Only with [`HazardOptions::unknown_kernel_memory`]; a person confirms it.
+    PossibleKernelAccess,
 }
 
 impl HazardKind {
@@ -74,6 +79,7 @@ impl std::fmt::Display for HazardKind {
             HazardKind::ReadAfterWrite => "read-after-write",
             HazardKind::WriteAfterRead => "write-after-read",
             HazardKind::PossibleWrite => "possible write",
+            HazardKind::PossibleKernelAccess => "possible (kernel memory unknown)",
         })
     }
 }
@@ -175,6 +181,28 @@ pub struct HazardReport {
     pub nodes_with_accesses: usize,
     /// Accesses of non-zero length, in all those graphs.
     pub accesses: usize,
+    /// With [`HazardOptions::unknown_kernel_memory`]: pairs of nodes that no path orders and
+    /// that both run kernels whose memory is unknown (kernel nodes, child graphs holding one,
+    /// conditional nodes). They cannot be judged, so they are counted, not reported.
+    #[serde(default)]
+    pub unjudged_kernel_pairs: u64,
+    /// With [`HazardOptions::unknown_kernel_memory`]: pairs of nodes that no path orders, one a
+    /// child graph or conditional node running kernels whose memory is unknown, the other a node
+    /// with known accesses. Counted, not reported.
+    #[serde(default)]
+    pub unjudged_nested_pairs: u64,
+}
+
+/// How [`Graph::hazards_with`] treats what the model does not know.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HazardOptions {
+    /// Kernel nodes without accesses may touch any memory (set it for graphs read from a
+    /// `cudaGraphDebugDotPrint` dump, which holds no kernel arguments). A kernel and a copy or
+    /// set that no path orders are then a [`HazardKind::PossibleKernelAccess`] hazard on each
+    /// buffer of the copy or set, and unordered pairs that cannot be judged are counted in
+    /// [`HazardReport::unjudged_kernel_pairs`] and [`HazardReport::unjudged_nested_pairs`].
+    /// Off: such kernels touch nothing.
+    pub unknown_kernel_memory: bool,
 }
 
 impl HazardReport {
@@ -226,10 +254,36 @@ impl Graph {
     /// assert!(g.hazards().unwrap().is_clean());
     /// ```
     pub fn hazards(&self) -> Result<HazardReport, ModelError> {
+        self.hazards_with(&HazardOptions::default())
+    }
+
+    /// [`Graph::hazards`], with `options` for what the model does not know (kernels read from a
+    /// dump).
+    ///
+    /// ```
+    /// # use graphsmith_model::{Access, AccessMode, Dim3, Graph, HazardKind, HazardOptions,
+    /// #     KernelParams, NodeKind};
+    /// let mut g = Graph::new("dump");
+    /// let set = Access { buffer: 0x1000, label: String::new(), offset: 0, len: 256,
+    ///     mode: AccessMode::Write };
+    /// let s = g.add_node_with("memset#0", NodeKind::Empty, None, vec![set]);
+    /// let kernel = NodeKind::Kernel(KernelParams { name: "k".into(), grid: Dim3::linear(1),
+    ///     block: Dim3::linear(32), shared_mem_bytes: 0, args: vec![] });
+    /// let k = g.add_node("k#1", kernel.clone());
+    /// g.add_node("k#2", kernel);
+    /// assert!(g.hazards().unwrap().is_clean());
+    /// let options = HazardOptions { unknown_kernel_memory: true };
+    /// let report = g.hazards_with(&options).unwrap();
+    /// assert_eq!(report.hazards.len(), 2); // the memset against each kernel
+    /// assert_eq!(report.hazards[0].kind, HazardKind::PossibleKernelAccess);
+    /// assert_eq!((report.hazards[0].fix.from, report.hazards[0].fix.to), (s, k));
+    /// assert_eq!(report.unjudged_kernel_pairs, 1); // k#1 and k#2
+    /// ```
+    pub fn hazards_with(&self, options: &HazardOptions) -> Result<HazardReport, ModelError> {
         let mut report = HazardReport::default();
         let mut todo = vec![(self, Vec::new(), format!("graph '{}'", self.label))];
         while let Some((graph, path, location)) = todo.pop() {
-            check_graph(graph, &path, &location, &mut report)?;
+            check_graph(graph, &path, &location, options, &mut report)?;
             for node in graph.nodes.iter().rev() {
                 if let NodeKind::ChildGraph { graph: child } = &node.kind {
                     let mut inner = path.clone();
@@ -270,6 +324,7 @@ fn check_graph(
     graph: &Graph,
     path: &[NodeId],
     location: &str,
+    options: &HazardOptions,
     report: &mut HazardReport,
 ) -> Result<(), ModelError> {
     let adj = graph.adjacency()?;
@@ -279,8 +334,10 @@ fn check_graph(
     let mut index: HashMap<u64, u32> = HashMap::new();
     let mut buffers: Vec<BufferState> = Vec::new();
     let mut conflicts = Vec::new();
+    let mut unknown = UnknownMemory::new(options);
     for &v in &order {
         clocks.visit(v);
+        unknown.visit(graph, v, &clocks);
         let node = &graph.nodes[v.index()];
         let mut touched = false;
         for access in node.accesses.iter().filter(|a| a.len > 0) {
@@ -306,6 +363,7 @@ fn check_graph(
     report
         .hazards
         .extend(merge(graph, path, location, &buffers, conflicts));
+    unknown.finish(graph, path, location, report);
     Ok(())
 }
 
@@ -365,7 +423,7 @@ fn merge(
 }
 
 /// The mode of a node that touches bytes in both ways.
-fn union(a: AccessMode, b: AccessMode) -> AccessMode {
+pub(crate) fn union(a: AccessMode, b: AccessMode) -> AccessMode {
     if a == b {
         a
     } else if a == AccessMode::Unknown || b == AccessMode::Unknown {

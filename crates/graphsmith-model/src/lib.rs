@@ -20,6 +20,9 @@
 //!   and verbose) into the model ([`DotError`]).
 //! - `hazards`: [`Graph::hazards`], pairs of nodes that no path orders and whose accesses
 //!   conflict ([`HazardReport`], [`Hazard`], [`HazardKind`]).
+//! - `unknown_memory`: with [`HazardOptions::unknown_kernel_memory`], possible hazards between
+//!   kernels whose memory is unknown (read from a dump) and copies or sets, and the count of
+//!   unordered pairs that cannot be judged.
 //! - `redundant`: [`Graph::redundant_edges`], edges that other paths imply.
 //! - `reach`: reachability during one topological sweep (vector clocks over a chain cover),
 //!   used by `hazards` and `redundant`.
@@ -63,11 +66,12 @@ mod redundant;
 mod signature;
 mod summary;
 mod topo;
+mod unknown_memory;
 
 pub use dot::DotOptions;
 pub use driver_dot::DotError;
 pub use graph::{Edge, Graph, ModelError};
-pub use hazards::{Hazard, HazardKind, HazardNode, HazardReport};
+pub use hazards::{Hazard, HazardKind, HazardNode, HazardOptions, HazardReport};
 pub use json::JsonError;
 pub use node::{
     Access, AccessMode, ConditionalKind, Dim3, KernelArg, KernelParams, MemRef, MemcpyParams,

@@ -7,13 +7,15 @@ use std::fmt::Write;
 use graphsmith_model::{AccessMode, Graph, NodeKind};
 use proptest::prelude::*;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/driver-dot");
-const NAMES: [&str; 4] = ["chain", "kinds", "attention-racy", "attention-fixed"];
+#[path = "common/driver_dot_fixtures.rs"]
+mod fixtures;
+#[path = "common/manifests.rs"]
+mod manifests;
+use fixtures::{fixture, FIXTURES};
+use graphsmith_model::{HazardKind, HazardOptions, NodeId};
+use manifests::{cases, merged, node_of_handle, Case, Side};
 
-fn fixture(name: &str) -> String {
-    std::fs::read_to_string(format!("{FIXTURES}/{name}"))
-        .unwrap_or_else(|e| panic!("fixture {name}: {e}"))
-}
+const NAMES: [&str; 4] = ["chain", "kinds", "attention-racy", "attention-fixed"];
 
 /// One line per node (with its accesses) and per edge, child graphs indented.
 fn describe(g: &Graph) -> String {
@@ -63,7 +65,7 @@ fn describe(g: &Graph) -> String {
 
 /// Reads fixture `name` and asserts its full description.
 fn check(name: &str, expected: &str) {
-    let g = Graph::from_driver_dot(&fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let g = Graph::from_driver_dot(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
     let actual = describe(&g);
     assert_eq!(actual, expected, "\n--- {name} actual ---\n{actual}");
 }
@@ -165,10 +167,10 @@ fn attention_racy_demangles_labels() {
 #[test]
 fn dumps_agree_with_graphsmith_json() {
     for name in NAMES {
-        let json = Graph::from_json(&fixture(&format!("{name}.json"))).unwrap();
+        let json = Graph::from_json(fixture(&format!("{name}.json"))).unwrap();
         for suffix in ["", "-verbose"] {
             let file = format!("{name}{suffix}.dot");
-            let dot = Graph::from_driver_dot(&fixture(&file)).unwrap();
+            let dot = Graph::from_driver_dot(fixture(&file)).unwrap();
             let mut todo = vec![(&json, &dot)];
             while let Some((j, d)) = todo.pop() {
                 assert_eq!(j.nodes.len(), d.nodes.len(), "{file}");
@@ -220,7 +222,7 @@ fn dumps_agree_with_graphsmith_json() {
 fn imported_dumps_have_no_hazards_without_kernel_accesses() {
     for name in NAMES {
         for suffix in ["", "-verbose"] {
-            let g = Graph::from_driver_dot(&fixture(&format!("{name}{suffix}.dot"))).unwrap();
+            let g = Graph::from_driver_dot(fixture(&format!("{name}{suffix}.dot"))).unwrap();
             assert!(g.hazards().unwrap().is_clean(), "{name}{suffix}");
         }
     }
@@ -350,6 +352,50 @@ fn deep_nesting_is_refused() {
 }
 
 #[test]
+fn exponential_embedding_is_refused() {
+    // Each graph embeds the next one twice: 2^60 nodes if built.
+    let mut text = String::from("digraph dot {\n");
+    for i in 0..60 {
+        for n in 0..2 {
+            let _ = writeln!(
+                text,
+                "\"graph_{i}_node_{n}\"[label=\"{n}\ngraph_{}\"];",
+                i + 1
+            );
+        }
+    }
+    text.push_str("\"graph_60_node_0\"[label=\"0\nEMPTY\"];\n}\n");
+    let err = Graph::from_driver_dot(&text).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("embedding child graphs would make a model of more than 4194304 nodes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tall_pitched_operands_stay_bounded() {
+    // 300 memsets of 4,096 rows each (pitch 512): per-row ranges until the dump's budget of
+    // 2^20 is spent, then one range from the first byte to the last, never fewer bytes.
+    let mut text = String::from("digraph dot {\nsubgraph cluster_1 {\n");
+    for n in 0..300u64 {
+        let dptr = 0x1000_0000 + n * 0x100_0000;
+        let _ = writeln!(
+            text,
+            "\"graph_1_node_{n}\"[shape=\"record\" label=\"{{MEMSET | {{{{ID | node handle | dptr | pitch | value | elementSize | width | height}} | {{{n} (topoId: 0) | 0x1 | 0x{dptr:x} | 512 | 0 | 1 | 64 | 4096}}}}}}\"];"
+        );
+    }
+    text.push_str("}\n}\n");
+    let g = Graph::from_driver_dot(&text).unwrap();
+    let counts: Vec<usize> = g.nodes.iter().map(|n| n.accesses.len()).collect();
+    assert_eq!(counts[0], 4096);
+    assert_eq!(counts.iter().filter(|&&c| c == 4096).count(), 256);
+    assert!(counts[256..].iter().all(|&c| c == 1));
+    let last = &g.nodes[299].accesses[0];
+    assert_eq!((last.offset, last.len), (0, 4095 * 512 + 64));
+}
+
+#[test]
 fn empty_cluster_is_an_empty_graph_and_child_graphs_can_repeat() {
     let g =
         Graph::from_driver_dot("digraph dot {\nsubgraph cluster_1 {\nlabel=\"graph_1\";\n}\n}\n")
@@ -385,15 +431,16 @@ proptest! {
 
     #[test]
     fn mutated_fixtures_never_panic(
-        which in 0usize..8,
+        which in any::<prop::sample::Index>(),
         edits in proptest::collection::vec((any::<prop::sample::Index>(), 0u8..4, any::<char>()), 1..8),
     ) {
-        let names = [
-            "chain.dot", "chain-verbose.dot", "kinds.dot", "kinds-verbose.dot",
-            "attention-racy.dot", "attention-racy-verbose.dot",
-            "attention-fixed.dot", "attention-fixed-verbose.dot",
-        ];
-        let mut chars: Vec<char> = fixture(names[which]).chars().collect();
+        // Every dump: driver-API and runtime-API copies, PyTorch's, all node kinds.
+        let dumps: Vec<&str> = FIXTURES
+            .iter()
+            .filter(|(name, _)| name.ends_with(".dot"))
+            .map(|(_, text)| *text)
+            .collect();
+        let mut chars: Vec<char> = dumps[which.index(dumps.len())].chars().collect();
         for (at, op, c) in edits {
             if chars.is_empty() {
                 break;
@@ -419,4 +466,501 @@ proptest! {
             let _ = g.to_dot();
         }
     }
+}
+
+/// Every case of both manifests: the runtime-API programs' and PyTorch's.
+fn all_cases() -> Vec<Case> {
+    let mut all = cases("runtime-api", fixture("runtime-api/manifest.json"));
+    all.extend(cases("torch", fixture("torch/manifest.json")));
+    all
+}
+
+/// The model ids of a case's two nodes in `dump`: through the node handles of the manifest, or,
+/// for PyTorch (no handles), through the node kinds (the first side is the copy or the kernel
+/// that the manifest names first; the dumps hold two nodes).
+fn racing_nodes(case: &Case, dump: &str, g: &Graph) -> (NodeId, NodeId) {
+    if let (Some(a), Some(b)) = (case.first.handle, case.second.handle) {
+        let id = |h| {
+            NodeId(
+                node_of_handle(dump, h).unwrap_or_else(|| panic!("{}: handle 0x{h:x}", case.name)),
+            )
+        };
+        return (id(a), id(b));
+    }
+    assert_eq!(g.nodes.len(), 2, "{}", case.name);
+    let first = g
+        .nodes
+        .iter()
+        .position(|n| n.kind.name() == case.first.kind)
+        .unwrap_or_else(|| panic!("{}: no {} node", case.name, case.first.kind));
+    (NodeId(first as u32), NodeId(1 - first as u32))
+}
+
+fn copy_or_set(side: &Side) -> bool {
+    side.kind == "memcpy" || side.kind == "memset"
+}
+
+/// The absolute byte ranges, merged, of a node's accesses of the given modes.
+fn absolute(g: &Graph, id: NodeId, modes: &[AccessMode]) -> Vec<(u64, u64)> {
+    merged(
+        g.nodes[id.index()]
+            .accesses
+            .iter()
+            .filter(|a| modes.contains(&a.mode))
+            .map(|a| (a.buffer + a.offset, a.buffer + a.offset + a.len))
+            .collect(),
+    )
+}
+
+/// Each copy and set of every case (1-D copies of every kind and from both APIs, 2-D and 3-D
+/// copies with pitch and positions, 1-D and 2-D memsets) touches exactly the bytes the
+/// manifest gives, row by row: the raced side's written (or read) ranges are the manifest's.
+#[test]
+fn every_copy_and_set_touches_the_manifests_bytes() {
+    let mut checked = 0;
+    for case in all_cases() {
+        for file in [&case.racy, &case.fixed] {
+            let dump = fixture(file);
+            let g = Graph::from_driver_dot(dump).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let (a, b) = racing_nodes(&case, dump, &g);
+            for (side, id) in [(&case.first, a), (&case.second, b)] {
+                if !copy_or_set(side) {
+                    continue;
+                }
+                let modes: &[AccessMode] = match side.access.as_str() {
+                    "read" => &[AccessMode::Read],
+                    _ => &[AccessMode::Write],
+                };
+                assert_eq!(
+                    absolute(&g, id, modes),
+                    merged(side.ranges.clone()),
+                    "{file}: {} {id}",
+                    side.kind
+                );
+                checked += 1;
+            }
+        }
+    }
+    // 18 copy/set sides in the 12 runtime-API cases and 3 PyTorch copies, racy and fixed.
+    assert_eq!(checked, 2 * (18 + 3), "sides checked");
+}
+
+/// Every planted race of both manifests is reported with both nodes and the manifest's bytes;
+/// every fixed twin is clean. A race between two copies or sets is a hazard on exactly the
+/// overlap; a race between a kernel and a copy or set is a possible hazard on the copy's or
+/// set's bytes (a dump holds no kernel arguments), which contain the overlap. A race between two
+/// kernels (`torch-index-put`) cannot be seen in a dump: it is counted as an unjudged pair.
+#[test]
+fn every_planted_race_is_found_and_every_fixed_twin_is_clean() {
+    let options = HazardOptions {
+        unknown_kernel_memory: true,
+    };
+    let mut kernel_only = Vec::new();
+    for case in all_cases() {
+        let dump = fixture(&case.racy);
+        let g = Graph::from_driver_dot(dump).unwrap();
+        let (a, b) = racing_nodes(&case, dump, &g);
+        let report = g.hazards_with(&options).unwrap();
+        let fixed = Graph::from_driver_dot(fixture(&case.fixed)).unwrap();
+        let fixed_report = fixed.hazards_with(&options).unwrap();
+        assert!(
+            fixed_report.is_clean(),
+            "{}: {:?}",
+            case.fixed,
+            fixed_report.hazards
+        );
+        assert!(
+            fixed
+                .edges
+                .iter()
+                .any(|e| (e.from, e.to) == (a, b) || (e.from, e.to) == (b, a)),
+            "{}: the fixed twin joins the nodes",
+            case.name
+        );
+        if !copy_or_set(&case.first) && !copy_or_set(&case.second) {
+            assert!(report.is_clean(), "{}", case.name);
+            assert_eq!(report.unjudged_kernel_pairs, 1, "{}", case.name);
+            assert_eq!(fixed_report.unjudged_kernel_pairs, 0, "{}", case.name);
+            kernel_only.push(case.name.clone());
+            continue;
+        }
+        let pair = |h: &&graphsmith_model::Hazard| {
+            let ids = [h.first.id, h.second.id];
+            ids.contains(&a) && ids.contains(&b)
+        };
+        let found: Vec<_> = report
+            .hazards
+            .iter()
+            .filter(pair)
+            .filter(|h| {
+                h.buffer + h.offset < case.overlap.1 && case.overlap.0 < h.buffer + h.offset + h.len
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{}: {:?}", case.name, report.hazards);
+        let h = found[0];
+        assert_eq!((h.fix.from, h.fix.to), (h.first.id, h.second.id));
+        let range = (h.buffer + h.offset, h.buffer + h.offset + h.len);
+        if copy_or_set(&case.first) && copy_or_set(&case.second) {
+            assert_ne!(h.kind, HazardKind::PossibleKernelAccess, "{}", case.name);
+            assert_eq!(range, case.overlap, "{}: the overlap", case.name);
+        } else {
+            assert_eq!(h.kind, HazardKind::PossibleKernelAccess, "{}", case.name);
+            let copy = if copy_or_set(&case.first) {
+                &case.first
+            } else {
+                &case.second
+            };
+            let ranges = merged(copy.ranges.clone());
+            let envelope = (ranges[0].0, ranges[ranges.len() - 1].1);
+            assert_eq!(range, envelope, "{}: the copy's or set's bytes", case.name);
+            assert!(
+                range.0 <= case.overlap.0 && case.overlap.1 <= range.1,
+                "{}",
+                case.name
+            );
+        }
+        // Every other hazard of the racy dump is a possible one on another pair or buffer.
+        for other in report.hazards.iter().filter(|x| !std::ptr::eq(*x, h)) {
+            assert_eq!(
+                other.kind,
+                HazardKind::PossibleKernelAccess,
+                "{}: {other}",
+                case.name
+            );
+        }
+    }
+    assert_eq!(kernel_only, ["torch-index-put"]);
+}
+
+/// A 2-D copy and a 2-D memset on other columns of the same rows of a pitched buffer do not
+/// race: accesses are per row, not from the first byte to the last.
+#[test]
+fn pitched_rows_on_other_columns_do_not_race() {
+    // memcpy2d-htod's copy writes bytes [32, 128) of rows 3..7 (pitch 512); a memset of bytes
+    // [160, 224) of rows 3..7 touches the same rows, other columns.
+    let text = fixture("runtime-api/memcpy2d-htod-racy.dot").replace(
+        "0x00007F9900802A40 | 512 | 90 | 1 | 64 | 4",
+        "0x00007F99008026A0 | 512 | 90 | 1 | 64 | 4",
+    );
+    assert_ne!(text, fixture("runtime-api/memcpy2d-htod-racy.dot"));
+    let g = Graph::from_driver_dot(&text).unwrap();
+    let written = |n: usize| {
+        g.nodes[n]
+            .accesses
+            .iter()
+            .find(|a| a.mode == AccessMode::Write)
+            .map(|a| a.buffer)
+    };
+    assert_eq!(written(0), written(1), "one buffer:\n{}", describe(&g));
+    assert!(g.hazards().unwrap().is_clean(), "{}", describe(&g));
+    // Moved onto the copied columns, it races on exactly the 4 rows' 64 shared bytes each.
+    let text = text.replace("0x00007F99008026A0", "0x00007F9900802640");
+    let report = Graph::from_driver_dot(&text).unwrap().hazards().unwrap();
+    assert_eq!(report.hazards.len(), 1);
+    let h = &report.hazards[0];
+    assert_eq!((h.offset, h.len), (0x20, 3 * 512 + 64));
+}
+
+#[test]
+fn runtime_api_2d_copy_reads_pitch_positions_and_rows() {
+    // cudaMemcpy2DAsync from pitched q2 (x=16, y=2) into pitched p2 (x=8, y=1): the dump prints
+    // the pointers already moved; 6 rows of 128 bytes, pitch 512, on each side. The memset
+    // (cudaMemset2DAsync, rows 4-5) writes 2 rows of 64 bytes.
+    check(
+        "runtime-api/memcpy2d-dtod-racy.dot",
+        "graph 'graph_8'
+  n0 'memcpy#0' memcpy Device 0x7f9900804410 -> Device 0x7f9900802208, 768 B
+    Read '0x7f9900804410' [0, 128)
+    Read '0x7f9900804410' [512, 640)
+    Read '0x7f9900804410' [1024, 1152)
+    Read '0x7f9900804410' [1536, 1664)
+    Read '0x7f9900804410' [2048, 2176)
+    Read '0x7f9900804410' [2560, 2688)
+    Write '0x7f9900802208' [0, 128)
+    Write '0x7f9900802208' [512, 640)
+    Write '0x7f9900802208' [1024, 1152)
+    Write '0x7f9900802208' [1536, 1664)
+    Write '0x7f9900802208' [2048, 2176)
+    Write '0x7f9900802208' [2560, 2688)
+  n1 'memset#1' memset 0x7f9900802800 value 0 elem 1 width 64 height 2
+    Write '0x7f9900802208' [1528, 1592)
+    Write '0x7f9900802208' [2040, 2104)
+",
+    );
+}
+
+#[test]
+fn runtime_api_3d_copy_reads_slices() {
+    // cudaMemcpy3DAsync between cudaMalloc3D buffers (pitch 512, 8 rows a slice), srcPos
+    // (8,1,1), dstPos (16,2,1), extent (64,3,2): 2 slices of 3 rows, slices 4096 bytes apart.
+    check(
+        "runtime-api/memcpy3d-racy.dot",
+        "graph 'graph_10'
+  n0 'memcpy#0' memcpy Device 0x7f9900807208 -> Device 0x7f990080b410, 384 B
+    Read '0x7f9900807208' [0, 64)
+    Read '0x7f9900807208' [512, 576)
+    Read '0x7f9900807208' [1024, 1088)
+    Read '0x7f9900807208' [4096, 4160)
+    Read '0x7f9900807208' [4608, 4672)
+    Read '0x7f9900807208' [5120, 5184)
+    Write '0x7f990080b410' [0, 64)
+    Write '0x7f990080b410' [512, 576)
+    Write '0x7f990080b410' [1024, 1088)
+    Write '0x7f990080b410' [4096, 4160)
+    Write '0x7f990080b410' [4608, 4672)
+    Write '0x7f990080b410' [5120, 5184)
+  n1 'touch#1' kernel _Z5touchPfi grid (1,1,1) block (128,1,1) smem 0
+",
+    );
+}
+
+#[test]
+fn runtime_api_kinds_host_alloc_free_events_child_and_conditionals() {
+    // A conditional node takes the accesses of its bodies (none here: kernels only), and
+    // counts them; a child graph's node those of the nodes inside.
+    check(
+        "runtime-api/kinds-racy.dot",
+        "graph 'graph_12'
+  n0 'host#0' Host { name: \"0x0000557FE4260FD0\" }
+  n1 'mem_alloc#1' MemAlloc { address: 12918456320, bytes: 4096 }
+  n2 'touch#2' kernel _Z5touchPfi grid (8,1,1) block (128,1,1) smem 0
+  n3 'mem_free#3' MemFree { address: 12918456320 }
+  n4 'touch#4' kernel _Z5touchPfi grid (2,1,1) block (128,1,1) smem 0
+  n5 'memcpy#5' memcpy Device 0x7f990080e000 -> Host 0x7f9900a00000, 512 B
+    Read '0x7f990080e000' [0, 512)
+    Write '0x7f9900a00000' [0, 512)
+  n6 'event_record#6' EventRecord { event: \"0x000055801DD5C450\" }
+  n7 'event_wait#7' EventWait { event: \"0x000055801DD5C650\" }
+  n8 'child_graph#8' child_graph 'graph_14'
+    Write '0x7f990080f000' [0, 4096)
+  n9 'conditional#9' Conditional { conditional: If, bodies: 1 }
+  n10 'conditional#10' Conditional { conditional: While, bodies: 1 }
+  n0 -> n1
+  n1 -> n2
+  n2 -> n3
+  n3 -> n4
+  n3 -> n5
+  graph 'graph_14'
+    n0 'memset#0' memset 0x7f990080f000 value 0 elem 4 width 1024 height 1
+      Write '0x7f990080f000' [0, 4096)
+    n1 'touch#1' kernel _Z5touchPfi grid (8,1,1) block (128,1,1) smem 0
+    n0 -> n1
+",
+    );
+    // The racy twin: kernel n4 against the copy n5 (a possible hazard on each buffer the copy
+    // touches); unordered pairs of nodes running kernels, and of the child graph or
+    // conditionals against the copy, are counted.
+    let g = Graph::from_driver_dot(fixture("runtime-api/kinds-racy.dot")).unwrap();
+    let report = g
+        .hazards_with(&HazardOptions {
+            unknown_kernel_memory: true,
+        })
+        .unwrap();
+    let lines: Vec<String> = report.hazards.iter().map(|h| h.to_string()).collect();
+    assert_eq!(
+        lines,
+        [
+            "possible (kernel memory unknown) on '0x7f990080e000' (0x7f990080e000) bytes [0, 512): \
+             'touch#4' (n4) may read or write, 'memcpy#5' (n5) reads, unordered; fix: add edge \
+             'touch#4' -> 'memcpy#5' (n4 -> n5)",
+            "possible (kernel memory unknown) on '0x7f9900a00000' (0x7f9900a00000) bytes [0, 512): \
+             'touch#4' (n4) may read or write, 'memcpy#5' (n5) writes, unordered; fix: add edge \
+             'touch#4' -> 'memcpy#5' (n4 -> n5)",
+        ]
+    );
+    // n2, n4 and the three nested nodes n8, n9, n10: 10 pairs, less n2-n4 (ordered); the
+    // nested ones against the copy n5: 3.
+    assert_eq!(
+        (report.unjudged_kernel_pairs, report.unjudged_nested_pairs),
+        (9, 3)
+    );
+}
+
+/// Each copy and set layout of the runtime API (and PyTorch's copies), read from the real
+/// dumps: the spaces from the `kind` row, the bytes from `Extent`, and one access per row on
+/// each side (their bytes are checked against the manifests above).
+#[test]
+fn each_copy_and_set_layout_of_the_runtime_api() {
+    // (dump, node, what it is, accesses read, accesses written)
+    let expected = [
+        (
+            "runtime-api/kinds-racy.dot",
+            5,
+            "memcpy Device -> Host, 512 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-default-racy.dot",
+            0,
+            "memcpy Host -> Device, 1024 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-default-racy.dot",
+            1,
+            "memset elem 1 width 1024 height 1 pitch 0",
+            0,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-dtod-racy.dot",
+            0,
+            "memcpy Device -> Device, 512 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-dtoh-racy.dot",
+            0,
+            "memcpy Device -> Host, 2048 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-dtoh-racy.dot",
+            1,
+            "memset elem 1 width 1024 height 1 pitch 0",
+            0,
+            1,
+        ),
+        (
+            "runtime-api/memcpy-htod-racy.dot",
+            0,
+            "memcpy Host -> Device, 1024 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/memcpy2d-dtod-racy.dot",
+            0,
+            "memcpy Device -> Device, 768 B",
+            6,
+            6,
+        ),
+        (
+            "runtime-api/memcpy2d-dtod-racy.dot",
+            1,
+            "memset elem 1 width 64 height 2 pitch 512",
+            0,
+            2,
+        ),
+        (
+            "runtime-api/memcpy2d-htod-racy.dot",
+            0,
+            "memcpy Host -> Device, 384 B",
+            4,
+            4,
+        ),
+        (
+            "runtime-api/memcpy2d-htod-racy.dot",
+            1,
+            "memset elem 1 width 64 height 4 pitch 512",
+            0,
+            4,
+        ),
+        (
+            "runtime-api/memcpy3d-racy.dot",
+            0,
+            "memcpy Device -> Device, 384 B",
+            6,
+            6,
+        ),
+        (
+            "runtime-api/memset1d-2d-racy.dot",
+            0,
+            "memset elem 1 width 528 height 1 pitch 0",
+            0,
+            1,
+        ),
+        (
+            "runtime-api/memset1d-2d-racy.dot",
+            1,
+            "memset elem 1 width 48 height 4 pitch 512",
+            0,
+            4,
+        ),
+        (
+            "runtime-api/node1d-default-racy.dot",
+            0,
+            "memcpy Host -> Device, 1024 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/node1d-default-racy.dot",
+            1,
+            "memset elem 4 width 128 height 1 pitch 0",
+            0,
+            1,
+        ),
+        (
+            "runtime-api/node1d-dtod-racy.dot",
+            0,
+            "memcpy Device -> Device, 1024 B",
+            1,
+            1,
+        ),
+        (
+            "runtime-api/node3d-htod-racy.dot",
+            0,
+            "memcpy Host -> Device, 128 B",
+            4,
+            4,
+        ),
+        (
+            "torch/torch-copy-dtod-racy.dot",
+            0,
+            "memcpy Device -> Device, 4096 B",
+            1,
+            1,
+        ),
+        (
+            "torch/torch-copy-htod-racy.dot",
+            0,
+            "memcpy Host -> Device, 4096 B",
+            1,
+            1,
+        ),
+        (
+            "torch/torch-zero-racy.dot",
+            0,
+            "memcpy Device -> Device, 4096 B",
+            1,
+            1,
+        ),
+    ];
+    let mut actual = Vec::new();
+    for (name, _) in FIXTURES.iter().filter(|(n, _)| {
+        n.ends_with("-racy.dot") && (n.starts_with("runtime-api/") || n.starts_with("torch/"))
+    }) {
+        let g = Graph::from_driver_dot(fixture(name)).unwrap();
+        for n in &g.nodes {
+            let rows = |m: AccessMode| n.accesses.iter().filter(|a| a.mode == m).count();
+            let what = match &n.kind {
+                NodeKind::Memcpy(m) => format!(
+                    "memcpy {:?} -> {:?}, {} B",
+                    m.src.space, m.dst.space, m.bytes
+                ),
+                NodeKind::Memset(m) => format!(
+                    "memset elem {} width {} height {} pitch {}",
+                    m.element_size, m.width, m.height, m.pitch
+                ),
+                _ => continue,
+            };
+            actual.push((
+                *name,
+                n.id.0,
+                what,
+                rows(AccessMode::Read),
+                rows(AccessMode::Write),
+            ));
+        }
+    }
+    let expected: Vec<(&str, u32, String, usize, usize)> = expected
+        .iter()
+        .map(|&(f, n, w, r, wr)| (f, n, w.to_string(), r, wr))
+        .collect();
+    assert_eq!(actual, expected);
 }

@@ -284,3 +284,81 @@ fn a_node_touching_one_buffer_twice_does_not_race_with_itself() {
     );
     assert!(g.hazards().unwrap().is_clean());
 }
+
+/// Turns the nodes whose flag is set into kernels without accesses (memory unknown, as read
+/// from a dump).
+fn with_kernels(mut g: Graph, kernels: &[bool]) -> Graph {
+    for (n, &k) in g.nodes.iter_mut().zip(kernels.iter().cycle()) {
+        if k {
+            n.kind = common::kernel("k");
+            n.accesses.clear();
+        }
+    }
+    g
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// With unknown kernel memory: the possible hazards are exactly the unordered pairs of a
+    /// kernel and a node with accesses (one per buffer of the latter), first in topological
+    /// order first; the unjudged count is the number of unordered kernel pairs; the other
+    /// hazards are those of `hazards()`.
+    #[test]
+    fn possible_kernel_hazards_match_brute_force(
+        g in dag_with_accesses(30),
+        kernels in proptest::collection::vec(any::<bool>(), 1..8),
+    ) {
+        let g = with_kernels(g, &kernels);
+        let options = graphsmith_model::HazardOptions { unknown_kernel_memory: true };
+        let report = g.hazards_with(&options).unwrap();
+        let reach = closure(&g);
+        let order = g.topological_order().unwrap();
+        let mut rank = vec![0usize; g.nodes.len()];
+        for (i, v) in order.iter().enumerate() {
+            rank[v.index()] = i;
+        }
+        let is_kernel = |n: &graphsmith_model::Node| matches!(n.kind, NodeKind::Kernel(_));
+        let mut expected = Vec::new();
+        let mut kernel_pairs = 0u64;
+        for x in &g.nodes {
+            for y in &g.nodes {
+                let (a, b) = (x.id.index(), y.id.index());
+                if rank[a] >= rank[b] || reach[a][b] || reach[b][a] {
+                    continue;
+                }
+                let known = |n: &graphsmith_model::Node| n.accesses.iter().any(|a| a.len > 0);
+                if is_kernel(x) && is_kernel(y) {
+                    kernel_pairs += 1;
+                } else if (is_kernel(x) && known(y)) || (known(x) && is_kernel(y)) {
+                    let other = if is_kernel(x) { y } else { x };
+                    let mut buffers: Vec<u64> =
+                        other.accesses.iter().filter(|a| a.len > 0).map(|a| a.buffer).collect();
+                    buffers.sort();
+                    buffers.dedup();
+                    for buffer in buffers {
+                        expected.push((x.id, y.id, buffer));
+                    }
+                }
+            }
+        }
+        expected.sort();
+        let mut possible: Vec<(NodeId, NodeId, u64)> = report
+            .hazards
+            .iter()
+            .filter(|h| h.kind == HazardKind::PossibleKernelAccess)
+            .map(|h| (h.first.id, h.second.id, h.buffer))
+            .collect();
+        possible.sort();
+        prop_assert_eq!(possible, expected);
+        prop_assert_eq!(report.unjudged_kernel_pairs, kernel_pairs);
+        prop_assert_eq!(report.unjudged_nested_pairs, 0);
+        let definite: Vec<&Hazard> = report
+            .hazards
+            .iter()
+            .filter(|h| h.kind != HazardKind::PossibleKernelAccess)
+            .collect();
+        let plain = g.hazards().unwrap();
+        prop_assert_eq!(definite, plain.hazards.iter().collect::<Vec<_>>());
+    }
+}

@@ -1,6 +1,7 @@
 //! What one node of a driver dump is: its kind and parameters from its label, in the default
 //! form (`0\nMEMSET\n(1065353216,1024)`) or the verbose one (a record with names and values).
 
+use super::operands::{self, Block, Operand};
 use super::record::{self, Field};
 use crate::node::{
     AccessMode, ConditionalKind, Dim3, KernelParams, MemRef, MemcpyParams, MemorySpace,
@@ -12,8 +13,10 @@ pub(super) struct Parsed {
     pub kind: NodeKind,
     /// `Some(M)` for a node that embeds the graph `graph_M`.
     pub child: Option<u64>,
-    /// Byte ranges it touches, as absolute addresses: `(address, len, mode)`.
-    pub ranges: Vec<(u64, u64, AccessMode)>,
+    /// The body graphs `graph_M` of a conditional node, in the dump's order.
+    pub bodies: Vec<u64>,
+    /// The bytes it touches, per operand, as absolute addresses.
+    pub operands: Vec<Operand>,
     /// The first part of its label: the kernel's name or the kind's name.
     pub name: String,
 }
@@ -24,7 +27,8 @@ impl Parsed {
         Self {
             kind,
             child: None,
-            ranges: Vec::new(),
+            bodies: Vec::new(),
+            operands: Vec::new(),
             name,
         }
     }
@@ -310,7 +314,8 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
             .map(|(_, v)| v.as_str())
     };
     let num = |key: &str| get(key).and_then(number);
-    let mut ranges = Vec::new();
+    let mut operands = Vec::new();
+    let mut bodies = Vec::new();
     let kind = match kind {
         NodeKind::Memset(_) => {
             let m = MemsetParams {
@@ -322,78 +327,133 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
                 pitch: num("pitch").unwrap_or(0),
             };
             let row = m.width.saturating_mul(m.element_size as u64);
-            let span = match m.height {
-                0 | 1 => row,
-                h => (h - 1).saturating_mul(m.pitch.max(row)).saturating_add(row),
-            };
-            if m.dst != 0 {
-                ranges.push((m.dst, span, AccessMode::Write));
-            }
+            let block = Block::at(m.dst, (0, 0, 0), m.pitch, 0, row, m.height, 1);
+            operands.extend(Operand::of(m.dst, block, AccessMode::Write));
             NodeKind::Memset(m)
         }
-        NodeKind::Memcpy(_) => {
-            let width = num("Extent.WidthInBytes").unwrap_or(0);
-            let height = num("Extent.Height").unwrap_or(1).max(1);
-            let depth = num("Extent.Depth").unwrap_or(1).max(1);
-            let side = |prefix: &str| -> (MemRef, Option<(u64, u64)>) {
-                let key = |k: &str| format!("{prefix}.{k}");
-                let kind = get(&key("MemoryType"))
-                    .unwrap_or_default()
-                    .to_ascii_uppercase();
-                let array = num(&key("Array")).unwrap_or(0);
-                let host = num(&key("Host")).unwrap_or(0);
-                let device = num(&key("Device")).unwrap_or(0);
-                let (space, base) = if kind.starts_with("ARRAY") || array != 0 {
-                    (MemorySpace::Array, array)
-                } else if kind.starts_with("HOST") || device == 0 && host != 0 {
-                    (MemorySpace::Host, host)
-                } else if kind.starts_with("DEVICE") || device != 0 {
-                    (MemorySpace::Device, device)
-                } else {
-                    (MemorySpace::Unknown, 0)
-                };
-                let pitch = num(&key("Pitch")).unwrap_or(0).max(width);
-                let rows = num(&key("Height")).unwrap_or(0).max(height);
-                let x = num(&key("XInBytes")).unwrap_or(0);
-                let y = num(&key("Y")).unwrap_or(0);
-                let z = num(&key("Z")).unwrap_or(0);
-                let start = x
-                    .saturating_add(y.saturating_mul(pitch))
-                    .saturating_add(z.saturating_mul(pitch).saturating_mul(rows));
-                // From the first byte to the last byte copied (rows of `pitch`, slices of
-                // `pitch * rows`): a cover of the bytes, exact for 1-D copies.
-                let span = (depth - 1)
-                    .saturating_mul(pitch.saturating_mul(rows))
-                    .saturating_add((height - 1).saturating_mul(pitch))
-                    .saturating_add(width);
-                let range = (space != MemorySpace::Array && base != 0)
-                    .then(|| (base.saturating_add(start), span));
+        NodeKind::Memcpy(_) if get("kind").is_some() || get("srcPtr.ptr").is_some() => {
+            // The runtime API's layout (`cudaMemcpy3DParms`): `kind`, `{srcPtr | dstPtr}` over
+            // `{pitch | ptr | xsize | ysize}` twice, `srcPos`, `dstPos`, `Extent`.
+            let width = num("Extent.Width").unwrap_or(0);
+            let height = num("Extent.Height").unwrap_or(1);
+            let depth = num("Extent.Depth").unwrap_or(1);
+            let (src_space, dst_space) = operands::kind_spaces(get("kind").unwrap_or_default());
+            let side = |ptr: &str, pos: &str, space: MemorySpace, mode| {
+                let key = |k: &str| format!("{ptr}.{k}");
+                let at = |k: &str| num(&format!("{pos}.{k}")).unwrap_or(0);
+                let ptr = num(&key("ptr")).unwrap_or(0);
+                let block = Block::at(
+                    ptr,
+                    (at("x"), at("y"), at("z")),
+                    num(&key("pitch")).unwrap_or(0),
+                    num(&key("ysize")).unwrap_or(0),
+                    width,
+                    height,
+                    depth,
+                );
+                let operand = (space != MemorySpace::Array)
+                    .then(|| Operand::of(ptr, block, mode))
+                    .flatten();
                 (
                     MemRef {
                         space,
-                        address: base.saturating_add(start),
+                        address: block.start,
                     },
-                    range,
+                    operand,
                 )
             };
-            let (src, src_range) = side("src");
-            let (dst, dst_range) = side("dst");
-            if let Some((a, len)) = src_range {
-                ranges.push((a, len, AccessMode::Read));
-            }
-            if let Some((a, len)) = dst_range {
-                ranges.push((a, len, AccessMode::Write));
-            }
+            let (src, src_operand) = side("srcPtr", "srcPos", src_space, AccessMode::Read);
+            let (dst, dst_operand) = side("dstPtr", "dstPos", dst_space, AccessMode::Write);
+            operands.extend(src_operand);
+            operands.extend(dst_operand);
             NodeKind::Memcpy(MemcpyParams {
                 src,
                 dst,
-                bytes: width.saturating_mul(height).saturating_mul(depth),
+                bytes: width
+                    .saturating_mul(height.max(1))
+                    .saturating_mul(depth.max(1)),
             })
+        }
+        NodeKind::Memcpy(_) => {
+            // The driver API's layout (`CUDA_MEMCPY3D`): `{src | dst}` over `MemoryType`,
+            // `Array`, `Host`, `Device`, `XInBytes`, `Y`, `Z`, `Pitch`, `Height`, `LOD`, then
+            // `Extent {WidthInBytes | Height | Depth}`.
+            let width = num("Extent.WidthInBytes").unwrap_or(0);
+            let height = num("Extent.Height").unwrap_or(1);
+            let depth = num("Extent.Depth").unwrap_or(1);
+            let side = |prefix: &str, mode| -> (MemRef, Option<Operand>) {
+                let key = |k: &str| format!("{prefix}.{k}");
+                let kind = get(&key("MemoryType")).unwrap_or_default();
+                let array = num(&key("Array")).unwrap_or(0);
+                let host = num(&key("Host")).unwrap_or(0);
+                let device = num(&key("Device")).unwrap_or(0);
+                let (space, base) = match operands::space(kind) {
+                    MemorySpace::Array => (MemorySpace::Array, array),
+                    _ if array != 0 => (MemorySpace::Array, array),
+                    MemorySpace::Host => (MemorySpace::Host, host),
+                    _ if device == 0 && host != 0 => (MemorySpace::Host, host),
+                    MemorySpace::Device => (MemorySpace::Device, device),
+                    _ if device != 0 => (MemorySpace::Device, device),
+                    _ => (MemorySpace::Unknown, 0),
+                };
+                let block = Block::at(
+                    base,
+                    (
+                        num(&key("XInBytes")).unwrap_or(0),
+                        num(&key("Y")).unwrap_or(0),
+                        num(&key("Z")).unwrap_or(0),
+                    ),
+                    num(&key("Pitch")).unwrap_or(0),
+                    num(&key("Height")).unwrap_or(0),
+                    width,
+                    height,
+                    depth,
+                );
+                let operand = (space != MemorySpace::Array)
+                    .then(|| Operand::of(base, block, mode))
+                    .flatten();
+                (
+                    MemRef {
+                        space,
+                        address: block.start,
+                    },
+                    operand,
+                )
+            };
+            let (src, src_operand) = side("src", AccessMode::Read);
+            let (dst, dst_operand) = side("dst", AccessMode::Write);
+            operands.extend(src_operand);
+            operands.extend(dst_operand);
+            NodeKind::Memcpy(MemcpyParams {
+                src,
+                dst,
+                bytes: width
+                    .saturating_mul(height.max(1))
+                    .saturating_mul(depth.max(1)),
+            })
+        }
+        NodeKind::Conditional { .. } => {
+            // `{True | graph_15}`, `{False | graph_16}`, a case per body of a switch.
+            bodies = pairs
+                .iter()
+                .filter_map(|(_, v)| graph_ref(v.trim()))
+                .collect();
+            match with_pairs(kind, &pairs) {
+                NodeKind::Conditional {
+                    conditional,
+                    bodies: 0,
+                } => NodeKind::Conditional {
+                    conditional,
+                    bodies: bodies.len().min(u32::MAX as usize) as u32,
+                },
+                other => other,
+            }
         }
         other => with_pairs(other, &pairs),
     };
     let mut p = Parsed::of(kind);
-    p.ranges = ranges;
+    p.operands = operands;
+    p.bodies = bodies;
     Ok(p)
 }
 

@@ -12,11 +12,12 @@
 //! address ranges, each named by its first address).
 
 mod kinds;
+mod operands;
 mod record;
 mod syntax;
 
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::graph::Graph;
 use crate::node::{Access, AccessMode, NodeId, NodeKind};
@@ -25,6 +26,16 @@ use crate::signature::demangled_name;
 /// Child graphs nest at most this deep in a dump (CUDA graphs nest a few levels; the bound
 /// keeps hostile input from building a model too deep to drop or print).
 pub const MAX_NESTING: usize = 64;
+
+/// A dump's model holds at most this many nodes, child graphs included (each embedding is a copy
+/// of the graph, so a few lines that embed a graph twice per level would otherwise build an
+/// exponentially large model).
+pub const MAX_MODEL_NODES: usize = 1 << 22;
+
+/// Per-row ranges in a whole dump: past this many, further pitched operands are taken from their
+/// first byte to their last (a cover), so that no dump can make the model much larger than
+/// its text.
+const MAX_ROW_RANGES: usize = 1 << 20;
 
 /// Why a text is not a readable `cudaGraphDebugDotPrint` dump. Every error names a line (from
 /// 1) of the input.
@@ -189,6 +200,7 @@ impl Graph {
         }
         let mut graphs: HashMap<u64, RawGraph> = HashMap::new();
         let mut defined: HashMap<&str, (u64, u64, usize)> = HashMap::new();
+        let mut row_ranges = 0usize;
         for stmt in &file.nodes {
             let Some((x, n)) = node_name(&stmt.name) else {
                 return Err(DotError::NodeName {
@@ -208,12 +220,21 @@ impl Graph {
                 slot.insert(stmt.line);
                 order.push(x);
             }
-            let parsed = kinds::parse(stmt.attr("label").unwrap_or_default(), stmt.attr("shape"))
-                .map_err(|message| DotError::Label {
-                line: stmt.line,
-                name: stmt.name.clone(),
-                message,
-            })?;
+            let mut parsed =
+                kinds::parse(stmt.attr("label").unwrap_or_default(), stmt.attr("shape")).map_err(
+                    |message| DotError::Label {
+                        line: stmt.line,
+                        name: stmt.name.clone(),
+                        message,
+                    },
+                )?;
+            for o in &mut parsed.operands {
+                if o.ranges.len() > 1 && row_ranges.saturating_add(o.ranges.len()) > MAX_ROW_RANGES
+                {
+                    o.ranges = vec![o.envelope];
+                }
+                row_ranges = row_ranges.saturating_add(o.ranges.len());
+            }
             graphs.entry(x).or_default().nodes.push(RawNode {
                 number: n,
                 name: stmt.name.clone(),
@@ -266,14 +287,15 @@ impl Graph {
     }
 }
 
-/// Buffers of a dump: the maximal ranges of overlapping accessed bytes, as sorted
-/// `(start, end)` pairs.
+/// Buffers of a dump: the maximal ranges of overlapping operands (each from its first byte to
+/// its last, since all rows of one operand lie in one allocation), as sorted `(start, end)`
+/// pairs.
 fn regions<'a>(graphs: impl Iterator<Item = &'a RawGraph>) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = graphs
         .flat_map(|g| g.nodes.iter())
-        .flat_map(|n| n.parsed.ranges.iter())
-        .filter(|r| r.1 > 0)
-        .map(|&(a, len, _)| (a, a.saturating_add(len)))
+        .flat_map(|n| n.parsed.operands.iter())
+        .filter(|o| o.envelope.1 > 0)
+        .map(|o| (o.envelope.0, o.envelope.0.saturating_add(o.envelope.1)))
         .collect();
     ranges.sort_unstable();
     let mut out: Vec<(u64, u64)> = Vec::new();
@@ -310,25 +332,34 @@ fn assemble(
     let mut uses: HashMap<u64, usize> = HashMap::new();
     for g in raw.values() {
         for n in &g.nodes {
-            if let Some(m) = n.parsed.child {
+            for &m in n.parsed.child.iter().chain(&n.parsed.bodies) {
                 *uses.entry(m).or_default() += 1;
             }
         }
     }
-    let mut built: HashMap<u64, Graph> = HashMap::new();
-    // Depth-first: (graph, whether its children are built). `open` holds the graphs on the path.
+    // First the order, children first, with the size of each graph's model (checked before any
+    // graph is built); then the graphs, in that order.
+    let mut sizes: HashMap<u64, usize> = HashMap::new();
+    let mut post: Vec<u64> = Vec::new();
+    // Depth-first: (graph, whether its children are done). `open` holds the graphs on the path.
     let mut stack: Vec<(u64, bool)> = vec![(top, false)];
     let mut open: Vec<u64> = Vec::new();
     while let Some((x, ready)) = stack.pop() {
         if !ready {
-            if built.contains_key(&x) {
+            if sizes.contains_key(&x) {
                 continue;
             }
             open.push(x);
             stack.push((x, true));
             let nodes = raw.get(&x).map(|g| &g.nodes[..]).unwrap_or_default();
-            for n in nodes.iter().rev() {
-                let Some(m) = n.parsed.child else { continue };
+            let inner = nodes.iter().rev().flat_map(|n| {
+                n.parsed
+                    .child
+                    .iter()
+                    .chain(&n.parsed.bodies)
+                    .map(move |&m| (n, m))
+            });
+            for (n, m) in inner {
                 let problem = if open.contains(&m) {
                     Some("the graph contains itself".to_string())
                 } else if !raw.contains_key(&m) && !graph_line.contains_key(&m) {
@@ -348,40 +379,85 @@ fn assemble(
                         problem,
                     });
                 }
-                if !built.contains_key(&m) {
+                if !sizes.contains_key(&m) {
                     stack.push((m, false));
                 }
             }
             continue;
         }
         open.pop();
+        if sizes.contains_key(&x) {
+            continue;
+        }
+        let nodes = raw.get(&x).map(|g| &g.nodes[..]).unwrap_or_default();
+        // Nodes of the model of this graph, embedded child graphs included.
+        let mut size = nodes.len();
+        for n in nodes {
+            if let Some(m) = n.parsed.child {
+                size = size.saturating_add(sizes.get(&m).copied().unwrap_or(0));
+            }
+            if size > MAX_MODEL_NODES {
+                return Err(DotError::Child {
+                    line: n.line,
+                    name: n.name.clone(),
+                    graph: n.parsed.child.unwrap_or(x),
+                    problem: format!(
+                        "embedding child graphs would make a model of more than \
+                         {MAX_MODEL_NODES} nodes"
+                    ),
+                });
+            }
+        }
+        sizes.insert(x, size);
+        post.push(x);
+    }
+    let mut built: HashMap<u64, Graph> = HashMap::new();
+    for x in post {
         let g = raw.remove(&x).unwrap_or_default();
         let mut graph = Graph::new(format!("graph_{x}"));
         for n in g.nodes {
             let mut kind = n.parsed.kind;
             let mut accesses: Vec<Access> = n
                 .parsed
-                .ranges
+                .operands
                 .iter()
+                .flat_map(|o| o.ranges.iter().map(move |&(a, len)| (a, len, o.mode)))
                 .filter(|r| r.1 > 0)
-                .filter_map(|&(a, len, mode)| access(regions, a, len, mode))
+                .filter_map(|(a, len, mode)| access(regions, a, len, mode))
                 .collect();
-            if let Some(m) = n.parsed.child {
+            // A child graph's node, and a conditional node (whose body may run), touch what the
+            // nodes inside touch.
+            let mut seen: HashSet<Access> = accesses.iter().cloned().collect();
+            let mut add = |inner: &Graph, accesses: &mut Vec<Access>| {
+                for a in inner.nodes.iter().flat_map(|n| &n.accesses) {
+                    if seen.insert(a.clone()) {
+                        accesses.push(a.clone());
+                    }
+                }
+            };
+            // The last node to use a graph takes it; the others clone it (a child) or only read
+            // it (a conditional's body, which the model does not hold).
+            let mut last_use = |m: u64| {
                 let left = uses.entry(m).or_default();
                 *left = left.saturating_sub(1);
-                let child = if *left == 0 {
+                *left == 0
+            };
+            for &m in &n.parsed.bodies {
+                if let Some(body) = built.get(&m) {
+                    add(body, &mut accesses);
+                }
+                if last_use(m) {
+                    built.remove(&m);
+                }
+            }
+            if let Some(m) = n.parsed.child {
+                let child = if last_use(m) {
                     built.remove(&m)
                 } else {
                     built.get(&m).cloned()
                 }
                 .unwrap_or_else(|| Graph::new(format!("graph_{m}")));
-                for inner in &child.nodes {
-                    for a in &inner.accesses {
-                        if !accesses.contains(a) {
-                            accesses.push(a.clone());
-                        }
-                    }
-                }
+                add(&child, &mut accesses);
                 kind = NodeKind::ChildGraph {
                     graph: Box::new(child),
                 };

@@ -89,11 +89,21 @@ fn finish(group: &mut Vec<Field>, text: &mut String, has_group: bool) {
 /// a group of as many values pairs them; when a text or a group of `k` names comes before them
 /// (`{Extent | {WidthInBytes | ...} | {1024 | ...}}`, `{{src | dst} | {names} | {values}}`),
 /// names get it as a prefix: `Extent.WidthInBytes`, `src.Device` (the names split into `k`
-/// equal runs). A group of exactly two texts is one pair (`{cooperative | 0}`).
+/// equal runs). A group of exactly two texts is one pair (`{cooperative | 0}`). A text
+/// followed by a group of pairs names them all (`{srcPos | {{x | 0} | {y | 0}}}` gives
+/// `srcPos.x`, `srcPos.y`). A group of names holds no text that starts with a digit, so a list
+/// of pairs (`{{Width | 96} | {Height | 4}}`) is never read as names and values.
 pub(super) fn pairs(fields: &[Field]) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    let mut todo: Vec<&[Field]> = vec![fields];
-    while let Some(group) = todo.pop() {
+    let mut todo: Vec<(String, &[Field])> = vec![(String::new(), fields)];
+    while let Some((prefix, group)) = todo.pop() {
+        let named = |key: &str| {
+            if prefix.is_empty() {
+                key.to_string()
+            } else {
+                format!("{prefix}.{key}")
+            }
+        };
         let texts = |f: &Field| -> Option<Vec<String>> {
             match f {
                 Field::Group(g) => g.iter().map(|x| x.text().map(str::to_string)).collect(),
@@ -102,8 +112,15 @@ pub(super) fn pairs(fields: &[Field]) -> Vec<(String, String)> {
         };
         if group.len() == 2 {
             if let (Some(k), Some(v)) = (group[0].text(), group[1].text()) {
-                out.push((k.to_string(), v.to_string()));
+                out.push((named(k), v.to_string()));
                 continue;
+            }
+            if let (Some(k), Field::Group(inner)) = (group[0].text(), &group[1]) {
+                let pair = |f: &Field| matches!(f, Field::Group(g) if g.len() == 2);
+                if !k.is_empty() && !inner.is_empty() && inner.iter().all(pair) {
+                    todo.push((named(k), inner));
+                    continue;
+                }
             }
         }
         // Children that were names, values or prefixes are not searched again.
@@ -111,8 +128,14 @@ pub(super) fn pairs(fields: &[Field]) -> Vec<(String, String)> {
         let mut i = 0;
         while i + 1 < group.len() {
             let (names, values) = (texts(&group[i]), texts(&group[i + 1]));
+            let is_names = |names: &[String]| {
+                !names.is_empty()
+                    && names
+                        .iter()
+                        .all(|n| !n.starts_with(|c: char| c.is_ascii_digit()))
+            };
             match (names, values) {
-                (Some(names), Some(values)) if names.len() == values.len() && !names.is_empty() => {
+                (Some(names), Some(values)) if names.len() == values.len() && is_names(&names) => {
                     let before = i.checked_sub(1).map(|p| (p, &group[p]));
                     let prefixes: Vec<String> = match before {
                         Some((_, Field::Text(t))) if !t.is_empty() => vec![t.clone()],
@@ -129,8 +152,8 @@ pub(super) fn pairs(fields: &[Field]) -> Vec<(String, String)> {
                     };
                     for (j, (n, v)) in names.into_iter().zip(values).enumerate() {
                         let key = match run {
-                            0 => n,
-                            run => format!("{}.{n}", prefixes[j / run]),
+                            0 => named(&n),
+                            run => named(&format!("{}.{n}", prefixes[j / run])),
                         };
                         out.push((key, v));
                     }
@@ -143,7 +166,7 @@ pub(super) fn pairs(fields: &[Field]) -> Vec<(String, String)> {
         }
         for (f, used) in group.iter().zip(used).rev() {
             if let (Field::Group(g), false) = (f, used) {
-                todo.push(g);
+                todo.push((prefix.clone(), g));
             }
         }
     }
@@ -191,6 +214,36 @@ mod tests {
                 ("Extent.w".into(), "9".into()),
             ]
         );
+    }
+
+    #[test]
+    fn runtime_api_copy_record() {
+        let fields = parse(
+            "{\nMEMCPY\n| {{ID | node handle} | {0 (topoId: 1) | 0x01}}\n\
+             | {kind | HtoD (HOST PINNED to DEVICE)}\n\
+             | {{srcPtr | dstPtr} | {pitch | ptr | xsize | ysize | pitch | ptr | xsize | ysize} \
+             | {128 | 0x10 | 0 | 0 | 512 | 0x20 | 0 | 8}}\n\
+             | {{srcPos | {{x | 4} | {y | 1} | {z | 0}}} | {dstPos | {{x | 48} | {y | 4} | {z | 2}}} \
+             | {Extent | {{Width | 32} | {Height | 2} | {Depth | 3}}}}\n}",
+        )
+        .unwrap();
+        let pairs = pairs(&fields);
+        let get = |k: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("node handle"), Some("0x01"));
+        assert_eq!(get("kind"), Some("HtoD (HOST PINNED to DEVICE)"));
+        assert_eq!(get("srcPtr.pitch"), Some("128"));
+        assert_eq!(get("dstPtr.ptr"), Some("0x20"));
+        assert_eq!(get("dstPtr.ysize"), Some("8"));
+        assert_eq!(get("srcPos.x"), Some("4"));
+        assert_eq!(get("dstPos.z"), Some("2"));
+        assert_eq!(get("Extent.Width"), Some("32"));
+        assert_eq!(get("Extent.Depth"), Some("3"));
+        assert_eq!(get("x"), None);
     }
 
     #[test]

@@ -138,14 +138,7 @@ impl Graph {
         let id = model.add_node_with(label, kind, Some(crate::range::provenance(at)), accesses);
         for dep in deps {
             model.add_edge(dep.id, id).map_err(|e| {
-                Error::new(
-                    ErrorKind::InvalidInput {
-                        reason: e.to_string(),
-                    },
-                    node_object(),
-                    op,
-                    at,
-                )
+                Error::new(ErrorKind::InvalidGraph(Box::new(e)), node_object(), op, at)
             })?;
         }
         self.handles.push(handle);

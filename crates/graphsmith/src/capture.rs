@@ -12,37 +12,26 @@ use std::thread::ThreadId;
 use cudarc::driver::sys;
 use graphsmith_model::{Access, Provenance};
 
-use crate::diagnosis::{diagnose, CaptureSummary, Diagnosis, Escape, JournalEntry};
 use crate::error::SourceLine;
 use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result};
 use crate::graph::Graph;
 use crate::journal::{new_record, Entry};
 use crate::stream::Stream;
+use graphsmith_analysis::{diagnose, CaptureSummary, Diagnosis, Escape, JournalEntry};
 
 /// Something a graph must keep alive (a buffer's allocation, a module, an event, a host
 /// function, a child graph's resources).
 pub(crate) type Keep = Arc<dyn Any + Send + Sync>;
 
-/// The driver's capture modes (`CUstreamCaptureMode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CaptureMode {
-    /// Potentially unsafe calls (e.g. `cuMemAlloc`, synchronisation) are refused on every thread
-    /// while this capture runs.
-    Global,
-    /// Unsafe calls are refused only on the capturing thread.
-    ThreadLocal,
-    /// Nothing is refused; the caller takes responsibility.
-    Relaxed,
-}
+pub use graphsmith_analysis::CaptureMode;
 
-impl CaptureMode {
-    pub(crate) fn raw(self) -> sys::CUstreamCaptureMode {
-        use sys::CUstreamCaptureMode as M;
-        match self {
-            CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
-        }
+/// The driver's value for a capture mode.
+pub(crate) fn raw_mode(mode: CaptureMode) -> sys::CUstreamCaptureMode {
+    use sys::CUstreamCaptureMode as M;
+    match mode {
+        CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
     }
 }
 
@@ -198,7 +187,7 @@ impl Stream {
             .active_captures
             .fetch_add(1, Ordering::AcqRel);
         // SAFETY: the stream is live and of the current context.
-        let rc = unsafe { sys::cuStreamBeginCapture_v2(self.raw, options.mode.raw()) };
+        let rc = unsafe { sys::cuStreamBeginCapture_v2(self.raw, raw_mode(options.mode)) };
         if let Err(f) = check(rc, "cuStreamBeginCapture") {
             self.ctx.capture_gone();
             if !matches!(f.code.number(), 900..=908) {
@@ -434,7 +423,7 @@ impl Stream {
             if raw.is_null() {
                 return Err(Failure {
                     call: "cuStreamEndCapture (returned no graph)",
-                    code: CudaCode(sys::CUresult::CUDA_ERROR_UNKNOWN),
+                    code: CudaCode(sys::CUresult::CUDA_ERROR_UNKNOWN as u32),
                 });
             }
             Ok(raw)

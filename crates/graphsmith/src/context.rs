@@ -105,13 +105,13 @@ pub(crate) fn driver_ready() -> std::result::Result<(), String> {
     // SAFETY: the library is present (checked above), so symbol lookup cannot panic for cuInit.
     let rc = unsafe { sys::cuInit(0) };
     if rc != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!("cuInit returned {}", CudaCode(rc)));
+        return Err(format!("cuInit returned {}", CudaCode(rc as u32)));
     }
     let mut count = 0;
     // SAFETY: cuInit succeeded; count is a valid out pointer.
     let rc = unsafe { sys::cuDeviceGetCount(&mut count) };
     if rc != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!("cuDeviceGetCount returned {}", CudaCode(rc)));
+        return Err(format!("cuDeviceGetCount returned {}", CudaCode(rc as u32)));
     }
     if count == 0 {
         return Err("the driver reports no CUDA device".into());
@@ -120,7 +120,10 @@ pub(crate) fn driver_ready() -> std::result::Result<(), String> {
     // SAFETY: cuInit succeeded; version is a valid out pointer.
     let rc = unsafe { sys::cuDriverGetVersion(&mut version) };
     if rc != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!("cuDriverGetVersion returned {}", CudaCode(rc)));
+        return Err(format!(
+            "cuDriverGetVersion returned {}",
+            CudaCode(rc as u32)
+        ));
     }
     // Older drivers lack calls graphsmith makes (cuFuncGetParamInfo, cuLibraryLoadData, ...),
     // which the loader would only discover, with a panic, when first called.
@@ -272,7 +275,7 @@ impl Context {
         )?;
         let gone = || Failure {
             call: "context check (primary context no longer active)",
-            code: CudaCode(sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED),
+            code: CudaCode(sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED as u32),
         };
         if active == 0 {
             return Err(gone());

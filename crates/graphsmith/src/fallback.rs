@@ -3,10 +3,10 @@
 //! fast ([`Stream::capture`]) and falling back ([`Stream::capture_or_eager`]).
 
 use crate::capture::CaptureOptions;
-use crate::diagnosis::Diagnosis;
 use crate::error::{Error, ErrorKind, Result};
 use crate::graph::Graph;
 use crate::stream::Stream;
+use graphsmith_analysis::Diagnosis;
 
 /// How the work of [`Stream::capture_or_eager`] is to be replayed.
 #[derive(Debug)]

@@ -68,7 +68,7 @@ pub struct Graph {
 /// What a whole-graph update needs to know about a graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct UpdateFacts {
-    /// [`crate::compat::shape_key`] of the model.
+    /// [`graphsmith_analysis::update_check::shape_key`] of the model.
     pub shape: Option<u128>,
     /// Whether an executable's template can follow the graph by sharing its model: every node
     /// can be written back from the model (kernels with known arguments, memsets, empty nodes).
@@ -91,7 +91,7 @@ impl UpdateFacts {
                 )
             });
         UpdateFacts {
-            shape: crate::compat::shape_key(&graph.model),
+            shape: graphsmith_analysis::update_check::shape_key(&graph.model),
             follows_lazily,
         }
     }

@@ -18,10 +18,10 @@ use graphsmith_model::{Access, AccessMode};
 
 use crate::capture::{CaptureRecord, Keep};
 use crate::context::Context;
-use crate::diagnosis::{Escape, Outcome};
 use crate::error::SourceLine;
 use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result};
 use crate::stream::Stream;
+use graphsmith_analysis::{Escape, Outcome};
 
 mod record;
 

@@ -32,11 +32,8 @@ mod buffer;
 mod builder;
 mod cache;
 mod capture;
-pub mod catalogue;
-mod compat;
 mod context;
 mod deferred;
-mod diagnosis;
 mod error;
 mod event;
 mod exec;
@@ -51,7 +48,6 @@ pub mod probe;
 mod probe_features;
 mod range;
 mod readback;
-mod signature;
 mod stream;
 mod update;
 
@@ -61,16 +57,17 @@ pub use cache::{
 };
 pub use capture::CaptureMode;
 pub use capture::{CaptureOptions, CaptureReport};
-pub use catalogue::Family;
-pub use compat::{update_compatibility, Incompatibility};
 pub use context::{gpu_available, Context, DropFailure};
-pub use diagnosis::{
-    diagnose, CaptureSummary, Cause, Diagnosis, Escape, JournalEntry, Outcome, Unjoined,
-};
 pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 pub use exec::{Exec, ExecStats};
 pub use fallback::Replay;
 pub use graph::{Graph, NodeRef};
+pub use graphsmith_analysis as analysis;
+pub use graphsmith_analysis::catalogue;
+pub use graphsmith_analysis::{
+    diagnose, CaptureSummary, Cause, Diagnosis, Escape, JournalEntry, Outcome, Unjoined,
+};
+pub use graphsmith_analysis::{update_compatibility, Family, Incompatibility};
 pub use graphsmith_model as model;
 pub use kernel::{Args, Kernel, KernelArg, LaunchConfig, Module};
 pub use range::{current_ranges, range, RangeGuard};

@@ -1,22 +1,23 @@
-//! Reading any `CUgraph` back into the model: node kinds, kernel names, geometry and argument
-//! bytes, copy and set operands with the memory they touch, child graphs, edges.
+//! Reading any `CUgraph` back into the model. This module only fills a
+//! [`graphsmith_analysis::RawGraph`] from the driver (node kinds, kernel names, geometry and
+//! argument bytes, copy and set parameters, child graphs, edges with their data) and calls the
+//! one conversion, [`graphsmith_analysis::readback::build`], which `graphsmith trace --hazards`
+//! uses too: both read the same accesses out of the same graph.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::mem::MaybeUninit;
+use std::ptr::addr_of;
 
 use cudarc::driver::sys;
+use graphsmith_analysis::readback::{self as conversion, MAX_DEPTH};
+use graphsmith_analysis::{Copy3D, CopySide, RawEdge, RawGraph, RawNode, Set2D};
 use graphsmith_model as model;
-use model::{
-    Access, AccessMode, Dim3, KernelArg, KernelParams, MemRef, MemcpyParams, MemorySpace,
-    MemsetParams, NodeKind,
-};
+use model::{Dim3, KernelArg, KernelParams, NodeKind};
 
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::KernelFn;
-
-/// Child graphs nest at most this deep before read-back stops descending.
-const MAX_DEPTH: u32 = 16;
 
 /// Reads a graph that graphsmith does not own (e.g. captured by another library) into the
 /// model. The graph is not modified or destroyed.
@@ -43,7 +44,7 @@ pub unsafe fn read_raw_graph(
     }
     let fail = |f: Failure| f.on(me.clone(), "read_raw_graph", at);
     ctx.bind().map_err(fail)?;
-    // SAFETY: raw is live (caller's contract).
+    // SAFETY: raw is live and not used elsewhere (caller's contract); its context is current.
     unsafe { read_graph(raw, label) }
         .map(|read| read.model)
         .map_err(fail)
@@ -52,10 +53,17 @@ pub unsafe fn read_raw_graph(
 /// A graph read back from the driver.
 pub(crate) struct ReadGraph {
     pub model: model::Graph,
-    /// The driver handle of each model node.
+    /// The driver handle of each model node (same order as `model.nodes`).
     pub handles: Vec<sys::CUgraphNode>,
     /// The function and parameter layout of each kernel node (`None` for other nodes).
     pub kernels: Vec<Option<KernelFn>>,
+}
+
+/// What the driver said about one graph, with what the runtime keeps beside it.
+struct Filled {
+    raw: RawGraph,
+    handles: Vec<sys::CUgraphNode>,
+    kernels: Vec<Option<KernelFn>>,
 }
 
 /// Reads `raw` into a model, with the driver handle (and, for kernels, the function) of each
@@ -65,12 +73,22 @@ pub(crate) struct ReadGraph {
 /// `raw` must be a live graph; its context must be current.
 pub(crate) unsafe fn read_graph(raw: sys::CUgraph, label: &str) -> Result<ReadGraph, Failure> {
     // SAFETY: forwarded contract.
-    unsafe { read_at_depth(raw, label, 0) }
+    let filled = unsafe { fill(raw, 0) }?;
+    let built = conversion::build(&filled.raw, label, &mut allocation_of);
+    Ok(ReadGraph {
+        model: built.graph,
+        handles: filled.handles,
+        kernels: filled.kernels,
+    })
 }
 
-unsafe fn read_at_depth(raw: sys::CUgraph, label: &str, depth: u32) -> Result<ReadGraph, Failure> {
+/// Fills a [`RawGraph`] from the driver.
+///
+/// # Safety
+/// `raw` must be a live graph; its context must be current.
+unsafe fn fill(raw: sys::CUgraph, depth: u32) -> Result<Filled, Failure> {
     let mut count = 0usize;
-    // SAFETY: raw is live; a null array asks for the count only.
+    // SAFETY: raw is live (contract); a null array asks for the count only.
     check(
         unsafe { sys::cuGraphGetNodes(raw, std::ptr::null_mut(), &mut count) },
         "cuGraphGetNodes",
@@ -78,26 +96,45 @@ unsafe fn read_at_depth(raw: sys::CUgraph, label: &str, depth: u32) -> Result<Re
     let mut handles = vec![std::ptr::null_mut(); count];
     // The driver refuses a non-null array with a count of 0 (CUDA_ERROR_INVALID_VALUE).
     if count > 0 {
-        // SAFETY: handles has room for `count` nodes.
+        // SAFETY: handles has room for `count` nodes; the driver writes at most that many.
         check(
             unsafe { sys::cuGraphGetNodes(raw, handles.as_mut_ptr(), &mut count) },
             "cuGraphGetNodes",
         )?;
     }
     handles.truncate(count);
-    let mut graph = model::Graph::new(label);
-    let mut index = HashMap::with_capacity(count);
-    let mut kernels = Vec::with_capacity(count);
-    for (i, &node) in handles.iter().enumerate() {
-        // SAFETY: node is a live node of raw.
-        let (kind, kernel) = unsafe { read_node(node, depth) }?;
-        let accesses = accesses_of(&kind);
-        graph.add_node_with("", kind, None, accesses);
+    let mut nodes = Vec::with_capacity(handles.len());
+    let mut kernels = Vec::with_capacity(handles.len());
+    for &node in &handles {
+        // SAFETY: node is a live node of raw, whose context is current.
+        let (raw_node, kernel) = unsafe { read_node(node, depth) }?;
+        nodes.push(raw_node);
         kernels.push(kernel);
-        index.insert(node as usize, i);
     }
-    let mut edges = 0usize;
-    // SAFETY: null arrays ask for the edge count only.
+    let index: HashMap<usize, usize> = handles
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| (h as usize, i))
+        .collect();
+    // SAFETY: raw is live.
+    let edges = unsafe { read_edges(raw, &index) }?;
+    Ok(Filled {
+        raw: RawGraph { nodes, edges },
+        handles,
+        kernels,
+    })
+}
+
+/// The edges of `raw`, with their `CUgraphEdgeData`, as node indices.
+///
+/// # Safety
+/// `raw` must be a live graph.
+unsafe fn read_edges(
+    raw: sys::CUgraph,
+    index: &HashMap<usize, usize>,
+) -> Result<Vec<RawEdge>, Failure> {
+    let mut count = 0usize;
+    // SAFETY: raw is live; null arrays ask for the edge count only.
     check(
         unsafe {
             sys::cuGraphGetEdges_v2(
@@ -105,188 +142,241 @@ unsafe fn read_at_depth(raw: sys::CUgraph, label: &str, depth: u32) -> Result<Re
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
                 std::ptr::null_mut(),
-                &mut edges,
+                &mut count,
             )
         },
         "cuGraphGetEdges",
     )?;
-    let mut from = vec![std::ptr::null_mut(); edges];
-    let mut to = vec![std::ptr::null_mut(); edges];
-    if edges > 0 {
-        // SAFETY: both arrays have room for `edges` handles; edge data is not requested.
-        check(
-            unsafe {
-                sys::cuGraphGetEdges_v2(
-                    raw,
-                    from.as_mut_ptr(),
-                    to.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                    &mut edges,
-                )
-            },
-            "cuGraphGetEdges",
-        )?;
+    if count == 0 {
+        return Ok(Vec::new());
     }
-    for (f, t) in from.iter().zip(&to).take(edges) {
-        if let (Some(&a), Some(&b)) = (index.get(&(*f as usize)), index.get(&(*t as usize))) {
-            // Indices come from this graph, so the edge is valid.
-            let _ = graph.add_edge(model::NodeId(a as u32), model::NodeId(b as u32));
-        }
-    }
-    Ok(ReadGraph {
-        model: graph,
-        handles,
-        kernels,
-    })
+    let mut from = vec![std::ptr::null_mut(); count];
+    let mut to = vec![std::ptr::null_mut(); count];
+    // SAFETY: CUgraphEdgeData is plain bytes (ports, type, reserved): all zero is valid.
+    let mut data: Vec<sys::CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; count];
+    // SAFETY: the three arrays have room for `count` entries; the driver writes at most that
+    // many and updates `count`.
+    check(
+        unsafe {
+            sys::cuGraphGetEdges_v2(
+                raw,
+                from.as_mut_ptr(),
+                to.as_mut_ptr(),
+                data.as_mut_ptr(),
+                &mut count,
+            )
+        },
+        "cuGraphGetEdges",
+    )?;
+    let count = count.min(from.len());
+    Ok((0..count)
+        .filter_map(|i| {
+            Some(RawEdge {
+                from: *index.get(&(from[i] as usize))?,
+                to: *index.get(&(to[i] as usize))?,
+                from_port: data[i].from_port,
+                to_port: data[i].to_port,
+                ty: data[i].type_,
+            })
+        })
+        .collect())
 }
 
+/// One node, with its kernel (for kernel nodes whose arguments could all be read).
+///
+/// # Safety
+/// `node` must be a live node; its graph's context must be current.
 unsafe fn read_node(
     node: sys::CUgraphNode,
     depth: u32,
-) -> Result<(NodeKind, Option<KernelFn>), Failure> {
+) -> Result<(RawNode, Option<KernelFn>), Failure> {
     use sys::CUgraphNodeType as T;
-    let mut ty = T::CU_GRAPH_NODE_TYPE_EMPTY;
-    // SAFETY: node is live; ty is a valid out pointer.
+    // The driver writes a C enum; a newer driver may write a value this build does not know,
+    // so it is read as an integer, never as a Rust enum.
+    let mut ty = MaybeUninit::<T>::zeroed();
+    // SAFETY: node is live; ty is a writable, zero-initialised 32-bit slot.
     check(
-        unsafe { sys::cuGraphNodeGetType(node, &mut ty) },
+        unsafe { sys::cuGraphNodeGetType(node, ty.as_mut_ptr()) },
         "cuGraphNodeGetType",
     )?;
-    let mut kernel = None;
-    // SAFETY (all arms): node is live and of the type just read; out structs are plain C data.
-    let kind = match ty {
-        T::CU_GRAPH_NODE_TYPE_KERNEL => {
-            let (params, function) = unsafe { read_kernel(node) }?;
-            kernel = function.and_then(|(k, complete)| complete.then_some(k));
-            NodeKind::Kernel(params)
+    // SAFETY: ty is 32 bits, zero-initialised then written by the driver; read as u32.
+    let ty = unsafe { ty.as_ptr().cast::<u32>().read() };
+    let is = |t: T| ty == t as u32;
+    let raw_node = if is(T::CU_GRAPH_NODE_TYPE_KERNEL) {
+        // SAFETY: node is a live kernel node; its context is current (contract).
+        let (params, function) = unsafe { read_kernel(node) }?;
+        let kernel = function.and_then(|(k, complete)| complete.then_some(k));
+        let unread = kernel.is_none();
+        return Ok((
+            RawNode {
+                args_unread: unread,
+                ..RawNode::plain(NodeKind::Kernel(params))
+            },
+            kernel,
+        ));
+    } else if is(T::CU_GRAPH_NODE_TYPE_MEMCPY) {
+        // SAFETY: node is a live copy node.
+        let c = unsafe { read_copy(node) }?;
+        RawNode {
+            operands: c.operands(),
+            ..RawNode::plain(c.kind())
         }
-        T::CU_GRAPH_NODE_TYPE_MEMCPY => {
-            // CUDA_MEMCPY3D holds enums without a zero value: let the driver fill it.
-            let mut p = std::mem::MaybeUninit::<sys::CUDA_MEMCPY3D>::zeroed();
-            check(
-                unsafe { sys::cuGraphMemcpyNodeGetParams(node, p.as_mut_ptr()) },
-                "cuGraphMemcpyNodeGetParams",
-            )?;
-            // SAFETY: on success the driver wrote every field, enums included.
-            let p = unsafe { p.assume_init() };
-            let side = |ty: sys::CUmemorytype, dev: sys::CUdeviceptr, host: u64, x: usize| {
-                let (space, base) = match ty {
-                    sys::CUmemorytype::CU_MEMORYTYPE_DEVICE
-                    | sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED => (MemorySpace::Device, dev),
-                    sys::CUmemorytype::CU_MEMORYTYPE_HOST => (MemorySpace::Host, host),
-                    sys::CUmemorytype::CU_MEMORYTYPE_ARRAY => (MemorySpace::Array, 0),
-                };
-                MemRef {
-                    space,
-                    address: base + x as u64,
-                }
-            };
-            NodeKind::Memcpy(MemcpyParams {
-                src: side(
-                    p.srcMemoryType,
-                    p.srcDevice,
-                    p.srcHost as u64,
-                    p.srcXInBytes,
-                ),
-                dst: side(
-                    p.dstMemoryType,
-                    p.dstDevice,
-                    p.dstHost as u64,
-                    p.dstXInBytes,
-                ),
-                bytes: (p.WidthInBytes * p.Height.max(1) * p.Depth.max(1)) as u64,
-            })
+    } else if is(T::CU_GRAPH_NODE_TYPE_MEMSET) {
+        // SAFETY: CUDA_MEMSET_NODE_PARAMS holds integers only: all zero is valid.
+        let mut p: sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: node is a live set node; p is a local the driver fills.
+        check(
+            unsafe { sys::cuGraphMemsetNodeGetParams(node, &mut p) },
+            "cuGraphMemsetNodeGetParams",
+        )?;
+        let s = Set2D {
+            dst: p.dst,
+            pitch: p.pitch as u64,
+            value: p.value,
+            element_size: p.elementSize,
+            width: p.width as u64,
+            height: p.height as u64,
+        };
+        RawNode {
+            operands: vec![s.operand()],
+            ..RawNode::plain(s.kind())
         }
-        T::CU_GRAPH_NODE_TYPE_MEMSET => {
-            let mut p: sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            check(
-                unsafe { sys::cuGraphMemsetNodeGetParams(node, &mut p) },
-                "cuGraphMemsetNodeGetParams",
-            )?;
-            NodeKind::Memset(MemsetParams {
-                dst: p.dst,
-                element_size: p.elementSize,
-                value: p.value,
-                width: p.width as u64,
-                height: p.height as u64,
-                pitch: p.pitch as u64,
-            })
+    } else if is(T::CU_GRAPH_NODE_TYPE_HOST) {
+        // SAFETY: CUDA_HOST_NODE_PARAMS is an optional function pointer and a data pointer:
+        // all zero is valid (None, null).
+        let mut p: sys::CUDA_HOST_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: node is a live host node; p is a local the driver fills.
+        check(
+            unsafe { sys::cuGraphHostNodeGetParams(node, &mut p) },
+            "cuGraphHostNodeGetParams",
+        )?;
+        let address = p.fn_.map(|f| f as usize).unwrap_or(0);
+        RawNode::plain(NodeKind::Host {
+            name: format!("host function at 0x{address:x}"),
+        })
+    } else if is(T::CU_GRAPH_NODE_TYPE_GRAPH) {
+        let mut child = std::ptr::null_mut();
+        // SAFETY: node is a live child graph node; child is a local.
+        check(
+            unsafe { sys::cuGraphChildGraphNodeGetGraph(node, &mut child) },
+            "cuGraphChildGraphNodeGetGraph",
+        )?;
+        let graph = if depth < MAX_DEPTH && !child.is_null() {
+            // SAFETY: the child graph is owned by the node, live while its parent is.
+            unsafe { fill(child, depth + 1) }?.raw
+        } else {
+            RawGraph::default()
+        };
+        RawNode {
+            child: Some(graph),
+            ..RawNode::plain(NodeKind::Empty)
         }
-        T::CU_GRAPH_NODE_TYPE_HOST => {
-            let mut p: sys::CUDA_HOST_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            check(
-                unsafe { sys::cuGraphHostNodeGetParams(node, &mut p) },
-                "cuGraphHostNodeGetParams",
-            )?;
-            let address = p.fn_.map(|f| f as usize).unwrap_or(0);
-            NodeKind::Host {
-                name: format!("host function at 0x{address:x}"),
-            }
-        }
-        T::CU_GRAPH_NODE_TYPE_GRAPH => {
-            let mut child = std::ptr::null_mut();
-            check(
-                unsafe { sys::cuGraphChildGraphNodeGetGraph(node, &mut child) },
-                "cuGraphChildGraphNodeGetGraph",
-            )?;
-            let graph = if depth < MAX_DEPTH {
-                unsafe { read_at_depth(child, "child", depth + 1) }?.model
-            } else {
-                model::Graph::new("child (not read: nested too deep)")
-            };
-            NodeKind::ChildGraph {
-                graph: Box::new(graph),
-            }
-        }
-        T::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
-        T::CU_GRAPH_NODE_TYPE_WAIT_EVENT => {
-            let mut e = std::ptr::null_mut();
-            check(
-                unsafe { sys::cuGraphEventWaitNodeGetEvent(node, &mut e) },
-                "cuGraphEventWaitNodeGetEvent",
-            )?;
-            NodeKind::EventWait {
-                event: format!("event 0x{:x}", e as usize),
-            }
-        }
-        T::CU_GRAPH_NODE_TYPE_EVENT_RECORD => {
-            let mut e = std::ptr::null_mut();
-            check(
-                unsafe { sys::cuGraphEventRecordNodeGetEvent(node, &mut e) },
-                "cuGraphEventRecordNodeGetEvent",
-            )?;
-            NodeKind::EventRecord {
-                event: format!("event 0x{:x}", e as usize),
-            }
-        }
-        T::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
-            let mut p: sys::CUDA_MEM_ALLOC_NODE_PARAMS = unsafe { std::mem::zeroed() };
-            check(
-                unsafe { sys::cuGraphMemAllocNodeGetParams(node, &mut p) },
-                "cuGraphMemAllocNodeGetParams",
-            )?;
-            NodeKind::MemAlloc {
-                address: p.dptr,
-                bytes: p.bytesize as u64,
-            }
-        }
-        T::CU_GRAPH_NODE_TYPE_MEM_FREE => {
-            let mut ptr = 0;
-            check(
-                unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
-                "cuGraphMemFreeNodeGetParams",
-            )?;
-            NodeKind::MemFree { address: ptr }
-        }
+    } else if is(T::CU_GRAPH_NODE_TYPE_EMPTY) {
+        RawNode::plain(NodeKind::Empty)
+    } else if is(T::CU_GRAPH_NODE_TYPE_WAIT_EVENT) {
+        let mut e = std::ptr::null_mut();
+        // SAFETY: node is a live event-wait node; e is a local.
+        check(
+            unsafe { sys::cuGraphEventWaitNodeGetEvent(node, &mut e) },
+            "cuGraphEventWaitNodeGetEvent",
+        )?;
+        RawNode::plain(NodeKind::EventWait {
+            event: format!("event 0x{:x}", e as usize),
+        })
+    } else if is(T::CU_GRAPH_NODE_TYPE_EVENT_RECORD) {
+        let mut e = std::ptr::null_mut();
+        // SAFETY: node is a live event-record node; e is a local.
+        check(
+            unsafe { sys::cuGraphEventRecordNodeGetEvent(node, &mut e) },
+            "cuGraphEventRecordNodeGetEvent",
+        )?;
+        RawNode::plain(NodeKind::EventRecord {
+            event: format!("event 0x{:x}", e as usize),
+        })
+    } else if is(T::CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        // The parameters hold pool properties with C enums: never assumed initialised; the
+        // two integer fields are read through raw pointers.
+        let mut p = MaybeUninit::<sys::CUDA_MEM_ALLOC_NODE_PARAMS>::zeroed();
+        // SAFETY: node is a live allocation node; p is writable and large enough.
+        check(
+            unsafe { sys::cuGraphMemAllocNodeGetParams(node, p.as_mut_ptr()) },
+            "cuGraphMemAllocNodeGetParams",
+        )?;
+        let p = p.as_ptr();
+        // SAFETY: p points to a zero-initialised, driver-filled struct; both fields are
+        // integers (any bit pattern valid).
+        let (address, bytes) =
+            unsafe { (addr_of!((*p).dptr).read(), addr_of!((*p).bytesize).read()) };
+        RawNode::plain(NodeKind::MemAlloc {
+            address,
+            bytes: bytes as u64,
+        })
+    } else if is(T::CU_GRAPH_NODE_TYPE_MEM_FREE) {
+        let mut ptr = 0;
+        // SAFETY: node is a live free node; ptr is a local.
+        check(
+            unsafe { sys::cuGraphMemFreeNodeGetParams(node, &mut ptr) },
+            "cuGraphMemFreeNodeGetParams",
+        )?;
+        RawNode::plain(NodeKind::MemFree { address: ptr })
+    } else if is(T::CU_GRAPH_NODE_TYPE_CONDITIONAL) {
         // The CUDA 13.0 driver API has no call that reads a conditional node's parameters
         // (cuGraphNodeGetParams arrived in 13.2), so its flavour stays unknown here.
-        T::CU_GRAPH_NODE_TYPE_CONDITIONAL => NodeKind::Other {
+        RawNode::plain(NodeKind::Other {
             name: "conditional".into(),
-        },
-        other => NodeKind::Other {
-            name: format!("{other:?}"),
-        },
+        })
+    } else {
+        RawNode::plain(NodeKind::Other {
+            name: format!("node type {ty}"),
+        })
     };
-    Ok((kind, kernel))
+    Ok((raw_node, None))
+}
+
+/// A copy node's `CUDA_MEMCPY3D`, field by field.
+///
+/// # Safety
+/// `node` must be a live copy node.
+unsafe fn read_copy(node: sys::CUgraphNode) -> Result<Copy3D, Failure> {
+    // CUDA_MEMCPY3D holds C enums (the memory types) without a zero value: the struct is never
+    // assumed initialised; each field is read through a raw pointer, the enums as u32.
+    let mut p = MaybeUninit::<sys::CUDA_MEMCPY3D>::zeroed();
+    // SAFETY: node is a live copy node (contract); p is writable and large enough.
+    check(
+        unsafe { sys::cuGraphMemcpyNodeGetParams(node, p.as_mut_ptr()) },
+        "cuGraphMemcpyNodeGetParams",
+    )?;
+    let p = p.as_ptr();
+    // SAFETY: p points to a zero-initialised, driver-filled CUDA_MEMCPY3D; every field read is
+    // an integer or a pointer (any bit pattern valid); the enums are read as their 32-bit value.
+    let c = unsafe {
+        Copy3D {
+            src: CopySide {
+                memory_type: addr_of!((*p).srcMemoryType).cast::<u32>().read(),
+                device: addr_of!((*p).srcDevice).read(),
+                host: addr_of!((*p).srcHost).read() as u64,
+                x: addr_of!((*p).srcXInBytes).read() as u64,
+                y: addr_of!((*p).srcY).read() as u64,
+                z: addr_of!((*p).srcZ).read() as u64,
+                pitch: addr_of!((*p).srcPitch).read() as u64,
+                height: addr_of!((*p).srcHeight).read() as u64,
+            },
+            dst: CopySide {
+                memory_type: addr_of!((*p).dstMemoryType).cast::<u32>().read(),
+                device: addr_of!((*p).dstDevice).read(),
+                host: addr_of!((*p).dstHost).read() as u64,
+                x: addr_of!((*p).dstXInBytes).read() as u64,
+                y: addr_of!((*p).dstY).read() as u64,
+                z: addr_of!((*p).dstZ).read() as u64,
+                pitch: addr_of!((*p).dstPitch).read() as u64,
+                height: addr_of!((*p).dstHeight).read() as u64,
+            },
+            width: addr_of!((*p).WidthInBytes).read() as u64,
+            height: addr_of!((*p).Height).read() as u64,
+            depth: addr_of!((*p).Depth).read() as u64,
+        }
+    };
+    Ok(c)
 }
 
 /// Reads a kernel node: its parameters for the model, and its kernel with parameter layout
@@ -297,15 +387,16 @@ unsafe fn read_node(
 pub(crate) unsafe fn read_kernel(
     node: sys::CUgraphNode,
 ) -> Result<(KernelParams, Option<(KernelFn, bool)>), Failure> {
-    // SAFETY: plain C struct; node is a live kernel node.
+    // SAFETY: CUDA_KERNEL_NODE_PARAMS holds integers and pointers only: all zero is valid.
     let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    // SAFETY: node is a live kernel node (contract); p is a local the driver fills.
     check(
         unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) },
         "cuGraphKernelNodeGetParams",
     )?;
     let mut func = p.func;
     if func.is_null() && !p.kern.is_null() {
-        // SAFETY: kern is a live library kernel; the node's context is current.
+        // SAFETY: kern is the node's live library kernel; the node's context is current.
         check(
             unsafe { sys::cuKernelGetFunction(&mut func, p.kern) },
             "cuKernelGetFunction",
@@ -316,18 +407,19 @@ pub(crate) unsafe fn read_kernel(
     let mut kernel = None;
     if !func.is_null() {
         let mut text: *const std::ffi::c_char = std::ptr::null();
-        // SAFETY: func is live; text receives a driver-owned NUL-terminated string.
-        if unsafe { sys::cuFuncGetName(&mut text, func) } == sys::CUresult::CUDA_SUCCESS
-            && !text.is_null()
-        {
+        // SAFETY: func is live; text is a local that receives a driver-owned string.
+        let rc = unsafe { sys::cuFuncGetName(&mut text, func) };
+        if rc == sys::CUresult::CUDA_SUCCESS && !text.is_null() {
+            // SAFETY: on success the driver points text at a NUL-terminated string it keeps
+            // for the function's lifetime; it is copied at once.
             name = unsafe { CStr::from_ptr(text) }
                 .to_string_lossy()
                 .into_owned();
         }
-        // SAFETY: func is live.
+        // SAFETY: func is a live function.
         let layout = unsafe { crate::kernel::param_layout(func) }?;
-        // SAFETY: kernelParams (when set) holds one pointer per parameter, each to `size` bytes
-        // owned by the driver for the node's lifetime; `extra` is the alternative buffer form.
+        // SAFETY: p was filled by the driver for this live node: kernelParams (when set) holds
+        // one pointer per parameter of `layout`, `extra` (when set) an END-terminated list.
         args = unsafe { argument_bytes(&p, &layout) };
         // Only a complete argument list can be written back to a node (Exec updates).
         let complete = args.len() == layout.len();
@@ -345,7 +437,16 @@ pub(crate) unsafe fn read_kernel(
     Ok((params, kernel))
 }
 
+/// Entries of an `extra` list read at most (pairs of key and value).
+const MAX_EXTRA: usize = 64;
+
 /// Copies each argument's bytes out of a kernel node's parameters.
+///
+/// # Safety
+/// `p` must have been filled by the driver for a live kernel node whose parameters `layout`
+/// describes: `kernelParams`, when not null, holds one pointer per parameter, each to `size`
+/// readable bytes; `extra`, when not null, is a list of (key, value) pointers ending in
+/// `CU_LAUNCH_PARAM_END` whose buffer holds the packed arguments.
 unsafe fn argument_bytes(
     p: &sys::CUDA_KERNEL_NODE_PARAMS,
     layout: &[(usize, usize)],
@@ -353,11 +454,13 @@ unsafe fn argument_bytes(
     let mut out = Vec::with_capacity(layout.len());
     if !p.kernelParams.is_null() {
         for (i, &(offset, size)) in layout.iter().enumerate() {
-            // SAFETY: see read_kernel: one valid pointer per parameter.
+            // SAFETY: kernelParams holds one pointer per parameter (contract); i < layout.len().
             let value = unsafe { *p.kernelParams.add(i) } as *const u8;
             if value.is_null() {
                 continue;
             }
+            // SAFETY: the pointer names `size` readable bytes of parameter i (contract),
+            // copied at once.
             let bytes = unsafe { std::slice::from_raw_parts(value, size) }.to_vec();
             out.push(KernelArg {
                 offset: offset as u32,
@@ -369,15 +472,17 @@ unsafe fn argument_bytes(
         // BUFFER_POINTER (1) -> the packed arguments, BUFFER_SIZE (2) -> &size_t.
         let (mut buffer, mut size) = (std::ptr::null::<u8>(), 0usize);
         let mut i = 0;
-        loop {
-            // SAFETY: the list is terminated by END, per the driver's contract for `extra`.
+        while i < 2 * MAX_EXTRA {
+            // SAFETY: the list is END-terminated (contract) and i has not passed its END.
             let key = unsafe { *p.extra.add(i) } as usize;
-            if key == 0 || i > 64 {
+            if key == 0 {
                 break;
             }
+            // SAFETY: every key before END is followed by its value.
             let value = unsafe { *p.extra.add(i + 1) };
             match key {
                 1 => buffer = value as *const u8,
+                // SAFETY: BUFFER_SIZE's value points to a size_t (the driver's contract).
                 2 if !value.is_null() => size = unsafe { *(value as *const usize) },
                 _ => {}
             }
@@ -385,7 +490,8 @@ unsafe fn argument_bytes(
         }
         if !buffer.is_null() {
             for &(offset, len) in layout {
-                if offset + len <= size {
+                if offset.checked_add(len).is_some_and(|end| end <= size) {
+                    // SAFETY: the buffer holds `size` bytes and offset + len <= size.
                     let bytes =
                         unsafe { std::slice::from_raw_parts(buffer.add(offset), len) }.to_vec();
                     out.push(KernelArg {
@@ -405,79 +511,4 @@ pub(crate) fn allocation_of(ptr: u64) -> Option<(u64, u64)> {
     // SAFETY: any pointer value may be asked about; the driver answers NOT_FOUND for foreign ones.
     let rc = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) };
     (rc == sys::CUresult::CUDA_SUCCESS).then_some((base, size as u64))
-}
-
-fn device_access(address: u64, len: u64, mode: AccessMode) -> Access {
-    let (buffer, offset) = match allocation_of(address) {
-        Some((base, _)) => (base, address - base),
-        None => (address, 0),
-    };
-    Access {
-        buffer,
-        label: String::new(),
-        offset,
-        len,
-        mode,
-    }
-}
-
-/// The memory a copy or set node touches (device sides only).
-fn accesses_of(kind: &NodeKind) -> Vec<Access> {
-    match kind {
-        NodeKind::Memcpy(p) => {
-            let mut out = Vec::new();
-            if p.src.space == MemorySpace::Device {
-                out.push(device_access(p.src.address, p.bytes, AccessMode::Read));
-            }
-            if p.dst.space == MemorySpace::Device {
-                out.push(device_access(p.dst.address, p.bytes, AccessMode::Write));
-            }
-            out
-        }
-        NodeKind::Memset(p) if p.height <= 1 => {
-            vec![device_access(p.dst, p.bytes(), AccessMode::Write)]
-        }
-        NodeKind::Memset(p) => vec![device_access(
-            p.dst,
-            p.pitch * (p.height - 1) + p.width * p.element_size as u64,
-            AccessMode::Write,
-        )],
-        NodeKind::Kernel(k) => kernel_accesses(k),
-        _ => Vec::new(),
-    }
-}
-
-/// The memory a kernel of a graph graphsmith did not build may touch: every 8-byte argument
-/// whose value points into a live allocation (`cuMemGetAddressRange`) is taken as an access
-/// from that point to the allocation's end. The direction comes from the demangled C++
-/// signature where there is one (`const T*` is a read); otherwise it is `Unknown`, which the
-/// hazard checker reports as a possible hazard rather than dropping.
-fn kernel_accesses(k: &graphsmith_model::KernelParams) -> Vec<Access> {
-    let modes = crate::signature::pointer_modes(&k.name);
-    let mut out = Vec::new();
-    for (i, arg) in k.args.iter().enumerate() {
-        let Ok(bytes) = <[u8; 8]>::try_from(arg.bytes.as_slice()) else {
-            continue;
-        };
-        let ptr = u64::from_le_bytes(bytes);
-        if ptr == 0 {
-            continue;
-        }
-        let Some((base, size)) = allocation_of(ptr) else {
-            continue;
-        };
-        let mode = match modes.as_ref().and_then(|m| m.get(i).copied().flatten()) {
-            Some(mode) => mode,
-            None => AccessMode::Unknown,
-        };
-        let offset = ptr - base;
-        out.push(Access {
-            buffer: base,
-            label: String::new(),
-            offset,
-            len: size - offset,
-            mode,
-        });
-    }
-    out
 }

@@ -75,7 +75,7 @@ fn context_gone_codes_become_context_gone_errors() {
     ] {
         let e = Failure {
             call: "cuGraphLaunch",
-            code: CudaCode(code),
+            code: CudaCode(code as u32),
         }
         .on(
             ObjectRef::new(ObjectKind::Exec, "step#exec"),
@@ -83,20 +83,20 @@ fn context_gone_codes_become_context_gone_errors() {
             at(),
         );
         assert!(matches!(e.kind, ErrorKind::ContextGone { .. }), "{code:?}");
-        assert_eq!(e.cuda_code(), Some(CudaCode(code)));
+        assert_eq!(e.cuda_code(), Some(CudaCode(code as u32)));
     }
     let e = Failure {
         call: "cuGraphLaunch",
-        code: CudaCode(R::CUDA_ERROR_INVALID_VALUE),
+        code: CudaCode(R::CUDA_ERROR_INVALID_VALUE as u32),
     }
     .on(ObjectRef::new(ObjectKind::Exec, "x"), "Exec::launch", at());
     assert!(matches!(e.kind, ErrorKind::Cuda { .. }));
     assert_eq!(
-        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).number(),
+        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as u32).number(),
         900
     );
     assert_eq!(
-        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).name(),
+        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as u32).name(),
         "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
     );
 }

@@ -9,12 +9,12 @@ use graphsmith_model::{MemsetParams, NodeKind};
 use crate::buffer::{DeviceBuffer, Element};
 use crate::builder::{memcpy_1d, memset_bits};
 use crate::capture::Keep;
-use crate::compat::{update_compatibility, Incompatibility};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::{instantiate_raw, Exec};
 use crate::graph::{Graph, NodeRef};
 use crate::kernel::{check_layout, Args, LaunchConfig};
 use crate::overrides::NodeUpdate;
+use graphsmith_analysis::{update_compatibility, Incompatibility};
 
 /// What to do when a whole-graph update cannot be applied in place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

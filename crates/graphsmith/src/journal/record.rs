@@ -7,9 +7,9 @@ use graphsmith_model::{Access, Provenance};
 
 use super::{failed, writes, Entry, Kind, Op};
 use crate::capture::{CaptureOptions, CaptureRecord, NodeMeta};
-use crate::diagnosis::{Escape, JournalEntry, Outcome};
 use crate::error::{Failure, SourceLine};
 use crate::stream::Stream;
+use graphsmith_analysis::{Escape, JournalEntry, Outcome};
 
 impl CaptureRecord {
     /// Records a failed operation (e.g. a refused begin) directly.

@@ -80,11 +80,6 @@ pub(crate) struct GraphApi {
     error_name: Option<ErrorName>,
 }
 
-// SAFETY: a library handle and plain function pointers into it; the driver API is thread-safe.
-unsafe impl Send for GraphApi {}
-// SAFETY: as above: nothing in it is mutated after loading.
-unsafe impl Sync for GraphApi {}
-
 fn symbol<T: Copy>(lib: &Library, name: &str) -> Option<T> {
     // SAFETY: each call site names a driver function with the C signature T it has in cuda.h
     // (see the module docs); the pointer is used only while `lib` (kept in GraphApi) is open.
@@ -315,7 +310,7 @@ impl GraphApi {
             Some(f) => (unsafe { f(node, &mut graph) }) == 0 && graph != 0,
             None => false,
         };
-        let child = if read && depth < hazard::build::MAX_DEPTH {
+        let child = if read && depth < graphsmith_analysis::readback::MAX_DEPTH {
             // SAFETY: the child graph is owned by the node, live while its parent is.
             unsafe { self.read_at(graph, depth + 1, budget) }?
         } else {

@@ -67,7 +67,7 @@ pub static ENTRIES: &[Entry] = &[
         trigger: "cudaStreamSynchronize/cuStreamSynchronize on the capturing stream (likewise cuStreamQuery and cuCtxSynchronize) while the capture runs.",
         seen: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900) at the call (cuStreamSynchronize, cuStreamQuery and cuCtxSynchronize alike). The capture is invalidated: every later call on its streams returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901), far from the cause, and so does cuStreamEndCapture, with no graph. The stream can capture again afterwards.",
         reports: "The Stream::synchronize call as the first offending operation, with its line, thread, stream and range stack and code 900; the later 901s as one cascade line; end's 901.",
-        fix: "Do not wait inside a capture: a graph cannot block the host. Synchronize after end_capture (or after launching the executable); inside the graph, order work with Stream::join or events.",
+        fix: "Do not wait inside a capture: a graph cannot block the host. Move the synchronization (and anything that waits for a result, such as PyTorch's .item(), .cpu(), nonzero or a data-dependent shape) out of the captured region: after the capture ends, or after launching the graph. Inside the graph, order work with events (graphsmith: Stream::join).",
         test: "gpu_capture_failures::sync_in_capture",
     },
     Entry {
@@ -103,7 +103,7 @@ pub static ENTRIES: &[Entry] = &[
         trigger: "cudaEventQuery/cuEventQuery or cudaEventSynchronize/cuEventSynchronize on an event last recorded inside the running capture.",
         seen: "CUDA_ERROR_CAPTURED_EVENT (907) at cuEventQuery and at cuEventSynchronize, in every mode (relaxed too); the capture is invalidated and end returns 901.",
         reports: "Event::query or Event::synchronize as the first offending operation, code 907.",
-        fix: "A captured event completes only when the graph runs: inside the capture, order work on it with Stream::wait; query or synchronize it after launching the executable.",
+        fix: "A captured event completes only when the graph runs: inside the capture, wait on it with cudaStreamWaitEvent (graphsmith: Stream::wait); query or synchronize it after launching the graph.",
         test: "gpu_capture_failures::captured_event_query, gpu_capture_failures::captured_event_synchronize",
     },
     Entry {
@@ -115,7 +115,7 @@ pub static ENTRIES: &[Entry] = &[
         trigger: "A second stream joins the capture (it waits on an event recorded in it) and does work, but the origin stream never waits for it before cuStreamEndCapture.",
         seen: "Every call succeeds; cuStreamEndCapture returns CUDA_ERROR_STREAM_CAPTURE_UNJOINED (904) and no graph. Afterwards the forked stream is out of capture and usable.",
         reports: "Each forked stream that never joined back, by label, with the operation that forked it and its last operation (lines and ranges).",
-        fix: "Before end_capture, make the origin stream wait for every stream that joined the capture: origin.join(&side).",
+        fix: "Before ending the capture, make the origin stream wait for every stream that joined it: record an event on the side stream and wait on it from the origin (graphsmith: origin.join(&side)).",
         test: "gpu_capture_failures::unjoined_fork",
     },
     Entry {
@@ -163,7 +163,7 @@ pub static ENTRIES: &[Entry] = &[
         trigger: "Work on the legacy (NULL) stream while a blocking stream (created without CU_STREAM_NON_BLOCKING) captures: the legacy stream synchronizes implicitly with every blocking stream.",
         seen: "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (906) at the legacy-stream call, in every mode (relaxed too); the capture is invalidated; later calls and end return 901. With a non-blocking capturing stream the same call succeeds and escapes instead (sync-copy-escape).",
         reports: "The legacy-stream operation as the first offending operation (a failed operation on a stream outside the capture goes to each capture it invalidated), code 906.",
-        fix: "Capture on non-blocking streams (Context::stream makes them) and issue nothing on the legacy stream while capturing.",
+        fix: "Capture on non-blocking streams (graphsmith's Context::stream makes them) and issue nothing on the legacy stream while capturing.",
         test: "gpu_capture_failures::legacy_implicit",
     },
     Entry {
@@ -199,7 +199,7 @@ pub static ENTRIES: &[Entry] = &[
         trigger: "cuStreamEndCapture from a thread other than the one that began a global or thread-local capture.",
         seen: "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD (908) and no graph, and the capture is over: the stream no longer captures, and ending it again on the right thread returns CUDA_ERROR_ILLEGAL_STATE (401). In relaxed mode any thread may end the capture.",
         reports: "The thread that began the capture and the thread that ended it, with both lines.",
-        fix: "End the capture on the thread that began it (Stream::capture does), or capture in Relaxed mode when a capture must span threads.",
+        fix: "End the capture on the thread that began it (graphsmith's Stream::capture does), or capture in Relaxed mode when a capture must span threads.",
         test: "gpu_capture_failures::end_wrong_thread",
     },
     Entry {
@@ -211,7 +211,7 @@ pub static ENTRIES: &[Entry] = &[
         trigger: "cudaStreamBeginCapture/cuStreamBeginCapture on cudaStreamLegacy (CU_STREAM_LEGACY) or the NULL stream.",
         seen: "900 at cuStreamBeginCapture; nothing was begun.",
         reports: "Stream::begin_capture on Context::legacy_stream() fails with a diagnosis naming the begin call, code 900.",
-        fix: "Capture on a stream you created (Context::stream).",
+        fix: "Capture on a stream you created, not the legacy (NULL) stream (graphsmith: Context::stream).",
         test: "gpu_capture_failures::begin_on_legacy",
     },
     Entry {
@@ -267,22 +267,24 @@ pub static ENTRIES: &[Entry] = &[
 /// The top of docs/failures.md.
 pub const DOC_HEADER: &str = "# Capture failure catalogue
 
-<!-- Generated from crates/graphsmith/src/catalogue/entries.rs by catalogue::markdown(); a CPU
+<!-- Generated from crates/graphsmith-analysis/src/catalogue/entries.rs by catalogue::markdown(); a CPU
 test fails when the two differ. Regenerate with
 GRAPHSMITH_BLESS=1 cargo test -p graphsmith --test catalogue_doc. -->
 
 Every capture failure mode graphsmith knows, each with what the driver really does. The codes
 and behaviour under \"Seen on the H200\" were measured on an NVIDIA H200, driver 580.159, CUDA
-13.0, with raw driver calls (`cargo run --release -p graphsmith --example capture_codes`), not
-taken from the seed, whose log strings no CUDA version prints. Each entry names the GPU test that
-reproduces it through graphsmith and checks the diagnosis: family, CUDA code, the offending
-call's line and its range stack; on that H200 all of them pass
+13.0, with raw driver calls (`cargo run --release -p graphsmith --example capture_codes`). Each
+entry names the GPU test that reproduces it through graphsmith and checks the diagnosis: family,
+CUDA code, the offending call's line and its range stack; on that H200 all of them pass
 (`crates/graphsmith/tests/gpu_capture_failures.rs`).
 
-The seed's three families (S6) map onto real codes:
+CUDA-graph tutorials commonly describe three families of capture failures, quoting log lines
+(\"invalid context\", \"kernel launch mismatch\", \"memory dependency violation\") that no
+CUDA version prints. The claim found in them is that failures fall into these families; here
+they map onto real codes:
 
-- **capture invalidated by a forbidden call** (the seed's \"invalid context\"): 900, 903, 906,
-  907, 908, then 901 everywhere after;
+- **capture invalidated by a forbidden call** (\"invalid context\"): 900, 903, 906, 907, 908,
+  then 901 everywhere after;
 - **parameters or pointers changed after capture** (\"kernel launch mismatch\");
 - **memory dependency violated** (\"memory dependency violation\"): 902, 904, 905, and work that
   silently runs outside the graph (no code at all).

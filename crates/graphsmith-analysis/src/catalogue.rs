@@ -7,20 +7,22 @@ use std::fmt;
 
 use serde::Serialize;
 
+mod calls;
 mod entries;
 
+pub use calls::classify_call;
 pub use entries::ENTRIES;
 
-/// The seed's three failure families (S6), mapped onto real codes.
+/// The three failure families that CUDA-graph tutorials name, mapped onto real codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Family {
-    /// The capture was invalidated by a call that is not allowed while capturing (the seed's
-    /// "invalid context"): codes 900, 901, 903, 906, 907, 908.
+    /// The capture was invalidated by a call that is not allowed while capturing (tutorials
+    /// call it "invalid context"): codes 900, 901, 903, 906, 907, 908.
     Invalidated,
-    /// Parameters or pointers that changed after capture (the seed's "kernel launch mismatch").
+    /// Parameters or pointers that changed after capture ("kernel launch mismatch").
     StaleParameters,
-    /// A memory dependency the graph does not hold (the seed's "memory dependency violation"):
+    /// A memory dependency the graph does not hold ("memory dependency violation"):
     /// work outside the graph, waits the capture cannot express (902, 904, 905).
     MemoryDependency,
 }

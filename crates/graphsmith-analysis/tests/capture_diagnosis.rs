@@ -1,13 +1,21 @@
 //! CPU snapshot tests of capture diagnoses: each builds a journal by hand (as a capture would
-//! record it), diagnoses it with `graphsmith::diagnose` and checks the full text, so a worse
+//! record it), diagnoses it with `graphsmith_analysis::diagnose` and checks the full text, so a worse
 //! message is a failing test. No GPU needed.
 
-use graphsmith::model::{Access, AccessMode};
-use graphsmith::sys::CUresult as R;
-use graphsmith::{
+use graphsmith_analysis::{
     diagnose, CaptureMode, CaptureSummary, Cause, CudaCode, Escape, Family, JournalEntry, Outcome,
     SourceLine,
 };
+use graphsmith_model::{Access, AccessMode};
+
+/// The driver's codes these journals use, by name.
+#[allow(non_snake_case)]
+mod R {
+    pub const CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: u32 = 900;
+    pub const CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: u32 = 901;
+    pub const CUDA_ERROR_STREAM_CAPTURE_UNJOINED: u32 = 904;
+    pub const CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: u32 = 908;
+}
 
 fn at(line: u32) -> SourceLine {
     SourceLine {
@@ -58,14 +66,14 @@ impl J {
     }
 }
 
-fn failed(call: &'static str, code: R) -> Outcome {
+fn failed(call: &'static str, code: u32) -> Outcome {
     Outcome::Failed {
         call,
         code: CudaCode(code),
     }
 }
 
-fn summary(end: Option<R>) -> CaptureSummary {
+fn summary(end: Option<u32>) -> CaptureSummary {
     CaptureSummary {
         label: "step".into(),
         stream: "main".into(),
@@ -127,7 +135,7 @@ fn sync_in_capture_names_the_first_offending_call_not_the_cascade() {
     cuStreamSynchronize returned CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900)
   cascade: 2 later calls failed, the first with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901): Stream::launch 'softmax' on stream 'main' at src/model.rs:16:9
   capture: begun on stream 'main' at src/model.rs:10:9 (Global mode, thread main); cuStreamEndCapture returned CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901) at src/model.rs:30:9
-  fix: Do not wait inside a capture: a graph cannot block the host. Synchronize after end_capture (or after launching the executable); inside the graph, order work with Stream::join or events.
+  fix: Do not wait inside a capture: a graph cannot block the host. Move the synchronization (and anything that waits for a result, such as PyTorch's .item(), .cpu(), nonzero or a data-dependent shape) out of the captured region: after the capture ends, or after launching the graph. Inside the graph, order work with events (graphsmith: Stream::join).
   see: graphsmith explain sync-in-capture"#,
     );
 }
@@ -194,7 +202,7 @@ fn unjoined_fork_names_the_stream_its_fork_and_its_last_work() {
       at src/model.rs:14:9 on thread main
       in ranges capture:step > layer-3 > attention
   capture: begun on stream 'main' at src/model.rs:10:9 (Global mode, thread main); cuStreamEndCapture returned CUDA_ERROR_STREAM_CAPTURE_UNJOINED (904) at src/model.rs:30:9
-  fix: Before end_capture, make the origin stream wait for every stream that joined the capture: origin.join(&side).
+  fix: Before ending the capture, make the origin stream wait for every stream that joined it: record an event on the side stream and wait on it from the origin (graphsmith: origin.join(&side)).
   see: graphsmith explain unjoined-fork"#,
     );
 }
@@ -249,7 +257,7 @@ fn ending_on_the_wrong_thread_names_both_threads() {
   begun on thread main at src/model.rs:10:9
   ended on thread worker-1 at src/model.rs:30:9
   capture: begun on stream 'main' at src/model.rs:10:9 (Global mode, thread main); cuStreamEndCapture returned CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD (908) at src/model.rs:30:9
-  fix: End the capture on the thread that began it (Stream::capture does), or capture in Relaxed mode when a capture must span threads.
+  fix: End the capture on the thread that began it (graphsmith's Stream::capture does), or capture in Relaxed mode when a capture must span threads.
   see: graphsmith explain end-wrong-thread"#,
     );
 }

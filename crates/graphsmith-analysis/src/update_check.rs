@@ -48,7 +48,7 @@ pub fn update_compatibility(old: &Graph, new: &Graph) -> Vec<Incompatibility> {
 /// cost about 30 ns per node). `None` when the graph has a node the rules refuse whatever the
 /// other graph holds (a 2-D memset). A collision could only let through an update the driver
 /// then refuses, which is still explained.
-pub(crate) fn shape_key(graph: &Graph) -> Option<u128> {
+pub fn shape_key(graph: &Graph) -> Option<u128> {
     let mut halves = [0u64; 2];
     for (seed, half) in halves.iter_mut().enumerate() {
         let mut h = std::collections::hash_map::DefaultHasher::new();

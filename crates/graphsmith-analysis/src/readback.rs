@@ -1,13 +1,17 @@
-//! From a graph read back at instantiation ([`RawGraph`]) to a `graphsmith_model::Graph` with
-//! memory accesses, which the model's hazard checker takes. Pure: the driver calls that fill a
-//! [`RawGraph`] live in `src/inject/readback.rs`, and the only question this module asks about
-//! memory (which allocation holds an address) is a function the caller passes, so all of it is
-//! tested without a GPU.
+//! The one conversion of a graph read back from the driver into the model: from a [`RawGraph`]
+//! (what the driver said about each node and edge) to a `graphsmith_model::Graph` with memory
+//! accesses, which the model's hazard checker takes. Both the runtime (`read_raw_graph`, the
+//! read-back of a capture) and the tracer (`trace --hazards`) only fill a [`RawGraph`] with
+//! driver calls and call [`build`]. Pure: the only question it asks about memory (which
+//! allocation holds an address) is a function the caller passes, so all of it is tested
+//! without a GPU.
 //!
-//! Accesses, as the graphsmith runtime derives them for a graph it did not build:
+//! Accesses, for a graph whose nodes carry no journal:
 //! - a copy reads its device source bytes and writes its device destination bytes (host and
-//!   array sides touch no device allocation and are left out);
-//! - a set writes its device bytes;
+//!   array sides touch no device allocation and are left out), each side from its first byte
+//!   (base + x + y * pitch + z * pitch * height) over the rows and slices of the copy with that
+//!   side's pitch ([`Copy3D`]); all arithmetic saturates;
+//! - a set writes its device bytes, rows apart by its pitch ([`Set2D`]);
 //! - a kernel, for each pointer-sized argument whose value lies in a live allocation, touches
 //!   that allocation from the pointer to its end (the kernel's real extent is unknown); the
 //!   direction comes from the demangled C++ signature (`const T*` reads), else it is unknown
@@ -22,7 +26,8 @@ use graphsmith_model::{
     MemsetParams, NodeId, NodeKind,
 };
 
-/// Child graphs nest at most this deep; deeper ones are read as empty graphs.
+/// Child graphs nest at most this deep: a filler reads no child graph at depth `MAX_DEPTH` (the
+/// top graph is depth 0) and [`build`] reads one there as an empty graph that says so.
 pub const MAX_DEPTH: u32 = 8;
 
 /// A graph as read back from the driver: its nodes in `cuGraphGetNodes` order and its edges.
@@ -95,7 +100,9 @@ impl RawEdge {
     }
 }
 
-/// One side of a copy, from `CUDA_MEMCPY3D` (`memory_type` as the raw `CUmemorytype`).
+/// One side of a copy, from `CUDA_MEMCPY3D` (`memory_type` as the raw `CUmemorytype` integer,
+/// never as a Rust enum: the driver may write any value there). `height` is the side's
+/// `srcHeight`/`dstHeight` (rows per slice), `pitch` its row pitch in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CopySide {
     pub memory_type: u32,
@@ -108,14 +115,23 @@ pub struct CopySide {
     pub height: u64,
 }
 
-/// `CU_MEMORYTYPE_HOST`, `_DEVICE`, `_ARRAY`, `_UNIFIED`.
-const HOST: u32 = 1;
-const DEVICE: u32 = 2;
-const ARRAY: u32 = 3;
-const UNIFIED: u32 = 4;
+/// `CU_MEMORYTYPE_HOST`.
+pub const MEMORYTYPE_HOST: u32 = 1;
+/// `CU_MEMORYTYPE_DEVICE`.
+pub const MEMORYTYPE_DEVICE: u32 = 2;
+/// `CU_MEMORYTYPE_ARRAY`.
+pub const MEMORYTYPE_ARRAY: u32 = 3;
+/// `CU_MEMORYTYPE_UNIFIED`.
+pub const MEMORYTYPE_UNIFIED: u32 = 4;
+
+use MEMORYTYPE_ARRAY as ARRAY;
+use MEMORYTYPE_DEVICE as DEVICE;
+use MEMORYTYPE_HOST as HOST;
+use MEMORYTYPE_UNIFIED as UNIFIED;
 
 impl CopySide {
-    fn space(&self) -> MemorySpace {
+    /// Where this side lies (a memory type the driver does not define is `Unknown`).
+    pub fn space(&self) -> MemorySpace {
         match self.memory_type {
             DEVICE | UNIFIED => MemorySpace::Device,
             HOST => MemorySpace::Host,
@@ -125,7 +141,7 @@ impl CopySide {
     }
 
     /// The first byte the copy touches on this side.
-    fn start(&self) -> u64 {
+    pub fn start(&self) -> u64 {
         let base = match self.space() {
             MemorySpace::Device => self.device,
             MemorySpace::Host => self.host,
@@ -410,3 +426,6 @@ fn build_at(
     }
     graph
 }
+
+#[cfg(test)]
+mod tests;

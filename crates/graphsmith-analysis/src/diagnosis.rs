@@ -9,9 +9,10 @@ use std::fmt;
 
 use graphsmith_model::Access;
 
-use crate::capture::CaptureMode;
+use crate::capture_mode::CaptureMode;
 use crate::catalogue::{self, Family};
-use crate::error::{CudaCode, SourceLine};
+use crate::cuda_code::CudaCode;
+use crate::source_line::SourceLine;
 
 const INVALIDATED: u32 = 901;
 const UNJOINED: u32 = 904;

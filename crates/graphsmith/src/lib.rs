@@ -28,39 +28,29 @@
 //! [`Context::drop_failures`]; a graph or executable keeps every buffer it references alive.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod buffer;
-mod builder;
+// Layers, bottom to top: a module uses only what is below it (ARCHITECTURE.md).
 mod cache;
-mod capture;
 mod context;
-mod deferred;
 mod error;
-mod event;
 mod exec;
-mod fallback;
 mod graph;
-mod image;
-mod journal;
-mod kernel;
-mod nvtx;
-mod overrides;
+mod memory;
+mod module;
 pub mod probe;
-mod probe_features;
-mod range;
-mod readback;
+mod ranges;
 mod stream;
-mod update;
 
-pub use buffer::{DeviceBuffer, Element, View, ViewMut};
 pub use cache::{
     CacheConfig, CacheStats, Dispatch, GraphCache, Oversize, Path, Scope, ShapeKey, Workload,
 };
-pub use capture::CaptureMode;
-pub use capture::{CaptureOptions, CaptureReport};
 pub use context::{gpu_available, Context, DropFailure};
 pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 pub use exec::{Exec, ExecStats};
-pub use fallback::Replay;
+pub use exec::{UpdateBatch, UpdateOutcome, UpdatePolicy};
+pub use graph::read_raw_graph;
+pub use graph::CaptureMode;
+pub use graph::Replay;
+pub use graph::{CaptureOptions, CaptureReport};
 pub use graph::{Graph, NodeRef};
 pub use graphsmith_analysis as analysis;
 pub use graphsmith_analysis::catalogue;
@@ -69,11 +59,10 @@ pub use graphsmith_analysis::{
 };
 pub use graphsmith_analysis::{update_compatibility, Family, Incompatibility};
 pub use graphsmith_model as model;
-pub use kernel::{Args, Kernel, KernelArg, LaunchConfig, Module};
-pub use range::{current_ranges, range, RangeGuard};
-pub use readback::read_raw_graph;
+pub use memory::{DeviceBuffer, Element, View, ViewMut};
+pub use module::{Args, Kernel, KernelArg, LaunchConfig, Module};
+pub use ranges::{current_ranges, range, RangeGuard};
 pub use stream::{Event, Stream};
-pub use update::{UpdateBatch, UpdateOutcome, UpdatePolicy};
 
 /// Re-export of the raw driver bindings graphsmith uses, for interop with other CUDA code.
 pub use cudarc::driver::sys;

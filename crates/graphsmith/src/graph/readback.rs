@@ -417,7 +417,7 @@ pub(crate) unsafe fn read_kernel(
                 .into_owned();
         }
         // SAFETY: func is a live function.
-        let layout = unsafe { crate::kernel::param_layout(func) }?;
+        let layout = unsafe { crate::module::param_layout(func) }?;
         // SAFETY: p was filled by the driver for this live node: kernelParams (when set) holds
         // one pointer per parameter of `layout`, `extra` (when set) an END-terminated list.
         args = unsafe { argument_bytes(&p, &layout) };

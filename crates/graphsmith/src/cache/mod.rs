@@ -9,13 +9,13 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use crate::buffer::{Allocation, DeviceBuffer, Element};
-use crate::capture::CaptureMode;
 use crate::context::Context;
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::Exec;
+use crate::exec::{UpdateOutcome, UpdatePolicy};
+use crate::graph::CaptureMode;
+use crate::memory::{Allocation, DeviceBuffer, Element};
 use crate::stream::Stream;
-use crate::update::{UpdateOutcome, UpdatePolicy};
 
 /// The shape a request is bucketed by: a batch size, or (batch, sequence length), or your own.
 pub trait ShapeKey: Clone + Ord + Debug {

@@ -16,10 +16,10 @@ use std::thread::ThreadId;
 use cudarc::driver::sys;
 use graphsmith_model::{Access, AccessMode};
 
-use crate::capture::{CaptureRecord, Keep};
 use crate::context::Context;
 use crate::error::SourceLine;
 use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result};
+use crate::graph::{CaptureRecord, Keep};
 use crate::stream::Stream;
 use graphsmith_analysis::{Escape, Outcome};
 
@@ -100,9 +100,9 @@ impl Entry {
             op: op.name,
             label: op.label.to_string(),
             at: op.at,
-            thread: crate::range::thread(),
+            thread: crate::ranges::thread(),
             stream,
-            ranges: crate::range::snapshot(),
+            ranges: crate::ranges::snapshot(),
             accesses: op.accesses.clone(),
             kind: op.kind,
             waits_for: op.waits_for.map(|w| w.0),
@@ -431,7 +431,7 @@ impl Stream {
     /// In strict mode, refuses work that would run outside a capture of this thread, or touch
     /// memory a capture of another thread has touched.
     fn refuse_escape(&self, op: &Op<'_>) -> Result<()> {
-        let (thread, _) = crate::range::thread();
+        let (thread, _) = crate::ranges::thread();
         let mut records = self.ctx.records();
         let mut refused: Option<Escape> = None;
         for rec in records.values_mut() {

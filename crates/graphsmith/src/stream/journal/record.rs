@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use graphsmith_model::{Access, Provenance};
 
 use super::{failed, writes, Entry, Kind, Op};
-use crate::capture::{CaptureOptions, CaptureRecord, NodeMeta};
 use crate::error::{Failure, SourceLine};
+use crate::graph::{CaptureOptions, CaptureRecord, NodeMeta};
 use crate::stream::Stream;
 use graphsmith_analysis::{Escape, JournalEntry, Outcome};
 
@@ -154,7 +154,7 @@ pub(crate) fn new_record(
     origin: &Stream,
     began_at: SourceLine,
 ) -> CaptureRecord {
-    let (thread, thread_label) = crate::range::thread();
+    let (thread, thread_label) = crate::ranges::thread();
     let mut streams = HashMap::new();
     streams.insert(origin.raw as usize, origin.label.clone());
     CaptureRecord {

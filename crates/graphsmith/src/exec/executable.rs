@@ -5,11 +5,11 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 use graphsmith_model as model;
 
-use crate::capture::Keep;
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::exec::NodeUpdate;
+use crate::graph::Keep;
 use crate::graph::{Graph, NodeRef};
-use crate::overrides::NodeUpdate;
 use crate::stream::{Stream, StreamHandle};
 
 /// Counters of what happened to an executable.
@@ -60,7 +60,7 @@ pub struct Exec {
     pub(crate) origin: u64,
     pub(crate) label: String,
     /// What per-node updates set, by node index, holding the buffers they reference (see
-    /// [`crate::overrides`]); empty until the first per-node update.
+    /// `exec/node_updates.rs`); empty until the first per-node update.
     pub(crate) overrides: Vec<Option<NodeUpdate>>,
     /// The model with `overrides` applied, made when first asked for after an update.
     pub(crate) model_cache: std::sync::OnceLock<model::Graph>,
@@ -190,7 +190,7 @@ impl Exec {
                 if let Some(current) = &self.current {
                     keep.push(current.keep.clone() as Keep);
                 }
-                ctx.defer(crate::deferred::Deferred::Exec(RetiredExec {
+                ctx.defer(crate::context::Deferred::Exec(RetiredExec {
                     raw,
                     label: self.label.clone(),
                     streams: std::mem::take(&mut self.launched_on),
@@ -202,7 +202,7 @@ impl Exec {
         }
         // Destroyed now, or when the running captures end (the call may count as unsafe during
         // a capture).
-        ctx.destroy(me, crate::deferred::Destroy::Exec(raw));
+        ctx.destroy(me, crate::context::Destroy::Exec(raw));
     }
 
     /// The executable's label (`<graph label>#exec`).
@@ -217,7 +217,7 @@ impl Exec {
         }
         self.model_cache.get_or_init(|| {
             let kernels = &self.current().kernels;
-            crate::overrides::apply_all(base, &self.overrides, |i| {
+            crate::exec::apply_all(base, &self.overrides, |i| {
                 kernels.get(i)?.as_ref().map(|k| k.layout.clone())
             })
         })
@@ -229,9 +229,8 @@ impl Exec {
     #[track_caller]
     pub fn template(&mut self) -> Result<&Graph> {
         let at = SourceLine::caller();
-        crate::overrides::flush_template(self)
-            .map_err(|f| f.on(self.object(), "Exec::template", at))?;
-        crate::overrides::fold_into_template(self);
+        crate::exec::flush_template(self).map_err(|f| f.on(self.object(), "Exec::template", at))?;
+        crate::exec::fold_into_template(self);
         Ok(self.current())
     }
     /// The template that reflects every update so far.

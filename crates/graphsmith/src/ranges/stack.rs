@@ -1,6 +1,6 @@
 //! Named ranges: a per-thread stack of names that every node made inside records as provenance,
 //! and that the capture journal records with every operation. Each range is also an NVTX range
-//! (`nvtxRangePushA`/`nvtxRangePop`), so Nsight shows the same names (see [`crate::nvtx`]).
+//! (`nvtxRangePushA`/`nvtxRangePop`), so Nsight shows the same names (see `nvtx.rs`).
 //!
 //! ```ignore
 //! let _layer = graphsmith::range("layer-3");
@@ -52,7 +52,7 @@ pub struct RangeGuard {
 /// as an NVTX range when an NVTX tool (Nsight Systems, Nsight Compute) is attached.
 pub fn range(name: impl Into<String>) -> RangeGuard {
     let name = name.into();
-    crate::nvtx::push(&name);
+    super::nvtx::push(&name);
     let depth = STACK.with(|s| {
         let mut s = s.borrow_mut();
         s.names.push(name);
@@ -80,7 +80,7 @@ impl Drop for RangeGuard {
             removed
         });
         for _ in 0..removed {
-            crate::nvtx::pop();
+            super::nvtx::pop();
         }
     }
 }

@@ -5,7 +5,7 @@ use cudarc::driver::sys;
 
 use crate::context::Context;
 use crate::error::{check, Failure, Result, SourceLine};
-use crate::kernel::LaunchConfig;
+use crate::module::LaunchConfig;
 use crate::probe::Feature;
 
 /// A graph destroyed on drop, for trials.

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use crate::capture::CaptureRecord;
 use crate::error::{
     check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine,
 };
+use crate::graph::CaptureRecord;
 
 /// A failure inside `Drop`, kept with the object's label instead of being lost or panicking.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,10 +42,10 @@ pub(crate) struct ContextInner {
     /// capture only while this is non-zero, so eager work pays nothing for the journal.
     pub active_captures: AtomicUsize,
     /// Objects dropped while a capture ran, destroyed when the last capture ends
-    /// ([`crate::deferred`]). A deferred executable holds streams that hold this context: one
+    /// (`deferred.rs`). A deferred executable holds streams that hold this context: one
     /// left behind by a capture that never ended keeps the context alive (a leak, never a use
     /// after free).
-    pub deferred: Mutex<Vec<crate::deferred::Deferred>>,
+    pub deferred: Mutex<Vec<crate::context::Deferred>>,
     /// Running captures by the driver's capture id.
     pub captures: Mutex<HashMap<u64, CaptureRecord>>,
 }
@@ -61,7 +61,7 @@ impl Drop for ContextInner {
         // Objects whose destruction was deferred behind a capture that never ended properly.
         let pending = std::mem::take(self.deferred.get_mut().unwrap_or_else(|p| p.into_inner()));
         for work in pending {
-            if let crate::deferred::Deferred::Destroy(_, what) = work {
+            if let crate::context::Deferred::Destroy(_, what) = work {
                 // SAFETY: the context is still retained here; making it current is always valid.
                 let _ = unsafe { sys::cuCtxSetCurrent(self.raw) };
                 let _ = what.run();

@@ -45,7 +45,7 @@ impl Drop for Allocation {
         let label = &self.label;
         self.ctx.destroy(
             || ObjectRef::new(ObjectKind::Buffer, label),
-            crate::deferred::Destroy::Free(ptr),
+            crate::context::Destroy::Free(ptr),
         );
     }
 }
@@ -161,7 +161,7 @@ impl Context {
         let fail = |f: Failure| f.on(me.clone(), "Context::alloc", at);
         self.bind().map_err(fail)?;
         let mut ptr = 0;
-        let op = crate::journal::Op::other("Context::alloc", label, at);
+        let op = crate::stream::Op::other("Context::alloc", label, at);
         self.issue_unstreamed(op, fail, || {
             // cuMemAlloc refuses 0 bytes; a zero-length buffer still gets a distinct address.
             // SAFETY: the context is current; ptr is a valid out pointer.

@@ -9,11 +9,11 @@ use model::{
     MemsetParams, NodeKind,
 };
 
-use crate::buffer::{DeviceBuffer, Element};
-use crate::capture::Keep;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::graph::Keep;
 use crate::graph::{Graph, NodeRef};
-use crate::kernel::{Args, Kernel, LaunchConfig};
+use crate::memory::{DeviceBuffer, Element};
+use crate::module::{Args, Kernel, LaunchConfig};
 use crate::stream::Event;
 
 /// The 32 bits a memset writes for `value` (1-, 2- or 4-byte elements).
@@ -135,7 +135,7 @@ impl Graph {
         )
         .map_err(fail)?;
         let model = self.model_mut();
-        let id = model.add_node_with(label, kind, Some(crate::range::provenance(at)), accesses);
+        let id = model.add_node_with(label, kind, Some(crate::ranges::provenance(at)), accesses);
         for dep in deps {
             model.add_edge(dep.id, id).map_err(|e| {
                 Error::new(ErrorKind::InvalidGraph(Box::new(e)), node_object(), op, at)
@@ -204,7 +204,7 @@ impl Graph {
         };
         let mut pointers = args.pointers();
         // The node names the library kernel, as the CUDA runtime's nodes do.
-        let params = crate::update::kernel_params(
+        let params = crate::exec::kernel_params(
             std::ptr::null_mut(),
             kernel.kern,
             cfg,
@@ -242,7 +242,7 @@ impl Graph {
     ) -> Result<NodeRef> {
         let at = SourceLine::caller();
         let op = "Graph::memcpy";
-        crate::buffer::check_copy_lengths(
+        crate::memory::check_copy_lengths(
             dst,
             src,
             || ObjectRef::new(ObjectKind::Node, label),

@@ -15,8 +15,8 @@ use graphsmith_model::{Access, Provenance};
 use crate::error::SourceLine;
 use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result};
 use crate::graph::Graph;
-use crate::journal::{new_record, Entry};
 use crate::stream::Stream;
+use crate::stream::{new_record, Entry};
 use graphsmith_analysis::{diagnose, CaptureSummary, Diagnosis, Escape, JournalEntry};
 
 /// Something a graph must keep alive (a buffer's allocation, a module, an event, a host
@@ -144,7 +144,7 @@ impl CaptureRecord {
             began_at: self.began_at,
             began_on: self.thread_label.to_string(),
             ended_at: at,
-            ended_on: at.map(|_| crate::range::thread().1.to_string()),
+            ended_on: at.map(|_| crate::ranges::thread().1.to_string()),
             end_code: end,
         }
     }
@@ -195,7 +195,7 @@ impl Stream {
             }
             // Diagnose a refused begin like any capture failure (e.g. the legacy stream).
             let mut record = new_record(label, options, self, at);
-            let begin = crate::journal::Op::other(op, label, at);
+            let begin = crate::stream::Op::other(op, label, at);
             record.push_failed(&begin, self.raw as usize, f);
             let diagnosis = record.diagnosis(None, None);
             return Err(Error::new(
@@ -205,8 +205,8 @@ impl Stream {
                 at,
             ));
         }
-        let id = match crate::journal::stream_status(self.raw) {
-            Ok(crate::journal::Status::Active(id)) => id,
+        let id = match crate::stream::stream_status(self.raw) {
+            Ok(crate::stream::Status::Active(id)) => id,
             Ok(_) => 0,
             Err(f) => {
                 // SAFETY: the stream is live; the capture just begun is discarded.
@@ -229,7 +229,7 @@ impl Stream {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, record);
-        let epoch = crate::journal::CAPTURE_EPOCH.load(Ordering::Acquire);
+        let epoch = crate::stream::CAPTURE_EPOCH.load(Ordering::Acquire);
         self.set_capture_hint(id, options.journal, epoch);
         *slot = Some(ActiveCapture {
             id,
@@ -346,7 +346,7 @@ impl Stream {
     ) -> Result<(Graph, R)> {
         let at = SourceLine::caller();
         let op = "Stream::capture";
-        let _range = crate::range::range(format!("capture:{label}"));
+        let _range = crate::ranges::range(format!("capture:{label}"));
         self.begin_capture_with(options.into(), label)
             .map_err(|e| Error { at, op, ..e })?;
         match body(self) {
@@ -407,7 +407,7 @@ impl Stream {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&active.id);
-        crate::journal::CAPTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
+        crate::stream::CAPTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
         self.capture_hint.store(0, Ordering::Release);
         let graph = self.ctx.bind().and_then(|()| {
             let mut raw = std::ptr::null_mut();

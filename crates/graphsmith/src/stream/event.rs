@@ -9,7 +9,7 @@ use cudarc::driver::sys;
 
 use crate::context::Context;
 use crate::error::{check, Failure, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::journal::Op;
+use crate::stream::Op;
 
 pub(crate) struct EventInner {
     pub raw: sys::CUevent,
@@ -32,7 +32,7 @@ impl Drop for EventInner {
         // Arc<EventInner>.
         self.ctx.destroy(
             || ObjectRef::new(ObjectKind::Event, &self.label),
-            crate::deferred::Destroy::Event(raw),
+            crate::context::Destroy::Event(raw),
         );
     }
 }

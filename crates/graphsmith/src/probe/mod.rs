@@ -7,6 +7,8 @@ use serde::Serialize;
 use crate::context::Context;
 use crate::error::{check, Failure, Result, SourceLine};
 
+mod features;
+
 /// One feature and whether it worked here.
 #[derive(Clone, Debug, Serialize)]
 pub struct Feature {
@@ -93,7 +95,7 @@ pub fn probe(ordinal: usize) -> Result<Probe> {
     )
     .map_err(fail)?;
     let (free, total) = ctx.memory_info()?;
-    let features = crate::probe_features::all(&ctx)?;
+    let features = features::all(&ctx)?;
     Ok(Probe {
         ordinal,
         name,

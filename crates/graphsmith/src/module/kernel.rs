@@ -9,10 +9,10 @@ use smallvec::SmallVec;
 use cudarc::driver::sys;
 use graphsmith_model::{Access, AccessMode, Dim3};
 
-use crate::buffer::{Allocation, DeviceBuffer, Element, View, ViewMut};
-use crate::capture::Keep;
 use crate::context::{Context, Limits};
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::graph::Keep;
+use crate::memory::{Allocation, DeviceBuffer, Element, View, ViewMut};
 
 /// A module is loaded as a library (`cuLibraryLoadData`, context-independent loading, as the
 /// CUDA runtime loads `<<<>>>` kernels), and graph kernel nodes name the library kernel (`kern`)
@@ -40,7 +40,7 @@ impl Drop for ModuleInner {
         // outlives it; it is unloaded once (swapped out above).
         self.ctx.destroy(
             || ObjectRef::new(ObjectKind::Module, &self.label),
-            crate::deferred::Destroy::Library(raw),
+            crate::context::Destroy::Library(raw),
         );
     }
 }
@@ -103,7 +103,7 @@ impl Context {
     #[track_caller]
     pub fn load_image(&self, label: &str, image: &[u8]) -> Result<Module> {
         let at = SourceLine::caller();
-        if let Err(reason) = crate::image::classify(image) {
+        if let Err(reason) = crate::module::classify(image) {
             return Err(Error::new(
                 ErrorKind::InvalidInput { reason },
                 ObjectRef::new(ObjectKind::Module, label),

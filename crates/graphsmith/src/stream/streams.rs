@@ -1,5 +1,5 @@
 //! Streams and eager work on streams (which a running capture records as nodes). Every
-//! operation goes through the capture journal ([`crate::journal`]): while no capture runs in
+//! operation goes through the capture journal (`journal.rs`): while no capture runs in
 //! the context that costs one atomic load.
 
 use std::sync::atomic::AtomicU64;
@@ -8,15 +8,15 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 use graphsmith_model::AccessMode;
 
-pub use crate::event::Event;
+pub use crate::stream::Event;
 
-use crate::buffer::{DeviceBuffer, Element};
-use crate::builder::access;
-use crate::capture::{ActiveCapture, Keep};
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::journal::{Kind, Op};
-use crate::kernel::{Args, Kernel, LaunchConfig};
+use crate::graph::access;
+use crate::graph::{ActiveCapture, Keep};
+use crate::memory::{DeviceBuffer, Element};
+use crate::module::{Args, Kernel, LaunchConfig};
+use crate::stream::{Kind, Op};
 
 /// The legacy default stream (`CU_STREAM_LEGACY`).
 const LEGACY: usize = 0x1;
@@ -191,7 +191,7 @@ impl Drop for StreamHandle {
         // Pending work completes first (the driver defers the destruction).
         self.ctx.destroy(
             || ObjectRef::new(ObjectKind::Stream, &self.label),
-            crate::deferred::Destroy::Stream(raw),
+            crate::context::Destroy::Stream(raw),
         );
     }
 }
@@ -313,7 +313,7 @@ impl Stream {
         let at = SourceLine::caller();
         let op = "Stream::memset";
         let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Node, label), op, at);
-        let bits = crate::builder::memset_bits(value).map_err(|reason| {
+        let bits = crate::graph::memset_bits(value).map_err(|reason| {
             Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at)
         })?;
         self.ctx.bind().map_err(fail)?;
@@ -356,7 +356,7 @@ impl Stream {
     ) -> Result<()> {
         let at = SourceLine::caller();
         let op = "Stream::copy";
-        crate::buffer::check_copy_lengths(
+        crate::memory::check_copy_lengths(
             dst,
             src,
             || ObjectRef::new(ObjectKind::Node, label),

@@ -2,8 +2,8 @@
 //! eagerly and hand back the diagnosis with the result, so the caller chooses between failing
 //! fast ([`Stream::capture`]) and falling back ([`Stream::capture_or_eager`]).
 
-use crate::capture::CaptureOptions;
 use crate::error::{Error, ErrorKind, Result};
+use crate::graph::CaptureOptions;
 use crate::graph::Graph;
 use crate::stream::Stream;
 use graphsmith_analysis::Diagnosis;
@@ -75,7 +75,7 @@ impl Stream {
                 kind: ErrorKind::CaptureFailed(diagnosis),
                 ..
             }) => {
-                let _range = crate::range::range(format!("eager:{label}"));
+                let _range = crate::ranges::range(format!("eager:{label}"));
                 let value = body(self)?;
                 Ok((Replay::Eager(diagnosis), value))
             }

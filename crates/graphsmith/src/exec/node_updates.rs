@@ -14,13 +14,13 @@ use graphsmith_model::{
 
 use cudarc::driver::sys;
 
-use crate::buffer::Allocation;
-use crate::builder::memcpy_1d;
-use crate::capture::Keep;
 use crate::error::{check, Failure};
+use crate::exec::kernel_params;
 use crate::exec::Exec;
-use crate::kernel::{ArgData, LaunchConfig};
-use crate::update::kernel_params;
+use crate::graph::memcpy_1d;
+use crate::graph::Keep;
+use crate::memory::Allocation;
+use crate::module::{ArgData, LaunchConfig};
 
 /// What a per-node update set on one node. Kernel arguments stay inline: an update allocates
 /// nothing, and the executable keeps its updates in one array by node index (updating nodes in

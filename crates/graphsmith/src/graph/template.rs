@@ -10,9 +10,9 @@ use cudarc::driver::sys;
 use graphsmith_model as model;
 use model::NodeId;
 
-use crate::capture::{CaptureRecord, Keep};
 use crate::context::Context;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::graph::{CaptureRecord, Keep};
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -128,7 +128,7 @@ impl Drop for Graph {
         // independent of the template (cuGraphInstantiate copies it).
         self.ctx.destroy(
             || ObjectRef::new(ObjectKind::Graph, &*self.label),
-            crate::deferred::Destroy::Graph(raw),
+            crate::context::Destroy::Graph(raw),
         );
     }
 }
@@ -210,8 +210,8 @@ impl Graph {
         at: SourceLine,
     ) -> Result<Graph> {
         // SAFETY: raw is live (caller's contract).
-        let read = unsafe { crate::readback::read_graph(raw, label) };
-        let crate::readback::ReadGraph {
+        let read = unsafe { crate::graph::read_graph(raw, label) };
+        let crate::graph::ReadGraph {
             mut model,
             handles,
             kernels,
@@ -333,7 +333,7 @@ impl Graph {
         let fail = |f: Failure| f.on(self.object(), "Graph::read_back", at);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: self.raw is live and owned by self.
-        unsafe { crate::readback::read_graph(self.raw, &self.label) }
+        unsafe { crate::graph::read_graph(self.raw, &self.label) }
             .map(|read| read.model)
             .map_err(fail)
     }

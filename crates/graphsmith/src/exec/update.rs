@@ -6,14 +6,14 @@
 use cudarc::driver::sys;
 use graphsmith_model::{MemsetParams, NodeKind};
 
-use crate::buffer::{DeviceBuffer, Element};
-use crate::builder::{memcpy_1d, memset_bits};
-use crate::capture::Keep;
 use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::exec::NodeUpdate;
 use crate::exec::{instantiate_raw, Exec};
+use crate::graph::Keep;
+use crate::graph::{memcpy_1d, memset_bits};
 use crate::graph::{Graph, NodeRef};
-use crate::kernel::{check_layout, Args, LaunchConfig};
-use crate::overrides::NodeUpdate;
+use crate::memory::{DeviceBuffer, Element};
+use crate::module::{check_layout, Args, LaunchConfig};
 use graphsmith_analysis::{update_compatibility, Incompatibility};
 
 /// What to do when a whole-graph update cannot be applied in place.
@@ -36,7 +36,7 @@ pub enum UpdateOutcome {
 }
 
 impl Exec {
-    /// Records what a per-node update set on node `index` (see [`crate::overrides`]); the
+    /// Records what a per-node update set on node `index` (see `exec/node_updates.rs`); the
     /// update it replaces is let go of as [`Exec::retire`] says.
     fn set_override(&mut self, index: usize, update: NodeUpdate) -> Result<(), Failure> {
         if self.overrides.len() <= index {
@@ -76,7 +76,7 @@ impl Exec {
             .bind()
             .map_err(|f| f.on(node_object(), op, at))?;
         // SAFETY: current is a live kernel node of the current template; the context is current.
-        let read = unsafe { crate::readback::read_kernel(current) }
+        let read = unsafe { crate::graph::read_kernel(current) }
             .map_err(|f| f.on(node_object(), op, at))?;
         let Some((known, _)) = read.1 else {
             return Err(Error::new(
@@ -294,7 +294,7 @@ impl Exec {
             return Err(self.wrong_kind(index, "memcpy", op, at));
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
-        crate::buffer::check_copy_lengths(dst, src, node_object, op, at)?;
+        crate::memory::check_copy_lengths(dst, src, node_object, op, at)?;
         let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, dst.bytes());
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;

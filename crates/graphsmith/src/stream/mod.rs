@@ -1,0 +1,10 @@
+//! Layer 5, streams: streams and their eager work, events, and the capture journal (every
+//! operation issued while a capture runs).
+
+mod event;
+mod journal;
+mod streams;
+
+pub use event::*;
+pub(crate) use journal::*;
+pub use streams::*;

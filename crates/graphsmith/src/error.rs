@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use cudarc::driver::sys;
-
 /// The kinds of objects graphsmith owns; every error names one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ObjectKind {
@@ -212,40 +210,3 @@ impl std::error::Error for Error {
 
 /// graphsmith's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A failed driver call before it is attached to an object.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Failure {
-    pub call: &'static str,
-    pub code: CudaCode,
-}
-
-impl Failure {
-    /// Attaches the object, operation and caller's line.
-    pub fn on(self, object: ObjectRef, op: &'static str, at: SourceLine) -> Error {
-        let kind = if self.code.is_context_gone() {
-            ErrorKind::ContextGone {
-                call: self.call,
-                code: self.code,
-            }
-        } else {
-            ErrorKind::Cuda {
-                call: self.call,
-                code: self.code,
-            }
-        };
-        Error::new(kind, object, op, at)
-    }
-}
-
-/// Turns a raw driver result into `Result<(), Failure>`.
-pub(crate) fn check(rc: sys::CUresult, call: &'static str) -> Result<(), Failure> {
-    if rc == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(Failure {
-            call,
-            code: CudaCode(rc as u32),
-        })
-    }
-}

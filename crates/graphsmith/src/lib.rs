@@ -28,29 +28,41 @@
 //! [`Context::drop_failures`]; a graph or executable keeps every buffer it references alive.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-// Layers, bottom to top: a module uses only what is below it (ARCHITECTURE.md).
-mod cache;
-mod context;
+// Layers, bottom to top; a module uses only what is below it (ARCHITECTURE.md).
+// 0: errors, and the driver calls (the only code that calls `sys::cu*`).
+mod driver;
 mod error;
-mod exec;
-mod graph;
-mod memory;
-mod module;
-pub mod probe;
+// 1: named ranges and NVTX.
 mod ranges;
+// 2: the context, its running captures and deferred destruction.
+mod context;
+// 3: device memory.
+mod memory;
+// 4: modules, kernels, launch configuration, arguments.
+mod module;
+// 5: streams, events, the capture journal.
 mod stream;
+// 6: graph templates, the builder, capture, read-back.
+mod graph;
+// 7: executables and updates.
+mod exec;
+// 8: the graph cache.
+mod cache;
+// 9: device facts and feature trials.
+pub mod probe;
 
 pub use cache::{
     CacheConfig, CacheStats, Dispatch, GraphCache, Oversize, Path, Scope, ShapeKey, Workload,
 };
+pub use context::CaptureMode;
+pub use context::CaptureOptions;
 pub use context::{gpu_available, Context, DropFailure};
 pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 pub use exec::{Exec, ExecStats};
 pub use exec::{UpdateBatch, UpdateOutcome, UpdatePolicy};
 pub use graph::read_raw_graph;
-pub use graph::CaptureMode;
+pub use graph::CaptureReport;
 pub use graph::Replay;
-pub use graph::{CaptureOptions, CaptureReport};
 pub use graph::{Graph, NodeRef};
 pub use graphsmith_analysis as analysis;
 pub use graphsmith_analysis::catalogue;

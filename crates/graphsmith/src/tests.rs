@@ -3,7 +3,8 @@
 use graphsmith_model::Dim3;
 
 use crate::context::Limits;
-use crate::error::{CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, SourceLine};
+use crate::driver::Failure;
+use crate::error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, SourceLine};
 use crate::module::LaunchConfig;
 
 const H200: Limits = Limits {
@@ -134,7 +135,7 @@ fn geometry_is_checked_against_device_limits() {
 
 #[test]
 fn memset_bits_cover_1_2_4_byte_elements_and_refuse_8() {
-    use crate::graph::memset_bits;
+    use crate::memory::memset_bits;
     assert_eq!(memset_bits(0xabu8), Ok(0xab));
     assert_eq!(memset_bits(0x1234u16), Ok(0x1234));
     assert_eq!(memset_bits(1.0f32), Ok(0x3f80_0000));

@@ -9,11 +9,11 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use crate::context::CaptureMode;
 use crate::context::Context;
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::Exec;
 use crate::exec::{UpdateOutcome, UpdatePolicy};
-use crate::graph::CaptureMode;
 use crate::memory::{Allocation, DeviceBuffer, Element};
 use crate::stream::Stream;
 

@@ -7,8 +7,8 @@
 use cudarc::driver::sys;
 
 use crate::context::Context;
-use crate::error::{check, Failure, ObjectRef};
-use crate::exec::RetiredExec;
+use crate::driver::{check, Failure};
+use crate::error::ObjectRef;
 
 /// One driver object to destroy or free.
 pub(crate) enum Destroy {
@@ -46,7 +46,15 @@ impl Destroy {
 pub(crate) enum Deferred {
     Destroy(ObjectRef, Destroy),
     /// An executable whose work must be waited for first.
-    Exec(RetiredExec),
+    Exec(Box<dyn Retired>),
+}
+
+/// An executable dropped while its work could not be waited for (a capture was running),
+/// implemented by the executable layer above.
+pub(crate) trait Retired: Send {
+    /// Waits for the executable's work and destroys it; gives itself back when it still
+    /// cannot wait (a stream is capturing).
+    fn finish(self: Box<Self>, ctx: &Context) -> Option<Box<dyn Retired>>;
 }
 
 impl Context {

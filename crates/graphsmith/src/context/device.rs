@@ -7,10 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use crate::error::{
-    check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine,
-};
-use crate::graph::CaptureRecord;
+use crate::context::CaptureRecord;
+use crate::driver::{check, Failure};
+use crate::error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 
 /// A failure inside `Drop`, kept with the object's label instead of being lost or panicking.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,9 +6,10 @@ use cudarc::driver::sys;
 use graphsmith_model as model;
 
 use crate::context::Context;
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::context::Keep;
+use crate::driver::{check, Failure};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::NodeUpdate;
-use crate::graph::Keep;
 use crate::graph::{Graph, NodeRef};
 use crate::stream::{Stream, StreamHandle};
 
@@ -91,10 +92,10 @@ pub(crate) struct RetiredExec {
 // SAFETY: the exec handle is only used by the context that holds this, once, in `finish`.
 unsafe impl Send for RetiredExec {}
 
-impl RetiredExec {
+impl crate::context::Retired for RetiredExec {
     /// Waits for the executable's streams and destroys it; gives itself back when a stream is
     /// capturing (still no wait possible).
-    pub(crate) fn finish(self, ctx: &Context) -> Option<RetiredExec> {
+    fn finish(self: Box<Self>, ctx: &Context) -> Option<Box<dyn crate::context::Retired>> {
         // Another capture may have begun since the last one ended.
         if ctx.captures_active() {
             return Some(self);
@@ -190,12 +191,12 @@ impl Exec {
                 if let Some(current) = &self.current {
                     keep.push(current.keep.clone() as Keep);
                 }
-                ctx.defer(crate::context::Deferred::Exec(RetiredExec {
+                ctx.defer(crate::context::Deferred::Exec(Box::new(RetiredExec {
                     raw,
                     label: self.label.clone(),
                     streams: std::mem::take(&mut self.launched_on),
                     _keep: keep,
-                }));
+                })));
                 return;
             }
             Err(failure) => ctx.record_drop_failure(me(), failure),
@@ -418,5 +419,33 @@ impl Exec {
         uploaded.map_err(|f| f.on(self.object(), "Exec::upload", at))?;
         self.mark_in_flight(stream);
         Ok(())
+    }
+}
+
+/// Instantiation lives with the executable it makes (the graph layer below knows no `Exec`).
+impl Graph {
+    /// Instantiates the graph once (`cuGraphInstantiateWithFlags`); launch the executable as
+    /// often as needed. The executable keeps its own copy of the template (`cuGraphClone`), which
+    /// its parameter updates keep in step; this graph stays as it is and can be instantiated
+    /// again. [`Graph::into_exec`] saves the copy when the template is not needed any more.
+    #[track_caller]
+    pub fn instantiate(&self) -> Result<Exec> {
+        let at = SourceLine::caller();
+        let copy = self.clone_template(at)?;
+        copy.into_exec_at(self.id, at)
+    }
+
+    /// Instantiates the graph, which becomes the executable's template.
+    #[track_caller]
+    pub fn into_exec(self) -> Result<Exec> {
+        let at = SourceLine::caller();
+        let origin = self.id;
+        self.into_exec_at(origin, at)
+    }
+
+    fn into_exec_at(self, origin: u64, at: SourceLine) -> Result<Exec> {
+        let fail = |f: Failure| f.on(self.object(), "Graph::instantiate", at);
+        let raw = instantiate_raw(&self).map_err(fail)?;
+        Ok(Exec::new(raw, self, origin))
     }
 }

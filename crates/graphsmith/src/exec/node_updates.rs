@@ -14,11 +14,11 @@ use graphsmith_model::{
 
 use cudarc::driver::sys;
 
-use crate::error::{check, Failure};
-use crate::exec::kernel_params;
+use crate::context::Keep;
+use crate::driver::kernel_params;
+use crate::driver::memcpy_1d;
+use crate::driver::{check, Failure};
 use crate::exec::Exec;
-use crate::graph::memcpy_1d;
-use crate::graph::Keep;
 use crate::memory::Allocation;
 use crate::module::{ArgData, LaunchConfig};
 
@@ -167,8 +167,14 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
             (Some(NodeUpdate::Kernel { cfg, args }), _) => {
                 if let Some(function) = &current.kernels[index] {
                     let mut pointers = args.pointers();
-                    let params =
-                        kernel_params(function.func, function.kern, *cfg, pointers.as_mut_ptr());
+                    let params = kernel_params(
+                        function.func,
+                        function.kern,
+                        cfg.grid,
+                        cfg.block,
+                        cfg.shared_mem_bytes,
+                        pointers.as_mut_ptr(),
+                    );
                     // SAFETY: the handle is a live kernel node of the current template; the
                     // pointers point into `args`, which the driver copies during the call; their
                     // count and sizes were checked against the kernel when they were set.
@@ -204,8 +210,14 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
                         block: k.block,
                         shared_mem_bytes: k.shared_mem_bytes,
                     };
-                    let params =
-                        kernel_params(function.func, function.kern, cfg, pointers.as_mut_ptr());
+                    let params = kernel_params(
+                        function.func,
+                        function.kern,
+                        cfg.grid,
+                        cfg.block,
+                        cfg.shared_mem_bytes,
+                        pointers.as_mut_ptr(),
+                    );
                     // SAFETY: the handle is a live kernel node of the current template; the
                     // pointers point at the model's argument bytes, which the driver copies
                     // during the call; a kernel is known only with its complete arguments.

@@ -6,12 +6,14 @@
 use cudarc::driver::sys;
 use graphsmith_model::{MemsetParams, NodeKind};
 
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::context::Keep;
+use crate::driver::{check, Failure};
+use crate::driver::{kernel_params, memcpy_1d};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::NodeUpdate;
 use crate::exec::{instantiate_raw, Exec};
-use crate::graph::Keep;
-use crate::graph::{memcpy_1d, memset_bits};
 use crate::graph::{Graph, NodeRef};
+use crate::memory::memset_bits;
 use crate::memory::{DeviceBuffer, Element};
 use crate::module::{check_layout, Args, LaunchConfig};
 use graphsmith_analysis::{update_compatibility, Incompatibility};
@@ -192,7 +194,14 @@ impl Exec {
         }
         let (func, kern) = (known.func, known.kern);
         let mut pointers = args.pointers();
-        let new = kernel_params(func, kern, cfg, pointers.as_mut_ptr());
+        let new = kernel_params(
+            func,
+            kern,
+            cfg.grid,
+            cfg.block,
+            cfg.shared_mem_bytes,
+            pointers.as_mut_ptr(),
+        );
         // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
         // from); argument count and sizes were checked; pointers point into `args`, alive here.
         check(
@@ -473,30 +482,6 @@ impl UpdateBatch<'_> {
     pub fn set_kernel(&mut self, node: &NodeRef, cfg: LaunchConfig, args: Args<'_>) -> Result<()> {
         self.exec
             .set_kernel_bound(node, cfg, args, SourceLine::caller())
-    }
-}
-
-/// Kernel node parameters naming `func`, or the library kernel `kern` when `func` is null (the
-/// driver reads `kern` only then).
-pub(crate) fn kernel_params(
-    func: sys::CUfunction,
-    kern: sys::CUkernel,
-    cfg: LaunchConfig,
-    pointers: *mut *mut std::ffi::c_void,
-) -> sys::CUDA_KERNEL_NODE_PARAMS {
-    sys::CUDA_KERNEL_NODE_PARAMS {
-        func,
-        gridDimX: cfg.grid.x,
-        gridDimY: cfg.grid.y,
-        gridDimZ: cfg.grid.z,
-        blockDimX: cfg.block.x,
-        blockDimY: cfg.block.y,
-        blockDimZ: cfg.block.z,
-        sharedMemBytes: cfg.shared_mem_bytes,
-        kernelParams: pointers,
-        extra: std::ptr::null_mut(),
-        kern,
-        ctx: std::ptr::null_mut(),
     }
 }
 

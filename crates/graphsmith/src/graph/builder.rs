@@ -9,77 +9,14 @@ use model::{
     MemsetParams, NodeKind,
 };
 
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::graph::Keep;
+use crate::context::Keep;
+use crate::driver::{check, memcpy_1d, Failure};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::{Graph, NodeRef};
+use crate::memory::{access, memset_bits};
 use crate::memory::{DeviceBuffer, Element};
 use crate::module::{Args, Kernel, LaunchConfig};
 use crate::stream::Event;
-
-/// The 32 bits a memset writes for `value` (1-, 2- or 4-byte elements).
-pub(crate) fn memset_bits<T: Element>(value: T) -> std::result::Result<u32, String> {
-    let size = std::mem::size_of::<T>();
-    let mut bytes = [0u8; 4];
-    if !matches!(size, 1 | 2 | 4) {
-        return Err(format!(
-            "memset takes 1-, 2- or 4-byte elements; {} is {size} bytes",
-            std::any::type_name::<T>()
-        ));
-    }
-    // SAFETY: T is an Element (plain bytes, no padding) of `size` <= 4 bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(&value as *const T as *const u8, bytes.as_mut_ptr(), size)
-    };
-    Ok(u32::from_le_bytes(bytes))
-}
-
-/// A 1-D device-to-device copy description. Every field is set: the struct holds enums for
-/// which all-zero bits are not a valid value.
-pub(crate) fn memcpy_1d(
-    src: sys::CUdeviceptr,
-    dst: sys::CUdeviceptr,
-    bytes: usize,
-) -> sys::CUDA_MEMCPY3D {
-    let device = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    let null = std::ptr::null_mut();
-    sys::CUDA_MEMCPY3D {
-        srcXInBytes: 0,
-        srcY: 0,
-        srcZ: 0,
-        srcLOD: 0,
-        srcMemoryType: device,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
-        srcArray: null as _,
-        reserved0: null,
-        srcPitch: 0,
-        srcHeight: 0,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstZ: 0,
-        dstLOD: 0,
-        dstMemoryType: device,
-        dstHost: null,
-        dstDevice: dst,
-        dstArray: null as _,
-        reserved1: null,
-        dstPitch: 0,
-        dstHeight: 0,
-        WidthInBytes: bytes,
-        Height: 1,
-        Depth: 1,
-    }
-}
-
-pub(crate) fn access<T: Element>(buffer: &DeviceBuffer<T>, mode: AccessMode) -> Access {
-    Access {
-        buffer: buffer.alloc.ptr,
-        label: buffer.label().to_string(),
-        offset: 0,
-        len: buffer.bytes() as u64,
-        mode,
-    }
-}
 
 /// A host function kept alive by the graphs that call it.
 struct HostFn {
@@ -204,10 +141,12 @@ impl Graph {
         };
         let mut pointers = args.pointers();
         // The node names the library kernel, as the CUDA runtime's nodes do.
-        let params = crate::exec::kernel_params(
+        let params = crate::driver::kernel_params(
             std::ptr::null_mut(),
             kernel.kern,
-            cfg,
+            cfg.grid,
+            cfg.block,
+            cfg.shared_mem_bytes,
             pointers.as_mut_ptr(),
         );
         let mut keep = args.keep();

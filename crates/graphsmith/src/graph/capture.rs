@@ -3,113 +3,18 @@
 //! [`Diagnosis`] that names the first offending operation. The capture is always ended, also
 //! when it failed, so the stream can capture again.
 
-use std::any::Any;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::thread::ThreadId;
 
 use cudarc::driver::sys;
-use graphsmith_model::{Access, Provenance};
 
+use crate::context::{raw_mode, ActiveCapture, CaptureMode, CaptureOptions, CaptureRecord};
+use crate::driver::{check, Failure};
 use crate::error::SourceLine;
-use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result};
+use crate::error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result};
 use crate::graph::Graph;
+use crate::stream::new_record;
 use crate::stream::Stream;
-use crate::stream::{new_record, Entry};
 use graphsmith_analysis::{diagnose, CaptureSummary, Diagnosis, Escape, JournalEntry};
-
-/// Something a graph must keep alive (a buffer's allocation, a module, an event, a host
-/// function, a child graph's resources).
-pub(crate) type Keep = Arc<dyn Any + Send + Sync>;
-
-pub use graphsmith_analysis::CaptureMode;
-
-/// The driver's value for a capture mode.
-pub(crate) fn raw_mode(mode: CaptureMode) -> sys::CUstreamCaptureMode {
-    use sys::CUstreamCaptureMode as M;
-    match mode {
-        CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
-        CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-        CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
-    }
-}
-
-/// How to capture: the driver's mode, and graphsmith's own checks.
-///
-/// ```
-/// use graphsmith::{CaptureMode, CaptureOptions};
-/// let opts = CaptureOptions::new(CaptureMode::Global).strict(true);
-/// assert!(opts.strict && opts.journal);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CaptureOptions {
-    pub mode: CaptureMode,
-    /// Work issued through graphsmith that would run outside the capture (a stream that is not
-    /// part of it, from the capturing thread; or memory the capture touches, from any thread)
-    /// is refused with [`ErrorKind::CaptureEscape`] instead of running eagerly and being
-    /// reported as a warning. Default: off.
-    pub strict: bool,
-    /// Record the journal (labels, lines, ranges, accesses, results). Off, nodes get default
-    /// labels, escapes go unnoticed, and a failure is diagnosed from the end code alone; what
-    /// the graph must keep alive is still tracked. Default: on.
-    pub journal: bool,
-}
-
-impl CaptureOptions {
-    pub fn new(mode: CaptureMode) -> Self {
-        Self {
-            mode,
-            strict: false,
-            journal: true,
-        }
-    }
-    pub fn strict(self, strict: bool) -> Self {
-        Self { strict, ..self }
-    }
-    pub fn journal(self, journal: bool) -> Self {
-        Self { journal, ..self }
-    }
-}
-
-impl From<CaptureMode> for CaptureOptions {
-    fn from(mode: CaptureMode) -> Self {
-        Self::new(mode)
-    }
-}
-
-/// What graphsmith knows of one captured node.
-#[derive(Clone, Debug)]
-pub(crate) struct NodeMeta {
-    pub label: String,
-    pub provenance: Provenance,
-    pub accesses: Vec<Access>,
-}
-
-/// A running capture: its journal and what its graph must keep alive.
-pub(crate) struct CaptureRecord {
-    /// Node handle (as usize) -> what graphsmith issued there (filled when the capture ends).
-    pub nodes: HashMap<usize, NodeMeta>,
-    pub keep: Vec<Keep>,
-    pub label: String,
-    pub options: CaptureOptions,
-    /// The stream that began it.
-    pub origin: usize,
-    pub began_at: SourceLine,
-    pub thread: ThreadId,
-    pub thread_label: Arc<str>,
-    pub entries: Vec<Entry>,
-    /// Labels of the streams seen in the journal, by handle.
-    pub streams: HashMap<usize, String>,
-    /// The stream of the last journaled operation (its label is in `streams`).
-    pub last_stream: usize,
-}
-
-/// The capture a stream began.
-pub(crate) struct ActiveCapture {
-    pub id: u64,
-    pub label: String,
-}
 
 /// What a capture that ended well leaves besides its graph.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -126,13 +31,6 @@ impl CaptureReport {
     pub fn warnings(&self) -> &[Escape] {
         &self.escapes
     }
-}
-
-/// How `cuStreamEndCapture` went.
-struct Ended {
-    label: String,
-    record: Option<CaptureRecord>,
-    graph: std::result::Result<sys::CUgraph, Failure>,
 }
 
 impl CaptureRecord {
@@ -195,7 +93,7 @@ impl Stream {
             }
             // Diagnose a refused begin like any capture failure (e.g. the legacy stream).
             let mut record = new_record(label, options, self, at);
-            let begin = crate::stream::Op::other(op, label, at);
+            let begin = crate::context::Op::other(op, label, at);
             record.push_failed(&begin, self.raw as usize, f);
             let diagnosis = record.diagnosis(None, None);
             return Err(Error::new(
@@ -205,8 +103,8 @@ impl Stream {
                 at,
             ));
         }
-        let id = match crate::stream::stream_status(self.raw) {
-            Ok(crate::stream::Status::Active(id)) => id,
+        let id = match crate::context::stream_status(self.raw) {
+            Ok(crate::context::Status::Active(id)) => id,
             Ok(_) => 0,
             Err(f) => {
                 // SAFETY: the stream is live; the capture just begun is discarded.
@@ -382,59 +280,6 @@ impl Stream {
                 }
             }
         }
-    }
-
-    /// Ends and discards this stream's capture, if any. Never fails.
-    pub(crate) fn abandon_capture(&self) {
-        if let Some(Ended { graph: Ok(raw), .. }) = self.end_raw() {
-            // SAFETY: the driver handed us raw; it is discarded.
-            unsafe { sys::cuGraphDestroy(raw) };
-        }
-    }
-
-    /// Ends this stream's graphsmith capture in the driver, whatever state it is in, and takes
-    /// its record. `None` when the stream began no capture.
-    fn end_raw(&self) -> Option<Ended> {
-        let active = self
-            .capture
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()?;
-        let record = self
-            .ctx
-            .inner
-            .captures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&active.id);
-        crate::stream::CAPTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
-        self.capture_hint.store(0, Ordering::Release);
-        let graph = self.ctx.bind().and_then(|()| {
-            let mut raw = std::ptr::null_mut();
-            // SAFETY: the stream is live and was put into capture by begin_capture.
-            let rc = unsafe { sys::cuStreamEndCapture(self.raw, &mut raw) };
-            if let Err(f) = check(rc, "cuStreamEndCapture") {
-                if !raw.is_null() {
-                    // SAFETY: a graph returned with an error is still ours to destroy.
-                    unsafe { sys::cuGraphDestroy(raw) };
-                }
-                return Err(f);
-            }
-            if raw.is_null() {
-                return Err(Failure {
-                    call: "cuStreamEndCapture (returned no graph)",
-                    code: CudaCode(sys::CUresult::CUDA_ERROR_UNKNOWN as u32),
-                });
-            }
-            Ok(raw)
-        });
-        // Only now, with the capture ended in the driver, may deferred work run.
-        self.ctx.capture_gone();
-        Some(Ended {
-            label: active.label,
-            record,
-            graph,
-        })
     }
 }
 

@@ -2,8 +2,8 @@
 //! eagerly and hand back the diagnosis with the result, so the caller chooses between failing
 //! fast ([`Stream::capture`]) and falling back ([`Stream::capture_or_eager`]).
 
+use crate::context::CaptureOptions;
 use crate::error::{Error, ErrorKind, Result};
-use crate::graph::CaptureOptions;
 use crate::graph::Graph;
 use crate::stream::Stream;
 use graphsmith_analysis::Diagnosis;

@@ -7,7 +7,6 @@ mod fallback;
 mod readback;
 mod template;
 
-pub(crate) use builder::*;
 pub use capture::*;
 pub use fallback::*;
 pub use readback::*;

@@ -16,7 +16,8 @@ use graphsmith_model as model;
 use model::{Dim3, KernelArg, KernelParams, NodeKind};
 
 use crate::context::Context;
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::driver::{check, Failure};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::KernelFn;
 
 /// Reads a graph that graphsmith does not own (e.g. captured by another library) into the

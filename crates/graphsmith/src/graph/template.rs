@@ -11,8 +11,9 @@ use graphsmith_model as model;
 use model::NodeId;
 
 use crate::context::Context;
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::graph::{CaptureRecord, Keep};
+use crate::context::{CaptureRecord, Keep};
+use crate::driver::{check, Failure};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -336,31 +337,6 @@ impl Graph {
         unsafe { crate::graph::read_graph(self.raw, &self.label) }
             .map(|read| read.model)
             .map_err(fail)
-    }
-
-    /// Instantiates the graph once (`cuGraphInstantiateWithFlags`); launch the executable as
-    /// often as needed. The executable keeps its own copy of the template (`cuGraphClone`), which
-    /// its parameter updates keep in step; this graph stays as it is and can be instantiated
-    /// again. [`Graph::into_exec`] saves the copy when the template is not needed any more.
-    #[track_caller]
-    pub fn instantiate(&self) -> Result<crate::Exec> {
-        let at = SourceLine::caller();
-        let copy = self.clone_template(at)?;
-        copy.into_exec_at(self.id, at)
-    }
-
-    /// Instantiates the graph, which becomes the executable's template.
-    #[track_caller]
-    pub fn into_exec(self) -> Result<crate::Exec> {
-        let at = SourceLine::caller();
-        let origin = self.id;
-        self.into_exec_at(origin, at)
-    }
-
-    fn into_exec_at(self, origin: u64, at: SourceLine) -> Result<crate::Exec> {
-        let fail = |f: Failure| f.on(self.object(), "Graph::instantiate", at);
-        let raw = crate::exec::instantiate_raw(&self).map_err(fail)?;
-        Ok(crate::Exec::new(raw, self, origin))
     }
 
     /// A copy of this template (`cuGraphClone`) with the same model, node handles mapped into

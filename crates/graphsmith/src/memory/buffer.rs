@@ -4,10 +4,13 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use graphsmith_model::{Access, AccessMode};
+
 use cudarc::driver::sys;
 
 use crate::context::Context;
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::driver::{check, Failure};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 
 /// Plain values that may live in device memory and be passed to kernels by value.
 ///
@@ -161,7 +164,7 @@ impl Context {
         let fail = |f: Failure| f.on(me.clone(), "Context::alloc", at);
         self.bind().map_err(fail)?;
         let mut ptr = 0;
-        let op = crate::stream::Op::other("Context::alloc", label, at);
+        let op = crate::context::Op::other("Context::alloc", label, at);
         self.issue_unstreamed(op, fail, || {
             // cuMemAlloc refuses 0 bytes; a zero-length buffer still gets a distinct address.
             // SAFETY: the context is current; ptr is a valid out pointer.
@@ -224,5 +227,33 @@ impl<T: Element> DeviceBuffer<T> {
             start,
             len,
         }
+    }
+}
+
+/// The 32 bits a memset writes for `value` (1-, 2- or 4-byte elements).
+pub(crate) fn memset_bits<T: Element>(value: T) -> std::result::Result<u32, String> {
+    let size = std::mem::size_of::<T>();
+    let mut bytes = [0u8; 4];
+    if !matches!(size, 1 | 2 | 4) {
+        return Err(format!(
+            "memset takes 1-, 2- or 4-byte elements; {} is {size} bytes",
+            std::any::type_name::<T>()
+        ));
+    }
+    // SAFETY: T is an Element (plain bytes, no padding) of `size` <= 4 bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(&value as *const T as *const u8, bytes.as_mut_ptr(), size)
+    };
+    Ok(u32::from_le_bytes(bytes))
+}
+
+/// The whole of `buffer`, accessed with `mode`.
+pub(crate) fn access<T: Element>(buffer: &DeviceBuffer<T>, mode: AccessMode) -> Access {
+    Access {
+        buffer: buffer.alloc.ptr,
+        label: buffer.label().to_string(),
+        offset: 0,
+        len: buffer.bytes() as u64,
+        mode,
     }
 }

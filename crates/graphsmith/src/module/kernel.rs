@@ -9,9 +9,10 @@ use smallvec::SmallVec;
 use cudarc::driver::sys;
 use graphsmith_model::{Access, AccessMode, Dim3};
 
+use crate::context::Keep;
 use crate::context::{Context, Limits};
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::graph::Keep;
+use crate::driver::{check, Failure};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::memory::{Allocation, DeviceBuffer, Element, View, ViewMut};
 
 /// A module is loaded as a library (`cuLibraryLoadData`, context-independent loading, as the

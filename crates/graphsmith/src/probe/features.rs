@@ -4,7 +4,8 @@
 use cudarc::driver::sys;
 
 use crate::context::Context;
-use crate::error::{check, Failure, Result, SourceLine};
+use crate::driver::{check, Failure};
+use crate::error::{Result, SourceLine};
 use crate::module::LaunchConfig;
 use crate::probe::Feature;
 

@@ -5,7 +5,8 @@ use cudarc::driver::sys;
 use serde::Serialize;
 
 use crate::context::Context;
-use crate::error::{check, Failure, Result, SourceLine};
+use crate::driver::{check, Failure};
+use crate::error::{Result, SourceLine};
 
 mod features;
 

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use crate::context::Context;
-use crate::error::{check, Failure, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::stream::Op;
+use crate::context::Op;
+use crate::driver::{check, Failure};
+use crate::error::{ObjectKind, ObjectRef, Result, SourceLine};
 
 pub(crate) struct EventInner {
     pub raw: sys::CUevent,

@@ -8,18 +8,13 @@
 //! driver call, one `cuStreamGetCaptureInfo` (to learn the node it became) and one more lock to
 //! append the entry; the range stack is shared, not copied.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::ThreadId;
 
 use cudarc::driver::sys;
-use graphsmith_model::{Access, AccessMode};
 
-use crate::context::Context;
-use crate::error::SourceLine;
-use crate::error::{check, CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result};
-use crate::graph::{CaptureRecord, Keep};
+use crate::context::{capture_code, failed, stream_status, writes, Entry, Kind, Op, Status};
+use crate::driver::Failure;
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result};
 use crate::stream::Stream;
 use graphsmith_analysis::{Escape, Outcome};
 
@@ -27,138 +22,12 @@ mod record;
 
 pub(crate) use record::new_record;
 
-static SEQ: AtomicU64 = AtomicU64::new(1);
-
 /// Bumped whenever a graphsmith capture ends anywhere in the process, so that a stream's
 /// remembered capture is confirmed again (under the lock) only after some capture ended.
 pub(crate) static CAPTURE_EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// Marks a remembered capture id whose capture journals.
 const JOURNAL_BIT: u64 = 1 << 63;
-
-/// What kind of operation is journaled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// Work that runs on the GPU (kernel, copy, memset): a node when captured, an escape when not.
-    Work,
-    /// `cuEventRecord` of this event.
-    Record { event: usize },
-    /// A wait on an event, or on another stream (join).
-    Wait { event: Option<usize> },
-    /// Anything else (synchronisation, interop).
-    Other,
-}
-
-/// One operation about to be issued.
-pub(crate) struct Op<'a> {
-    pub name: &'static str,
-    pub label: &'a str,
-    pub at: SourceLine,
-    pub kind: Kind,
-    pub accesses: Vec<Access>,
-    pub keep: Vec<Keep>,
-    /// For joins: the stream waited for (handle, label).
-    pub waits_for: Option<(usize, &'a str)>,
-}
-
-impl<'a> Op<'a> {
-    /// An operation that is neither work nor an event wait (synchronisation, allocation,
-    /// interop), with nothing to keep alive.
-    pub(crate) fn other(name: &'static str, label: &'a str, at: SourceLine) -> Op<'a> {
-        Op {
-            name,
-            label,
-            at,
-            kind: Kind::Other,
-            accesses: Vec::new(),
-            keep: Vec::new(),
-            waits_for: None,
-        }
-    }
-}
-
-/// A journal entry as recorded (cheap to make); turned into a [`JournalEntry`] on demand.
-pub(crate) struct Entry {
-    pub seq: u64,
-    pub op: &'static str,
-    pub label: String,
-    pub at: SourceLine,
-    pub thread: (ThreadId, Arc<str>),
-    pub stream: Option<usize>,
-    pub ranges: Arc<[String]>,
-    pub accesses: Vec<Access>,
-    pub kind: Kind,
-    pub waits_for: Option<usize>,
-    pub outcome: Outcome,
-    pub node: Option<usize>,
-}
-
-impl Entry {
-    fn new(op: &Op<'_>, stream: Option<usize>, outcome: Outcome) -> Entry {
-        Entry {
-            seq: SEQ.fetch_add(1, Ordering::Relaxed),
-            op: op.name,
-            label: op.label.to_string(),
-            at: op.at,
-            thread: crate::ranges::thread(),
-            stream,
-            ranges: crate::ranges::snapshot(),
-            accesses: op.accesses.clone(),
-            kind: op.kind,
-            waits_for: op.waits_for.map(|w| w.0),
-            outcome,
-            node: None,
-        }
-    }
-    /// Like `new`, moving the accesses out of `op` instead of copying them.
-    fn taking(op: &mut Op<'_>, stream: Option<usize>, outcome: Outcome) -> Entry {
-        let accesses = std::mem::take(&mut op.accesses);
-        Entry {
-            accesses,
-            ..Entry::new(op, stream, outcome)
-        }
-    }
-    fn cloned(&self) -> Entry {
-        Entry {
-            seq: self.seq,
-            op: self.op,
-            label: self.label.clone(),
-            at: self.at,
-            thread: self.thread.clone(),
-            stream: self.stream,
-            ranges: self.ranges.clone(),
-            accesses: self.accesses.clone(),
-            kind: self.kind,
-            waits_for: self.waits_for,
-            outcome: self.outcome.clone(),
-            node: self.node,
-        }
-    }
-}
-
-fn failed(f: &Failure) -> Outcome {
-    Outcome::Failed {
-        call: f.call,
-        code: f.code,
-    }
-}
-
-fn writes(a: &Access) -> bool {
-    a.mode != AccessMode::Read
-}
-
-/// Whether a code is one of the stream-capture codes (900..=908) other than 901.
-fn capture_code(code: CudaCode) -> bool {
-    matches!(code.number(), 900 | 902..=908)
-}
-
-/// The driver's capture status of a stream.
-pub(crate) enum Status {
-    None,
-    /// Capturing into the capture with this id.
-    Active(u64),
-    Invalidated,
-}
 
 /// Which capture a stream takes part in.
 enum Membership {
@@ -168,34 +37,6 @@ enum Membership {
     Foreign,
     /// None (or an invalidated one graphsmith cannot name).
     None,
-}
-
-pub(crate) fn stream_status(raw: sys::CUstream) -> Result<Status, Failure> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id = 0u64;
-    use std::ptr::null_mut;
-    // SAFETY: callers pass a live stream (or the legacy handle); status and id are valid out
-    // pointers, the other outputs are optional and null.
-    check(
-        unsafe {
-            sys::cuStreamGetCaptureInfo_v3(
-                raw,
-                &mut status,
-                &mut id,
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut(),
-            )
-        },
-        "cuStreamGetCaptureInfo",
-    )?;
-    use sys::CUstreamCaptureStatus as S;
-    Ok(match status {
-        S::CU_STREAM_CAPTURE_STATUS_ACTIVE => Status::Active(id),
-        S::CU_STREAM_CAPTURE_STATUS_INVALIDATED => Status::Invalidated,
-        _ => Status::None,
-    })
 }
 
 /// The node the last operation on a capturing stream became: after a kernel, copy or memset the
@@ -225,63 +66,6 @@ fn captured_node(raw: sys::CUstream) -> Option<sys::CUgraphNode> {
     }
     // SAFETY: the driver returned one valid node handle at deps.
     Some(unsafe { *deps })
-}
-
-impl Context {
-    fn records(&self) -> std::sync::MutexGuard<'_, HashMap<u64, CaptureRecord>> {
-        self.inner
-            .captures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// `Some(journals)` while capture `id` runs.
-    fn capture_running(&self, id: u64) -> Option<bool> {
-        self.records().get(&id).map(|r| r.options.journal)
-    }
-
-    /// An operation on no stream (`Context::alloc`, `Event::query`, interop): journaled only
-    /// when it fails, in each running capture it invalidated.
-    pub(crate) fn issue_unstreamed(
-        &self,
-        op: Op<'_>,
-        fail: impl Fn(Failure) -> Error,
-        call: impl FnOnce() -> Result<(), Failure>,
-    ) -> Result<()> {
-        if !self.captures_active() {
-            return call().map_err(fail);
-        }
-        let result = call();
-        if let Err(f) = &result {
-            self.attribute_failure(Entry::new(&op, None, failed(f)), None, None);
-        }
-        result.map_err(fail)
-    }
-
-    /// Puts a failed operation in the journal of every running capture whose origin stream is
-    /// now invalidated (the failure broke it), and of same-thread captures for capture codes.
-    fn attribute_failure(&self, entry: Entry, stream: Option<(usize, &str)>, except: Option<u64>) {
-        let code = match &entry.outcome {
-            Outcome::Failed { code, .. } => *code,
-            _ => return,
-        };
-        let mut records = self.records();
-        for (id, rec) in records.iter_mut() {
-            if Some(*id) == except || !rec.options.journal {
-                continue;
-            }
-            let broke = matches!(
-                stream_status(rec.origin as sys::CUstream),
-                Ok(Status::Invalidated)
-            );
-            if broke || (rec.thread == entry.thread.0 && capture_code(code)) {
-                if let Some((raw, label)) = stream {
-                    rec.streams.entry(raw).or_insert_with(|| label.to_string());
-                }
-                rec.entries.push(entry.cloned());
-            }
-        }
-    }
 }
 
 impl Stream {

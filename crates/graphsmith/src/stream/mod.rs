@@ -1,6 +1,7 @@
 //! Layer 5, streams: streams and their eager work, events, and the capture journal (every
 //! operation issued while a capture runs).
 
+mod capture_end;
 mod event;
 mod journal;
 mod streams;

@@ -11,12 +11,13 @@ use graphsmith_model::AccessMode;
 pub use crate::stream::Event;
 
 use crate::context::Context;
-use crate::error::{check, Error, ErrorKind, Failure, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::graph::access;
-use crate::graph::{ActiveCapture, Keep};
+use crate::context::{ActiveCapture, Keep};
+use crate::context::{Kind, Op};
+use crate::driver::{check, Failure};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::memory::access;
 use crate::memory::{DeviceBuffer, Element};
 use crate::module::{Args, Kernel, LaunchConfig};
-use crate::stream::{Kind, Op};
 
 /// The legacy default stream (`CU_STREAM_LEGACY`).
 const LEGACY: usize = 0x1;
@@ -313,7 +314,7 @@ impl Stream {
         let at = SourceLine::caller();
         let op = "Stream::memset";
         let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Node, label), op, at);
-        let bits = crate::graph::memset_bits(value).map_err(|reason| {
+        let bits = crate::memory::memset_bits(value).map_err(|reason| {
             Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at)
         })?;
         self.ctx.bind().map_err(fail)?;

@@ -5,9 +5,10 @@ use std::collections::HashMap;
 
 use graphsmith_model::{Access, Provenance};
 
-use super::{failed, writes, Entry, Kind, Op};
-use crate::error::{Failure, SourceLine};
-use crate::graph::{CaptureOptions, CaptureRecord, NodeMeta};
+use crate::context::{failed, writes, Entry, Kind, Op};
+use crate::context::{CaptureOptions, CaptureRecord, NodeMeta};
+use crate::driver::Failure;
+use crate::error::SourceLine;
 use crate::stream::Stream;
 use graphsmith_analysis::{Escape, JournalEntry, Outcome};
 

@@ -15,7 +15,7 @@ use graphsmith_analysis::Outcome;
 use graphsmith_model::{Access, AccessMode, Provenance};
 
 use crate::context::Context;
-use crate::driver::{check, Failure};
+use crate::driver::Failure;
 use crate::error::{CudaCode, Error, Result, SourceLine};
 
 /// Something a graph must keep alive (a buffer's allocation, a module, an event, a host
@@ -228,40 +228,12 @@ pub(crate) fn capture_code(code: CudaCode) -> bool {
     matches!(code.number(), 900 | 902..=908)
 }
 
-/// The driver's capture status of a stream.
-pub(crate) enum Status {
-    None,
-    /// Capturing into the capture with this id.
-    Active(u64),
-    Invalidated,
-}
+pub(crate) use crate::driver::CaptureStatus as Status;
 
+/// The driver's capture status of a stream and its capture id.
 pub(crate) fn stream_status(raw: sys::CUstream) -> Result<Status, Failure> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut id = 0u64;
-    use std::ptr::null_mut;
-    // SAFETY: callers pass a live stream (or the legacy handle); status and id are valid out
-    // pointers, the other outputs are optional and null.
-    check(
-        unsafe {
-            sys::cuStreamGetCaptureInfo_v3(
-                raw,
-                &mut status,
-                &mut id,
-                null_mut(),
-                null_mut(),
-                null_mut(),
-                null_mut(),
-            )
-        },
-        "cuStreamGetCaptureInfo",
-    )?;
-    use sys::CUstreamCaptureStatus as S;
-    Ok(match status {
-        S::CU_STREAM_CAPTURE_STATUS_ACTIVE => Status::Active(id),
-        S::CU_STREAM_CAPTURE_STATUS_INVALIDATED => Status::Invalidated,
-        _ => Status::None,
-    })
+    // SAFETY: callers pass a live stream (or the legacy handle).
+    unsafe { crate::driver::capture_status(raw) }
 }
 
 impl Context {

@@ -7,7 +7,7 @@
 use cudarc::driver::sys;
 
 use crate::context::Context;
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::ObjectRef;
 
 /// One driver object to destroy or free.
@@ -27,16 +27,17 @@ unsafe impl Send for Destroy {}
 impl Destroy {
     /// Makes the call. The handle's context must be current.
     pub(crate) fn run(self) -> Result<(), Failure> {
-        // SAFETY (every arm): the handle came from the matching create call of this context and
-        // is destroyed exactly once, here (self is consumed).
+        // SAFETY (every arm): the handle came from the matching create call of this context,
+        // its owner gave it up (nothing uses it any more), and it is destroyed exactly once,
+        // here (self is consumed).
         unsafe {
             match self {
-                Destroy::Free(ptr) => check(sys::cuMemFree_v2(ptr), "cuMemFree"),
-                Destroy::Graph(g) => check(sys::cuGraphDestroy(g), "cuGraphDestroy"),
-                Destroy::Event(e) => check(sys::cuEventDestroy_v2(e), "cuEventDestroy"),
-                Destroy::Stream(s) => check(sys::cuStreamDestroy_v2(s), "cuStreamDestroy"),
-                Destroy::Library(l) => check(sys::cuLibraryUnload(l), "cuLibraryUnload"),
-                Destroy::Exec(e) => check(sys::cuGraphExecDestroy(e), "cuGraphExecDestroy"),
+                Destroy::Free(ptr) => driver::mem_free(ptr),
+                Destroy::Graph(g) => driver::graph_destroy(g),
+                Destroy::Event(e) => driver::event_destroy(e),
+                Destroy::Stream(s) => driver::stream_destroy(s),
+                Destroy::Library(l) => driver::library_unload(l),
+                Destroy::Exec(e) => driver::exec_destroy(e),
             }
         }
     }

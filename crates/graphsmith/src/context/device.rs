@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use crate::context::CaptureRecord;
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 
 /// A failure inside `Drop`, kept with the object's label instead of being lost or panicking.
@@ -61,15 +61,15 @@ impl Drop for ContextInner {
         let pending = std::mem::take(self.deferred.get_mut().unwrap_or_else(|p| p.into_inner()));
         for work in pending {
             if let crate::context::Deferred::Destroy(_, what) = work {
-                // SAFETY: the context is still retained here; making it current is always valid.
-                let _ = unsafe { sys::cuCtxSetCurrent(self.raw) };
+                // SAFETY: the context is still retained here, so it is live.
+                let _ = unsafe { driver::set_current_context(self.raw) };
                 let _ = what.run();
             }
         }
         // SAFETY: the primary context of `device` was retained exactly once in Context::new.
-        let rc = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+        let released = unsafe { driver::primary_context_release(self.device) };
         // Nothing is left to record the failure in: the context is the log. Ignore, never panic.
-        let _ = rc;
+        let _ = released;
     }
 }
 
@@ -97,33 +97,19 @@ pub fn gpu_available() -> bool {
 
 /// Loads and initialises the driver, or says why it cannot.
 pub(crate) fn driver_ready() -> std::result::Result<(), String> {
-    // SAFETY: only tries to open the library; no symbol is called.
-    if !unsafe { sys::is_culib_present() } {
+    if !driver::library_present() {
         return Err("libcuda.so could not be loaded (no NVIDIA driver installed)".into());
     }
+    let said = |f: Failure| format!("{} returned {}", f.call, f.code);
     // SAFETY: the library is present (checked above), so symbol lookup cannot panic for cuInit.
-    let rc = unsafe { sys::cuInit(0) };
-    if rc != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!("cuInit returned {}", CudaCode(rc as u32)));
-    }
-    let mut count = 0;
-    // SAFETY: cuInit succeeded; count is a valid out pointer.
-    let rc = unsafe { sys::cuDeviceGetCount(&mut count) };
-    if rc != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!("cuDeviceGetCount returned {}", CudaCode(rc as u32)));
-    }
+    unsafe { driver::init() }.map_err(said)?;
+    // SAFETY: cuInit succeeded.
+    let count = unsafe { driver::device_count() }.map_err(said)?;
     if count == 0 {
         return Err("the driver reports no CUDA device".into());
     }
-    let mut version = 0;
-    // SAFETY: cuInit succeeded; version is a valid out pointer.
-    let rc = unsafe { sys::cuDriverGetVersion(&mut version) };
-    if rc != sys::CUresult::CUDA_SUCCESS {
-        return Err(format!(
-            "cuDriverGetVersion returned {}",
-            CudaCode(rc as u32)
-        ));
-    }
+    // SAFETY: cuInit succeeded.
+    let version = unsafe { driver::driver_version() }.map_err(said)?;
     // Older drivers lack calls graphsmith makes (cuFuncGetParamInfo, cuLibraryLoadData, ...),
     // which the loader would only discover, with a panic, when first called.
     if version < MIN_DRIVER_VERSION {
@@ -142,13 +128,8 @@ pub(crate) fn driver_ready() -> std::result::Result<(), String> {
 const MIN_DRIVER_VERSION: i32 = 12040;
 
 fn attribute(device: sys::CUdevice, attr: sys::CUdevice_attribute) -> Result<i32, Failure> {
-    let mut value = 0;
-    // SAFETY: device came from cuDeviceGet; value is a valid out pointer.
-    check(
-        unsafe { sys::cuDeviceGetAttribute(&mut value, attr, device) },
-        "cuDeviceGetAttribute",
-    )?;
-    Ok(value)
+    // SAFETY: device came from cuDeviceGet.
+    unsafe { driver::device_attribute(device, attr) }
 }
 
 impl Context {
@@ -167,13 +148,8 @@ impl Context {
             )
         })?;
         let fail = |f: Failure| f.on(me.clone(), "Context::new", at);
-        let mut device = 0;
-        // SAFETY: the driver is initialised (driver_ready); device is a valid out pointer.
-        check(
-            unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) },
-            "cuDeviceGet",
-        )
-        .map_err(fail)?;
+        // SAFETY: the driver is initialised (driver_ready).
+        let device = unsafe { driver::device(ordinal as i32) }.map_err(fail)?;
         use sys::CUdevice_attribute as A;
         let limits = Limits {
             max_threads_per_block: attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
@@ -189,20 +165,10 @@ impl Context {
                 attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z).map_err(fail)? as u32,
             ],
         };
-        let mut raw = std::ptr::null_mut();
         // SAFETY: device is valid; the retain is balanced by the release in ContextInner::drop.
-        check(
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, device) },
-            "cuDevicePrimaryCtxRetain",
-        )
-        .map_err(fail)?;
-        let mut unique_id = 0;
+        let raw = unsafe { driver::primary_context_retain(device) }.map_err(fail)?;
         // SAFETY: raw was just retained and is live.
-        check(
-            unsafe { sys::cuCtxGetId(raw, &mut unique_id) },
-            "cuCtxGetId",
-        )
-        .map_err(fail)?;
+        let unique_id = unsafe { driver::context_id(raw) }.map_err(fail)?;
         let ctx = Context {
             inner: Arc::new(ContextInner {
                 ordinal,
@@ -254,10 +220,8 @@ impl Context {
     pub(crate) fn bind(&self) -> Result<(), Failure> {
         // Fast path, one driver call: the current context is ours and alive (a destroyed or
         // replaced context has no id, or another one).
-        let mut id = 0u64;
-        // SAFETY: a null context asks for the current context's id; id is a valid out pointer.
-        let rc = unsafe { sys::cuCtxGetId(std::ptr::null_mut(), &mut id) };
-        if rc == sys::CUresult::CUDA_SUCCESS && id == self.inner.unique_id {
+        // SAFETY: a null context asks for the current context's id.
+        if unsafe { driver::context_id(std::ptr::null_mut()) }.ok() == Some(self.inner.unique_id) {
             return Ok(());
         }
         self.bind_checked()
@@ -266,41 +230,25 @@ impl Context {
     /// [`Context::bind`] the long way: checks that the primary context is still active and
     /// still ours, then makes it current.
     fn bind_checked(&self) -> Result<(), Failure> {
-        let (mut flags, mut active) = (0u32, 0i32);
-        // SAFETY: device is a valid device handle; both are valid out pointers.
-        check(
-            unsafe { sys::cuDevicePrimaryCtxGetState(self.inner.device, &mut flags, &mut active) },
-            "cuDevicePrimaryCtxGetState",
-        )?;
+        // SAFETY: device is a valid device handle (from cuDeviceGet).
+        let active = unsafe { driver::primary_context_active(self.inner.device) }?;
         let gone = || Failure {
             call: "context check (primary context no longer active)",
-            code: CudaCode(sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED as u32),
+            code: driver::context_destroyed(),
         };
-        if active == 0 {
+        if !active {
             return Err(gone());
         }
-        let mut id = 0u64;
         // SAFETY: the device's primary context is active, so its handle is live.
-        check(
-            unsafe { sys::cuCtxGetId(self.inner.raw, &mut id) },
-            "cuCtxGetId",
-        )
-        .map_err(|_| gone())?;
+        let id = unsafe { driver::context_id(self.inner.raw) }.map_err(|_| gone())?;
         if id != self.inner.unique_id {
             return Err(gone());
         }
-        let mut current = std::ptr::null_mut();
-        // SAFETY: current is a valid out pointer.
-        check(
-            unsafe { sys::cuCtxGetCurrent(&mut current) },
-            "cuCtxGetCurrent",
-        )?;
+        // SAFETY: the driver is initialised (a context was retained).
+        let current = unsafe { driver::current_context() }?;
         if current != self.inner.raw {
             // SAFETY: raw is a retained primary context, valid until ContextInner drops.
-            check(
-                unsafe { sys::cuCtxSetCurrent(self.inner.raw) },
-                "cuCtxSetCurrent",
-            )?;
+            unsafe { driver::set_current_context(self.inner.raw) }?;
         }
         Ok(())
     }
@@ -311,8 +259,8 @@ impl Context {
         let at = SourceLine::caller();
         let fail = |f: Failure| f.on(self.object(), "Context::synchronize", at);
         self.bind().map_err(fail)?;
-        // SAFETY: the context is current on this thread.
-        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize").map_err(fail)
+        // SAFETY: the context is current on this thread (bind).
+        unsafe { driver::synchronize_context() }.map_err(fail)
     }
 
     /// Free and total device memory in bytes (`cuMemGetInfo`).
@@ -321,14 +269,8 @@ impl Context {
         let at = SourceLine::caller();
         let fail = |f: Failure| f.on(self.object(), "Context::memory_info", at);
         self.bind().map_err(fail)?;
-        let (mut free, mut total) = (0, 0);
-        // SAFETY: the context is current; both are valid out pointers.
-        check(
-            unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) },
-            "cuMemGetInfo",
-        )
-        .map_err(fail)?;
-        Ok((free, total))
+        // SAFETY: the context is current on this thread (bind).
+        unsafe { driver::memory_info() }.map_err(fail)
     }
 
     /// Failures that happened inside `Drop` of objects of this context, oldest first. Drop never

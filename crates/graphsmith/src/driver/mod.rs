@@ -4,9 +4,23 @@
 //! ([`Failure::on`]). Wrappers over handles the caller must keep alive are `unsafe fn`s whose
 //! `# Safety` section names the invariant.
 
+mod context;
+mod feature_trials;
+mod graph;
+mod graph_read;
+mod memory;
+mod module;
 mod params;
+mod stream;
 
+pub(crate) use context::*;
+pub(crate) use feature_trials::*;
+pub(crate) use graph::*;
+pub(crate) use graph_read::*;
+pub(crate) use memory::*;
+pub(crate) use module::*;
 pub(crate) use params::*;
+pub(crate) use stream::*;
 
 use cudarc::driver::sys;
 
@@ -47,4 +61,9 @@ pub(crate) fn check(rc: sys::CUresult, call: &'static str) -> Result<(), Failure
             code: CudaCode(rc as u32),
         })
     }
+}
+
+/// A driver result as graphsmith's code.
+pub(crate) fn code(rc: sys::CUresult) -> CudaCode {
+    CudaCode(rc as u32)
 }

@@ -7,7 +7,7 @@ use graphsmith_model as model;
 
 use crate::context::Context;
 use crate::context::Keep;
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::NodeUpdate;
 use crate::graph::{Graph, NodeRef};
@@ -28,13 +28,8 @@ pub struct ExecStats {
 /// Instantiates `graph` (`cuGraphInstantiateWithFlags`).
 pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure> {
     graph.ctx.bind()?;
-    let mut exec = std::ptr::null_mut();
     // SAFETY: graph.raw is live; Graph is !Sync, so no other thread uses the template now.
-    check(
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.raw, 0) },
-        "cuGraphInstantiate",
-    )?;
-    Ok(exec)
+    unsafe { driver::instantiate(graph.raw) }
 }
 
 /// An executable graph (`CUgraphExec`) with its own template, kept in step with every update.
@@ -109,13 +104,9 @@ impl crate::context::Retired for RetiredExec {
             }
         }
         let raw = self.raw;
-        // SAFETY: raw came from cuGraphInstantiate and is destroyed once (self is consumed).
-        ctx.drop_call(me, || {
-            check(
-                unsafe { sys::cuGraphExecDestroy(raw) },
-                "cuGraphExecDestroy",
-            )
-        });
+        // SAFETY: raw came from cuGraphInstantiate, its work is done (waited for above) and it
+        // is destroyed once (self is consumed).
+        ctx.drop_call(me, || unsafe { driver::exec_destroy(raw) });
         None
     }
 }
@@ -397,10 +388,7 @@ impl Exec {
     fn launch_raw(&mut self, stream: &Stream) -> Result<(), Failure> {
         self.template.ctx.bind()?;
         // SAFETY: raw is live; &mut self guarantees no concurrent use of this executable.
-        check(
-            unsafe { sys::cuGraphLaunch(self.raw, stream.raw) },
-            "cuGraphLaunch",
-        )?;
+        unsafe { driver::launch(self.raw, stream.raw) }?;
         self.mark_in_flight(stream);
         Ok(())
     }
@@ -411,10 +399,7 @@ impl Exec {
         let at = SourceLine::caller();
         let uploaded = self.template.ctx.bind().and_then(|()| {
             // SAFETY: raw is live; &mut self guarantees exclusive use.
-            check(
-                unsafe { sys::cuGraphUpload(self.raw, stream.raw) },
-                "cuGraphUpload",
-            )
+            unsafe { driver::upload(self.raw, stream.raw) }
         });
         uploaded.map_err(|f| f.on(self.object(), "Exec::upload", at))?;
         self.mark_in_flight(stream);

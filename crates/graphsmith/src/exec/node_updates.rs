@@ -17,7 +17,7 @@ use cudarc::driver::sys;
 use crate::context::Keep;
 use crate::driver::kernel_params;
 use crate::driver::memcpy_1d;
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::exec::Exec;
 use crate::memory::Allocation;
 use crate::module::{ArgData, LaunchConfig};
@@ -178,10 +178,7 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
                     // SAFETY: the handle is a live kernel node of the current template; the
                     // pointers point into `args`, which the driver copies during the call; their
                     // count and sizes were checked against the kernel when they were set.
-                    check(
-                        unsafe { sys::cuGraphKernelNodeSetParams_v2(handle, &params) },
-                        "cuGraphKernelNodeSetParams",
-                    )?;
+                    unsafe { driver::set_kernel_node(handle, &params) }?;
                 }
             }
             (Some(NodeUpdate::Memset { params, .. }), _) => set_memset(handle, params)?,
@@ -193,10 +190,7 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
                 );
                 // SAFETY: the handle is a live copy node of the current template; both
                 // addresses are allocations the update holds.
-                check(
-                    unsafe { sys::cuGraphMemcpyNodeSetParams(handle, &p) },
-                    "cuGraphMemcpyNodeSetParams",
-                )?;
+                unsafe { driver::set_memcpy_node(handle, &p) }?;
             }
             (None, NodeKind::Kernel(k)) => {
                 if let Some(function) = &current.kernels[index] {
@@ -221,10 +215,7 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
                     // SAFETY: the handle is a live kernel node of the current template; the
                     // pointers point at the model's argument bytes, which the driver copies
                     // during the call; a kernel is known only with its complete arguments.
-                    check(
-                        unsafe { sys::cuGraphKernelNodeSetParams_v2(handle, &params) },
-                        "cuGraphKernelNodeSetParams",
-                    )?;
+                    unsafe { driver::set_kernel_node(handle, &params) }?;
                 }
             }
             (None, NodeKind::Memset(m)) => set_memset(handle, m)?,
@@ -248,10 +239,7 @@ fn set_memset(handle: sys::CUgraphNode, m: &MemsetParams) -> Result<(), Failure>
     };
     // SAFETY: the handle is a live memset node of the current template; the values were read
     // back from, or set on, a node of the same shape.
-    check(
-        unsafe { sys::cuGraphMemsetNodeSetParams(handle, &p) },
-        "cuGraphMemsetNodeSetParams",
-    )
+    unsafe { driver::set_memset_node(handle, &p) }
 }
 
 /// Moves the per-node updates into the current template once its driver nodes have them

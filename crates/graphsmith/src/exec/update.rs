@@ -7,7 +7,7 @@ use cudarc::driver::sys;
 use graphsmith_model::{MemsetParams, NodeKind};
 
 use crate::context::Keep;
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::driver::{kernel_params, memcpy_1d};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::NodeUpdate;
@@ -204,11 +204,7 @@ impl Exec {
         );
         // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
         // from); argument count and sizes were checked; pointers point into `args`, alive here.
-        check(
-            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(self.raw, handle, &new) },
-            "cuGraphExecKernelNodeSetParams",
-        )
-        .map_err(fail)?;
+        unsafe { driver::exec_set_kernel_node(self.raw, handle, &new) }.map_err(fail)?;
         drop(pointers);
         self.mark_stale(index);
         self.set_override(
@@ -267,11 +263,7 @@ impl Exec {
         self.template.ctx.bind().map_err(fail)?;
         let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
         // SAFETY: raw, handle and ctx are live; dst is a live allocation of width elements.
-        check(
-            unsafe { sys::cuGraphExecMemsetNodeSetParams(self.raw, handle, &p, ctx) },
-            "cuGraphExecMemsetNodeSetParams",
-        )
-        .map_err(fail)?;
+        unsafe { driver::exec_set_memset_node(self.raw, handle, &p, ctx) }.map_err(fail)?;
         let params = MemsetParams {
             dst: dst.alloc.ptr,
             element_size,
@@ -309,11 +301,7 @@ impl Exec {
         self.template.ctx.bind().map_err(fail)?;
         let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
         // SAFETY: raw, handle and ctx are live; both allocations are live and dst.bytes() long.
-        check(
-            unsafe { sys::cuGraphExecMemcpyNodeSetParams(self.raw, handle, &p, ctx) },
-            "cuGraphExecMemcpyNodeSetParams",
-        )
-        .map_err(fail)?;
+        unsafe { driver::exec_set_memcpy_node(self.raw, handle, &p, ctx) }.map_err(fail)?;
         self.mark_stale(index);
         let update = NodeUpdate::memcpy(&src.alloc, &dst.alloc, dst.bytes() as u64);
         self.set_override(index, update).map_err(fail)?;
@@ -440,19 +428,13 @@ impl Exec {
 
     fn driver_update(&mut self, graph: &Graph) -> std::result::Result<(), DriverRefusal> {
         graph.ctx.bind().map_err(DriverRefusal::Failed)?;
-        // SAFETY: plain C struct of an enum with a zero variant (SUCCESS) and two handles.
-        let mut info: sys::CUgraphExecUpdateResultInfo = unsafe { std::mem::zeroed() };
         // SAFETY: raw and graph.raw are live; &mut self gives exclusive use of the executable and
         // Graph is !Sync.
-        let rc = unsafe { sys::cuGraphExecUpdate_v2(self.raw, graph.raw, &mut info) };
-        if rc == sys::CUresult::CUDA_SUCCESS {
-            return Ok(());
-        }
-        if rc != sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE {
-            return Err(DriverRefusal::Failed(
-                check(rc, "cuGraphExecUpdate").unwrap_err(),
-            ));
-        }
+        let refused = match unsafe { driver::exec_update(self.raw, graph.raw) } {
+            Ok(None) => return Ok(()),
+            Ok(Some(refused)) => refused,
+            Err(f) => return Err(DriverRefusal::Failed(f)),
+        };
         let label_of = |node: sys::CUgraphNode| {
             graph
                 .handles
@@ -460,12 +442,12 @@ impl Exec {
                 .position(|&h| h == node)
                 .map(|i| graph.model.nodes[i].label.clone())
         };
-        let mut reason = format!("the driver refused the update ({:?})", info.result);
-        if let Some(from) = label_of(info.errorFromNode) {
+        let mut reason = format!("the driver refused the update ({})", refused.result);
+        if let Some(from) = label_of(refused.error_from_node) {
             reason.push_str(&format!(" at the edge from '{from}'"));
         }
         Err(DriverRefusal::Refused(vec![Incompatibility {
-            node: label_of(info.errorNode),
+            node: label_of(refused.error_node),
             reason,
         }]))
     }

@@ -10,7 +10,7 @@ use model::{
 };
 
 use crate::context::Keep;
-use crate::driver::{check, memcpy_1d, Failure};
+use crate::driver::{self, memcpy_1d, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::{Graph, NodeRef};
 use crate::memory::{access, memset_bits};
@@ -44,8 +44,7 @@ impl Graph {
         accesses: Vec<Access>,
         keep: Vec<Keep>,
         deps: &[&NodeRef],
-        call: &'static str,
-        add: impl FnOnce(*mut sys::CUgraphNode, *const sys::CUgraphNode, usize) -> sys::CUresult,
+        add: impl FnOnce(&[sys::CUgraphNode]) -> Result<sys::CUgraphNode, Failure>,
     ) -> Result<NodeRef> {
         let node_object = || ObjectRef::new(ObjectKind::Node, label);
         let mut dep_handles = Vec::with_capacity(deps.len());
@@ -65,12 +64,7 @@ impl Graph {
         }
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        let mut handle = std::ptr::null_mut();
-        check(
-            add(&mut handle, dep_handles.as_ptr(), dep_handles.len()),
-            call,
-        )
-        .map_err(fail)?;
+        let handle = add(&dep_handles).map_err(fail)?;
         let model = self.model_mut();
         let id = model.add_node_with(label, kind, Some(crate::ranges::provenance(at)), accesses);
         for dep in deps {
@@ -155,17 +149,9 @@ impl Graph {
         let graph = self.raw;
         // SAFETY: graph is live; params point into `args`, alive for the call (the driver copies
         // the argument values); argument count and sizes were checked above.
-        let node = self.add_node(
-            label,
-            op,
-            at,
-            kind,
-            accesses,
-            keep,
-            deps,
-            "cuGraphAddKernelNode",
-            |h, d, n| unsafe { sys::cuGraphAddKernelNode_v2(h, graph, d, n, &params) },
-        )?;
+        let node = self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
+            driver::add_kernel_node(graph, d, &params)
+        })?;
         self.kernels_mut()[node.id.index()] = Some(function);
         Ok(node)
     }
@@ -209,17 +195,9 @@ impl Graph {
         let (graph, ctx) = (self.raw, self.ctx.raw());
         // SAFETY: graph and ctx are live; both pointers are live allocations of `bytes` bytes,
         // kept alive by `keep` for the graph's lifetime.
-        self.add_node(
-            label,
-            op,
-            at,
-            kind,
-            accesses,
-            keep,
-            deps,
-            "cuGraphAddMemcpyNode",
-            |h, d, n| unsafe { sys::cuGraphAddMemcpyNode(h, graph, d, n, &p, ctx) },
-        )
+        self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
+            driver::add_memcpy_node(graph, d, &p, ctx)
+        })
     }
 
     /// Adds a memset node setting every element of `dst` to `value` (1-, 2- or 4-byte elements).
@@ -257,17 +235,9 @@ impl Graph {
         let keep: Vec<Keep> = vec![dst.alloc.clone()];
         let (graph, ctx) = (self.raw, self.ctx.raw());
         // SAFETY: graph and ctx are live; dst is a live allocation of width*elementSize bytes.
-        self.add_node(
-            label,
-            op,
-            at,
-            kind,
-            accesses,
-            keep,
-            deps,
-            "cuGraphAddMemsetNode",
-            |h, d, n| unsafe { sys::cuGraphAddMemsetNode(h, graph, d, n, &p, ctx) },
-        )
+        self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
+            driver::add_memset_node(graph, d, &p, ctx)
+        })
     }
 
     /// Adds a host function node. The function runs on a driver thread; it must not call CUDA.
@@ -298,8 +268,7 @@ impl Graph {
             Vec::new(),
             vec![host as Keep],
             deps,
-            "cuGraphAddHostNode",
-            |h, d, n| unsafe { sys::cuGraphAddHostNode(h, graph, d, n, &p) },
+            |d| unsafe { driver::add_host_node(graph, d, &p) },
         )
     }
 
@@ -331,18 +300,10 @@ impl Graph {
     ) -> Result<NodeRef> {
         let (graph, raw) = (self.raw, event.inner.raw);
         let name = event.label().to_string();
-        let (kind, op, call) = if record {
-            (
-                NodeKind::EventRecord { event: name },
-                "Graph::event_record",
-                "cuGraphAddEventRecordNode",
-            )
+        let (kind, op) = if record {
+            (NodeKind::EventRecord { event: name }, "Graph::event_record")
         } else {
-            (
-                NodeKind::EventWait { event: name },
-                "Graph::event_wait",
-                "cuGraphAddEventWaitNode",
-            )
+            (NodeKind::EventWait { event: name }, "Graph::event_wait")
         };
         self.add_node(
             label,
@@ -352,15 +313,8 @@ impl Graph {
             Vec::new(),
             vec![event.inner.clone() as Keep],
             deps,
-            call,
             // SAFETY: graph and event are live; the event is kept with the graph.
-            |h, d, n| unsafe {
-                if record {
-                    sys::cuGraphAddEventRecordNode(h, graph, d, n, raw)
-                } else {
-                    sys::cuGraphAddEventWaitNode(h, graph, d, n, raw)
-                }
-            },
+            |d| unsafe { driver::add_event_node(graph, d, raw, record) },
         )
     }
 
@@ -378,8 +332,7 @@ impl Graph {
             Vec::new(),
             Vec::new(),
             deps,
-            "cuGraphAddEmptyNode",
-            |h, d, n| unsafe { sys::cuGraphAddEmptyNode(h, graph, d, n) },
+            |d| unsafe { driver::add_empty_node(graph, d) },
         )
     }
 
@@ -407,8 +360,7 @@ impl Graph {
             accesses,
             child.keep.to_vec(),
             deps,
-            "cuGraphAddChildGraphNode",
-            |h, d, n| unsafe { sys::cuGraphAddChildGraphNode(h, graph, d, n, raw) },
+            |d| unsafe { driver::add_child_graph_node(graph, d, raw) },
         )
     }
 }

@@ -5,10 +5,8 @@
 
 use std::sync::atomic::Ordering;
 
-use cudarc::driver::sys;
-
 use crate::context::{raw_mode, ActiveCapture, CaptureMode, CaptureOptions, CaptureRecord};
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::SourceLine;
 use crate::error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result};
 use crate::graph::Graph;
@@ -85,8 +83,7 @@ impl Stream {
             .active_captures
             .fetch_add(1, Ordering::AcqRel);
         // SAFETY: the stream is live and of the current context.
-        let rc = unsafe { sys::cuStreamBeginCapture_v2(self.raw, raw_mode(options.mode)) };
-        if let Err(f) = check(rc, "cuStreamBeginCapture") {
+        if let Err(f) = unsafe { driver::begin_capture(self.raw, raw_mode(options.mode)) } {
             self.ctx.capture_gone();
             if !matches!(f.code.number(), 900..=908) {
                 return Err(fail(f));
@@ -108,13 +105,10 @@ impl Stream {
             Ok(_) => 0,
             Err(f) => {
                 // SAFETY: the stream is live; the capture just begun is discarded.
-                let mut raw = std::ptr::null_mut();
-                if unsafe { sys::cuStreamEndCapture(self.raw, &mut raw) }
-                    == sys::CUresult::CUDA_SUCCESS
-                    && !raw.is_null()
-                {
+                let (_, raw) = unsafe { driver::end_capture(self.raw) };
+                if !raw.is_null() {
                     // SAFETY: the driver handed us raw; nothing else refers to it.
-                    unsafe { sys::cuGraphDestroy(raw) };
+                    let _ = unsafe { driver::graph_destroy(raw) };
                 }
                 self.ctx.capture_gone();
                 return Err(fail(f));
@@ -192,7 +186,7 @@ impl Stream {
         };
         let Some(mut record) = ended.record else {
             // SAFETY: the driver handed us raw; nobody else owns it.
-            unsafe { sys::cuGraphDestroy(raw) };
+            let _ = unsafe { driver::graph_destroy(raw) };
             return Err(Error::new(
                 ErrorKind::NullHandle {
                     what: "the capture's journal",
@@ -205,7 +199,7 @@ impl Stream {
         let escapes = record.escapes();
         if record.options.strict && !escapes.is_empty() {
             // SAFETY: the driver handed us raw; nobody else owns it.
-            unsafe { sys::cuGraphDestroy(raw) };
+            let _ = unsafe { driver::graph_destroy(raw) };
             return Err(failed(record.diagnosis(None, Some(at))));
         }
         let report = CaptureReport {
@@ -261,7 +255,7 @@ impl Stream {
                 let end_code = match &ended.graph {
                     Ok(raw) => {
                         // SAFETY: the driver handed us raw; the body failed, so it is discarded.
-                        unsafe { sys::cuGraphDestroy(*raw) };
+                        let _ = unsafe { driver::graph_destroy(*raw) };
                         None
                     }
                     Err(f) => Some(f.code),

@@ -12,7 +12,7 @@ use model::NodeId;
 
 use crate::context::Context;
 use crate::context::{CaptureRecord, Keep};
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
@@ -159,9 +159,8 @@ impl Context {
             )
         };
         self.bind().map_err(fail)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the context is current; raw is a valid out pointer.
-        check(unsafe { sys::cuGraphCreate(&mut raw, 0) }, "cuGraphCreate").map_err(fail)?;
+        // SAFETY: the context is current (bind above).
+        let raw = unsafe { driver::graph_create() }.map_err(fail)?;
         Ok(Graph::wrap(
             self.clone(),
             raw,
@@ -220,7 +219,7 @@ impl Graph {
             Ok(read) => read,
             Err(f) => {
                 // SAFETY: we own raw and nothing else refers to it.
-                let _ = unsafe { sys::cuGraphDestroy(raw) };
+                let _ = unsafe { driver::graph_destroy(raw) };
                 return Err(f.on(
                     ObjectRef::new(ObjectKind::Capture, label),
                     "Stream::end_capture",
@@ -344,13 +343,8 @@ impl Graph {
     pub(crate) fn clone_template(&self, at: SourceLine) -> Result<Graph> {
         let fail = |f: Failure| f.on(self.object(), "Graph::instantiate", at);
         self.ctx.bind().map_err(fail)?;
-        let mut raw = std::ptr::null_mut();
         // SAFETY: self.raw is live; Graph is !Sync, so nothing else uses it during the call.
-        check(
-            unsafe { sys::cuGraphClone(&mut raw, self.raw) },
-            "cuGraphClone",
-        )
-        .map_err(fail)?;
+        let raw = unsafe { driver::graph_clone(self.raw) }.map_err(fail)?;
         // Own the copy at once, so an error below destroys it.
         let mut copy = Graph::wrap(
             self.ctx.clone(),
@@ -368,13 +362,8 @@ impl Graph {
         copy.keep = self.keep.clone();
         copy.handles.reserve(self.handles.len());
         for &original in &self.handles {
-            let mut node = std::ptr::null_mut();
             // SAFETY: original is a node of self.raw, and raw was cloned from it.
-            check(
-                unsafe { sys::cuGraphNodeFindInClone(&mut node, original, raw) },
-                "cuGraphNodeFindInClone",
-            )
-            .map_err(fail)?;
+            let node = unsafe { driver::node_in_clone(original, raw) }.map_err(fail)?;
             copy.handles.push(node);
         }
         Ok(copy)
@@ -400,16 +389,7 @@ impl Graph {
         })?;
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        let flags = if verbose {
-            sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE as u32
-        } else {
-            0
-        };
-        // SAFETY: self.raw is live; c_path is NUL-terminated.
-        check(
-            unsafe { sys::cuGraphDebugDotPrint(self.raw, c_path.as_ptr(), flags) },
-            "cuGraphDebugDotPrint",
-        )
-        .map_err(fail)
+        // SAFETY: self.raw is live.
+        unsafe { driver::debug_dot_print(self.raw, &c_path, verbose) }.map_err(fail)
     }
 }

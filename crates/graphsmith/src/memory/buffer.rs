@@ -9,7 +9,7 @@ use graphsmith_model::{Access, AccessMode};
 use cudarc::driver::sys;
 
 use crate::context::Context;
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 
 /// Plain values that may live in device memory and be passed to kernels by value.
@@ -167,11 +167,9 @@ impl Context {
         let op = crate::context::Op::other("Context::alloc", label, at);
         self.issue_unstreamed(op, fail, || {
             // cuMemAlloc refuses 0 bytes; a zero-length buffer still gets a distinct address.
-            // SAFETY: the context is current; ptr is a valid out pointer.
-            check(
-                unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) },
-                "cuMemAlloc",
-            )
+            // SAFETY: the context is current (bind above).
+            ptr = unsafe { driver::mem_alloc(bytes.max(1)) }?;
+            Ok(())
         })?;
         Ok(DeviceBuffer {
             alloc: Arc::new(Allocation {

@@ -11,7 +11,7 @@ use graphsmith_model::{Access, AccessMode, Dim3};
 
 use crate::context::Keep;
 use crate::context::{Context, Limits};
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::memory::{Allocation, DeviceBuffer, Element, View, ViewMut};
 
@@ -125,26 +125,9 @@ impl Context {
         let me = ObjectRef::new(ObjectKind::Module, label);
         let fail = |f: Failure| f.on(me.clone(), op, at);
         self.bind().map_err(fail)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the context is current; image is alive for the call (the driver copies what
-        // it keeps; a PTX image is NUL-terminated, a cubin or fatbin carries its own size); no
-        // options are passed (null arrays with a count of 0).
-        check(
-            unsafe {
-                sys::cuLibraryLoadData(
-                    &mut raw,
-                    image.as_ptr() as *const c_void,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    0,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    0,
-                )
-            },
-            "cuLibraryLoadData",
-        )
-        .map_err(fail)?;
+        // SAFETY: the context is current (bind above); the image was checked by image.rs (a PTX
+        // image is NUL-terminated, a cubin or fatbin carries its own size).
+        let raw = unsafe { driver::library_load(image) }.map_err(fail)?;
         Ok(Module {
             inner: Arc::new(ModuleInner {
                 raw,
@@ -191,22 +174,12 @@ impl Module {
         })?;
         let fail = |f: Failure| f.on(me.clone(), "Module::kernel", at);
         self.inner.ctx.bind().map_err(fail)?;
-        let mut kern = std::ptr::null_mut();
-        // SAFETY: the library is loaded (kept alive by self); c_name is NUL-terminated.
-        check(
-            unsafe { sys::cuLibraryGetKernel(&mut kern, self.inner.raw, c_name.as_ptr()) },
-            "cuLibraryGetKernel",
-        )
-        .map_err(fail)?;
-        let mut func = std::ptr::null_mut();
+        // SAFETY: the library is loaded (kept alive by self).
+        let kern = unsafe { driver::library_kernel(self.inner.raw, &c_name) }.map_err(fail)?;
         // SAFETY: kern is a live kernel of the loaded library; the context is current.
-        check(
-            unsafe { sys::cuKernelGetFunction(&mut func, kern) },
-            "cuKernelGetFunction",
-        )
-        .map_err(fail)?;
+        let func = unsafe { driver::kernel_function(kern) }.map_err(fail)?;
         // SAFETY: func was just returned by the driver for a loaded module.
-        let params = unsafe { param_layout(func) }.map_err(fail)?;
+        let params = unsafe { driver::param_layout(func) }.map_err(fail)?;
         Ok(Kernel {
             kern,
             func,
@@ -214,27 +187,6 @@ impl Module {
             params: Arc::new(params),
             module: self.clone(),
         })
-    }
-}
-
-/// Reads (offset, size) of each parameter of `func` until the driver says there are no more.
-///
-/// # Safety
-/// `func` must be a live CUfunction.
-pub(crate) unsafe fn param_layout(func: sys::CUfunction) -> Result<Vec<(usize, usize)>, Failure> {
-    let mut params = Vec::new();
-    loop {
-        let (mut offset, mut size) = (0usize, 0usize);
-        // SAFETY: func is live (caller's contract); out pointers are valid.
-        let rc = unsafe { sys::cuFuncGetParamInfo(func, params.len(), &mut offset, &mut size) };
-        match rc {
-            sys::CUresult::CUDA_SUCCESS => params.push((offset, size)),
-            sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(params),
-            other => return check(other, "cuFuncGetParamInfo").map(|_| params),
-        }
-        if params.len() > 4096 {
-            return Ok(params);
-        }
     }
 }
 

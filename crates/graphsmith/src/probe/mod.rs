@@ -5,7 +5,7 @@ use cudarc::driver::sys;
 use serde::Serialize;
 
 use crate::context::Context;
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::{Result, SourceLine};
 
 mod features;
@@ -61,40 +61,19 @@ pub fn probe(ordinal: usize) -> Result<Probe> {
     let ctx = Context::new(ordinal)?;
     let fail = |f: Failure| f.on(ctx.object(), "probe", at);
     let device = ctx.device();
-    let mut name = [0 as std::ffi::c_char; 256];
-    // SAFETY: name has room for 256 bytes; the driver writes a NUL-terminated string.
-    check(
-        unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), 256, device) },
-        "cuDeviceGetName",
-    )
-    .map_err(fail)?;
-    // SAFETY: NUL-terminated by the driver within the buffer.
-    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
-    let attr = |a: sys::CUdevice_attribute| -> Result<i32> {
-        let mut v = 0;
-        // SAFETY: device is valid; v is a valid out pointer.
-        check(
-            unsafe { sys::cuDeviceGetAttribute(&mut v, a, device) },
-            "cuDeviceGetAttribute",
-        )
-        .map_err(fail)?;
-        Ok(v)
-    };
+    // SAFETY: device is the context's device (from cuDeviceGet).
+    let name = unsafe { driver::device_name(device) }.map_err(fail)?;
+    // SAFETY: device is the context's device (from cuDeviceGet).
+    let attr =
+        |a: sys::CUdevice_attribute| unsafe { driver::device_attribute(device, a) }.map_err(fail);
     use sys::CUdevice_attribute as A;
     let cc = (
         attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
         attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
     );
     let multiprocessors = attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let mut driver_version = 0;
-    // SAFETY: valid out pointer.
-    check(
-        unsafe { sys::cuDriverGetVersion(&mut driver_version) },
-        "cuDriverGetVersion",
-    )
-    .map_err(fail)?;
+    // SAFETY: the driver is initialised (a context exists).
+    let driver_version = unsafe { driver::driver_version() }.map_err(fail)?;
     let (free, total) = ctx.memory_info()?;
     let features = features::all(&ctx)?;
     Ok(Probe {

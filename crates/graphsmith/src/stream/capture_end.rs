@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use cudarc::driver::sys;
 
 use crate::context::CaptureRecord;
-use crate::driver::{check, Failure};
+use crate::driver::{self, Failure};
 use crate::error::CudaCode;
 use crate::stream::Stream;
 
@@ -22,8 +22,8 @@ impl Stream {
     /// Ends and discards this stream's capture, if any. Never fails.
     pub(crate) fn abandon_capture(&self) {
         if let Some(Ended { graph: Ok(raw), .. }) = self.end_raw() {
-            // SAFETY: the driver handed us raw; it is discarded.
-            unsafe { sys::cuGraphDestroy(raw) };
+            // SAFETY: the driver handed us raw; nothing else refers to it; it is discarded.
+            let _ = unsafe { driver::graph_destroy(raw) };
         }
     }
 
@@ -45,13 +45,12 @@ impl Stream {
         super::CAPTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
         self.capture_hint.store(0, Ordering::Release);
         let graph = self.ctx.bind().and_then(|()| {
-            let mut raw = std::ptr::null_mut();
             // SAFETY: the stream is live and was put into capture by begin_capture.
-            let rc = unsafe { sys::cuStreamEndCapture(self.raw, &mut raw) };
-            if let Err(f) = check(rc, "cuStreamEndCapture") {
+            let (ended, raw) = unsafe { driver::end_capture(self.raw) };
+            if let Err(f) = ended {
                 if !raw.is_null() {
                     // SAFETY: a graph returned with an error is still ours to destroy.
-                    unsafe { sys::cuGraphDestroy(raw) };
+                    let _ = unsafe { driver::graph_destroy(raw) };
                 }
                 return Err(f);
             }

@@ -9,7 +9,7 @@ use cudarc::driver::sys;
 
 use crate::context::Context;
 use crate::context::Op;
-use crate::driver::{check, Failure};
+use crate::driver::{self, check, Failure};
 use crate::error::{ObjectKind, ObjectRef, Result, SourceLine};
 
 pub(crate) struct EventInner {
@@ -66,14 +66,8 @@ impl Event {
         let at = SourceLine::caller();
         let fail = |f: Failure| f.on(self.object(), "Event::elapsed_ms_since", at);
         self.inner.ctx.bind().map_err(fail)?;
-        let mut ms = 0.0f32;
         // SAFETY: both events are live (held by self and start).
-        check(
-            unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.inner.raw, self.inner.raw) },
-            "cuEventElapsedTime",
-        )
-        .map_err(fail)?;
-        Ok(ms)
+        unsafe { driver::event_elapsed_ms(start.inner.raw, self.inner.raw) }.map_err(fail)
     }
 
     /// Blocks until the event has completed (`cuEventSynchronize`).
@@ -86,10 +80,7 @@ impl Event {
         let raw = self.inner.raw;
         self.inner.ctx.issue_unstreamed(self.op(op, at), fail, || {
             // SAFETY: the event is live (held by self).
-            check(
-                unsafe { sys::cuEventSynchronize(raw) },
-                "cuEventSynchronize",
-            )
+            unsafe { driver::event_synchronize(raw) }
         })
     }
 
@@ -104,13 +95,8 @@ impl Event {
         let done = Cell::new(true);
         self.inner.ctx.issue_unstreamed(self.op(op, at), fail, || {
             // SAFETY: the event is live (held by self).
-            match unsafe { sys::cuEventQuery(raw) } {
-                sys::CUresult::CUDA_ERROR_NOT_READY => {
-                    done.set(false);
-                    Ok(())
-                }
-                rc => check(rc, "cuEventQuery"),
-            }
+            done.set(unsafe { driver::event_done(raw) }?);
+            Ok(())
         })?;
         Ok(done.get())
     }
@@ -133,18 +119,8 @@ impl Context {
             )
         };
         self.bind().map_err(fail)?;
-        let flags = if timing {
-            sys::CUevent_flags::CU_EVENT_DEFAULT
-        } else {
-            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
-        };
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the context is current; raw is a valid out pointer.
-        check(
-            unsafe { sys::cuEventCreate(&mut raw, flags as u32) },
-            "cuEventCreate",
-        )
-        .map_err(fail)?;
+        // SAFETY: the context is current (bind above).
+        let raw = unsafe { driver::event_create(timing) }.map_err(fail)?;
         Ok(Event {
             inner: Arc::new(EventInner {
                 raw,

@@ -40,32 +40,10 @@ enum Membership {
 }
 
 /// The node the last operation on a capturing stream became: after a kernel, copy or memset the
-/// stream's dependency set is exactly that node. Asks only for what it needs (the optional
-/// outputs are null), since it runs once per captured operation.
+/// stream's dependency set is exactly that node.
 fn captured_node(raw: sys::CUstream) -> Option<sys::CUgraphNode> {
-    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut deps: *const sys::CUgraphNode = std::ptr::null();
-    let mut count = 0usize;
-    use std::ptr::null_mut;
-    // SAFETY: the stream is live (held by the caller); status, deps and count are valid out
-    // pointers, the other outputs are optional and null. The array is read at once.
-    let rc = unsafe {
-        sys::cuStreamGetCaptureInfo_v3(
-            raw,
-            &mut status,
-            null_mut(),
-            null_mut(),
-            &mut deps,
-            null_mut(),
-            &mut count,
-        )
-    };
-    let active = status == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    if rc != sys::CUresult::CUDA_SUCCESS || !active || count != 1 || deps.is_null() {
-        return None;
-    }
-    // SAFETY: the driver returned one valid node handle at deps.
-    Some(unsafe { *deps })
+    // SAFETY: the stream is live (held by the caller).
+    unsafe { crate::driver::captured_node(raw) }
 }
 
 impl Stream {

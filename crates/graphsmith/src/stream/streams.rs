@@ -13,7 +13,7 @@ pub use crate::stream::Event;
 use crate::context::Context;
 use crate::context::{ActiveCapture, Keep};
 use crate::context::{Kind, Op};
-use crate::driver::{check, Failure};
+use crate::driver::{self, check, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::memory::access;
 use crate::memory::{DeviceBuffer, Element};
@@ -71,18 +71,13 @@ impl Context {
             )
         };
         self.bind().map_err(fail)?;
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the context is current; raw is a valid out pointer.
-        check(
-            unsafe { sys::cuStreamCreate(&mut raw, flags) },
-            "cuStreamCreate",
-        )
-        .map_err(fail)?;
+        // SAFETY: the context is current (bind above).
+        let raw = unsafe { driver::stream_create(flags) }.map_err(fail)?;
         let marker = match self.event(&format!("{label}/marker"), false) {
             Ok(marker) => marker,
             Err(e) => {
                 // SAFETY: raw was just created and is not used anywhere else.
-                let _ = unsafe { sys::cuStreamDestroy_v2(raw) };
+                let _ = unsafe { driver::stream_destroy(raw) };
                 return Err(e);
             }
         };
@@ -142,21 +137,14 @@ impl StreamHandle {
     /// stream is capturing (a synchronisation would invalidate the capture): then returns
     /// `Ok(false)` and waits for nothing. The context must be current.
     pub(crate) fn wait_unless_capturing(&self) -> Result<bool, Failure> {
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: raw is live (owned by self); status is a valid out pointer.
-        let rc = unsafe { sys::cuStreamIsCapturing(self.raw, &mut status) };
-        if rc != sys::CUresult::CUDA_SUCCESS
-            || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        {
+        // SAFETY: raw is live (owned by self).
+        if !unsafe { driver::stream_idle_for_capture(self.raw) } {
             // Capturing, or (legacy stream) another stream captures in a way that forbids
             // touching it: do not wait now.
             return Ok(false);
         }
         // SAFETY: raw is live and not capturing.
-        check(
-            unsafe { sys::cuStreamSynchronize(self.raw) },
-            "cuStreamSynchronize",
-        )?;
+        unsafe { driver::stream_synchronize(self.raw) }?;
         Ok(true)
     }
 }
@@ -165,20 +153,12 @@ impl StreamHandle {
     /// Whether the stream has finished all its work (`cuStreamQuery`, no wait); `false` while
     /// it captures (a query would invalidate the capture). The context must be current.
     pub(crate) fn idle_unless_capturing(&self) -> Result<bool, Failure> {
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: raw is live (owned by self); status is a valid out pointer.
-        let rc = unsafe { sys::cuStreamIsCapturing(self.raw, &mut status) };
-        if rc != sys::CUresult::CUDA_SUCCESS
-            || status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        {
+        // SAFETY: raw is live (owned by self).
+        if !unsafe { driver::stream_idle_for_capture(self.raw) } {
             return Ok(false);
         }
         // SAFETY: raw is live and not capturing.
-        match unsafe { sys::cuStreamQuery(self.raw) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            other => check(other, "cuStreamQuery").map(|()| false),
-        }
+        unsafe { driver::stream_done(self.raw) }
     }
 }
 
@@ -270,24 +250,14 @@ impl Stream {
         // SAFETY: func is alive (kernel holds its module); argument count and sizes were
         // checked against cuFuncGetParamInfo above; the pointers point into `args`, alive and
         // unchanged for the call.
-        let launch = |pointers: &mut [*mut std::ffi::c_void]| {
-            check(
-                unsafe {
-                    sys::cuLaunchKernel(
-                        kernel.func,
-                        g.x,
-                        g.y,
-                        g.z,
-                        b.x,
-                        b.y,
-                        b.z,
-                        cfg.shared_mem_bytes,
-                        self.raw,
-                        pointers.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                },
-                "cuLaunchKernel",
+        let launch = |pointers: &mut [*mut std::ffi::c_void]| unsafe {
+            driver::launch_kernel(
+                kernel.func,
+                [g.x, g.y, g.z],
+                [b.x, b.y, b.z],
+                cfg.shared_mem_bytes,
+                self.raw,
+                pointers,
             )
         };
         if !self.ctx.captures_active() {
@@ -327,23 +297,7 @@ impl Stream {
         self.issue(journal, fail, || {
             // SAFETY: ptr is a live allocation of n elements of T (held by dst); the stream is
             // live.
-            let (rc, call) = unsafe {
-                match std::mem::size_of::<T>() {
-                    1 => (
-                        sys::cuMemsetD8Async(ptr, bits as u8, n, self.raw),
-                        "cuMemsetD8Async",
-                    ),
-                    2 => (
-                        sys::cuMemsetD16Async(ptr, bits as u16, n, self.raw),
-                        "cuMemsetD16Async",
-                    ),
-                    _ => (
-                        sys::cuMemsetD32Async(ptr, bits, n, self.raw),
-                        "cuMemsetD32Async",
-                    ),
-                }
-            };
-            check(rc, call)
+            unsafe { driver::memset_async(ptr, bits, std::mem::size_of::<T>(), n, self.raw) }
         })
     }
 
@@ -377,10 +331,7 @@ impl Stream {
         let (d, s, bytes) = (dst.alloc.ptr, src.alloc.ptr, dst.bytes());
         self.issue(journal, fail, || {
             // SAFETY: both allocations are live and at least `bytes` long (lengths checked).
-            check(
-                unsafe { sys::cuMemcpyDtoDAsync_v2(d, s, bytes, self.raw) },
-                "cuMemcpyDtoDAsync",
-            )
+            unsafe { driver::copy_device_async(d, s, bytes, self.raw) }
         })
     }
 
@@ -419,11 +370,8 @@ impl Stream {
             // SAFETY: src is a live host slice of `bytes` bytes; dst is a live allocation of the
             // same size; the stream is synchronised before src can go away.
             unsafe {
-                check(
-                    sys::cuMemcpyHtoDAsync_v2(ptr, src.as_ptr() as *const _, bytes, self.raw),
-                    "cuMemcpyHtoDAsync",
-                )?;
-                check(sys::cuStreamSynchronize(self.raw), "cuStreamSynchronize")
+                driver::copy_to_device_async(ptr, src.as_ptr().cast(), bytes, self.raw)?;
+                driver::stream_synchronize(self.raw)
             }
         })
     }
@@ -448,11 +396,8 @@ impl Stream {
             // SAFETY: out has capacity for n elements; the copy writes all `bytes` bytes and the
             // stream is synchronised before set_len; T is valid for any bit pattern (Element).
             unsafe {
-                check(
-                    sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr() as *mut _, ptr, bytes, self.raw),
-                    "cuMemcpyDtoHAsync",
-                )?;
-                check(sys::cuStreamSynchronize(self.raw), "cuStreamSynchronize")?;
+                driver::copy_to_host_async(out.as_mut_ptr().cast(), ptr, bytes, self.raw)?;
+                driver::stream_synchronize(self.raw)?;
                 out.set_len(n);
             }
             Ok(())
@@ -470,10 +415,7 @@ impl Stream {
         self.ctx.bind().map_err(fail)?;
         self.issue(self.op(op, &self.label, at, Kind::Other), fail, || {
             // SAFETY: the stream is live.
-            check(
-                unsafe { sys::cuStreamSynchronize(self.raw) },
-                "cuStreamSynchronize",
-            )
+            unsafe { driver::stream_synchronize(self.raw) }
         })
     }
 
@@ -488,7 +430,7 @@ impl Stream {
         let kind = Kind::Record { event: ev as usize };
         self.issue(self.op(op, event.label(), at, kind), fail, || {
             // SAFETY: stream and event are live and of the same context.
-            check(unsafe { sys::cuEventRecord(ev, self.raw) }, "cuEventRecord")
+            unsafe { driver::event_record(ev, self.raw) }
         })
     }
 
@@ -506,10 +448,7 @@ impl Stream {
         };
         self.issue(self.op(op, event.label(), at, kind), fail, || {
             // SAFETY: stream and event are live.
-            check(
-                unsafe { sys::cuStreamWaitEvent(self.raw, ev, 0) },
-                "cuStreamWaitEvent",
-            )
+            unsafe { driver::stream_wait_event(self.raw, ev) }
         })
     }
 
@@ -539,8 +478,8 @@ impl Stream {
         self.issue(journal, fail, || {
             // SAFETY: both streams and the marker event are live and of the same context.
             unsafe {
-                check(sys::cuEventRecord(m, other.raw), "cuEventRecord")?;
-                check(sys::cuStreamWaitEvent(self.raw, m, 0), "cuStreamWaitEvent")
+                driver::event_record(m, other.raw)?;
+                driver::stream_wait_event(self.raw, m)
             }
         })
     }

@@ -156,7 +156,7 @@ fn scalar_args_are_little_endian_bytes() {
     );
     assert!(args.take_accesses().is_empty());
     // Each value starts 8-byte aligned in the shared buffer, so the pointers are aligned too.
-    for p in args.pointers() {
+    for p in args.pointers().iter() {
         assert_eq!(p as usize % 8, 0);
     }
 }
@@ -169,4 +169,20 @@ fn no_gpu_means_a_typed_error_not_a_panic() {
     let e = crate::Context::new(0).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::NoDriver { .. }), "{e}");
     assert_eq!(e.object, ObjectRef::new(ObjectKind::Context, "gpu0"));
+}
+
+/// Thread-safety the compiler derives (no `unsafe impl` on these types): a handle type that
+/// lost its auto traits would fail to compile here.
+#[test]
+fn handles_are_send_and_sync_where_documented() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<crate::Context>();
+    send_sync::<crate::Stream>();
+    send_sync::<crate::Event>();
+    send_sync::<crate::Module>();
+    send_sync::<crate::Kernel>();
+    send_sync::<crate::DeviceBuffer<f32>>();
+    send_sync::<crate::Exec>();
+    send::<crate::Graph>();
 }

@@ -38,6 +38,22 @@ pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure
 /// launching, uploading and updating take `&mut self`, so the borrow checker enforces that rule;
 /// `Exec` is `Send + Sync` because its `&self` methods only read. Launch from many threads by
 /// giving each its own executable.
+///
+/// Launching needs `&mut Exec`, so a shared reference cannot launch:
+///
+/// ```compile_fail,E0596
+/// fn launch_shared(exec: &graphsmith::Exec, stream: &graphsmith::Stream) -> graphsmith::Result<()> {
+///     exec.launch(stream) // error: `exec` is a `&` reference
+/// }
+/// ```
+///
+/// while the same call through `&mut` compiles:
+///
+/// ```no_run
+/// fn launch_owned(exec: &mut graphsmith::Exec, stream: &graphsmith::Stream) -> graphsmith::Result<()> {
+///     exec.launch(stream)
+/// }
+/// ```
 pub struct Exec {
     pub(crate) raw: sys::CUgraphExec,
     /// The template this executable was instantiated from (its own copy). Its node handles
@@ -272,7 +288,7 @@ impl Exec {
 
     /// Remembers that work of this executable was submitted to `stream`.
     fn mark_in_flight(&mut self, stream: &Stream) {
-        if !self.launched_on.iter().any(|h| h.raw == stream.raw) {
+        if !self.launched_on.iter().any(|h| h.raw == stream.raw()) {
             self.launched_on.push(stream.handle.clone());
         }
     }
@@ -388,7 +404,7 @@ impl Exec {
     fn launch_raw(&mut self, stream: &Stream) -> Result<(), Failure> {
         self.template.ctx.bind()?;
         // SAFETY: raw is live; &mut self guarantees no concurrent use of this executable.
-        unsafe { driver::launch(self.raw, stream.raw) }?;
+        unsafe { driver::launch(self.raw, stream.raw()) }?;
         self.mark_in_flight(stream);
         Ok(())
     }
@@ -399,7 +415,7 @@ impl Exec {
         let at = SourceLine::caller();
         let uploaded = self.template.ctx.bind().and_then(|()| {
             // SAFETY: raw is live; &mut self guarantees exclusive use.
-            unsafe { driver::upload(self.raw, stream.raw) }
+            unsafe { driver::upload(self.raw, stream.raw()) }
         });
         uploaded.map_err(|f| f.on(self.object(), "Exec::upload", at))?;
         self.mark_in_flight(stream);

@@ -205,7 +205,6 @@ impl Exec {
         // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
         // from); argument count and sizes were checked; pointers point into `args`, alive here.
         unsafe { driver::exec_set_kernel_node(self.raw, handle, &new) }.map_err(fail)?;
-        drop(pointers);
         self.mark_stale(index);
         self.set_override(
             index,

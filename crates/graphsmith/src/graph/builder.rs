@@ -113,7 +113,8 @@ impl Graph {
             )
         })?;
         let model_args = kernel
-            .params
+            .function
+            .layout
             .iter()
             .zip(args.values())
             .map(|(&(offset, _), v)| ModelArg {
@@ -128,16 +129,12 @@ impl Graph {
             shared_mem_bytes: cfg.shared_mem_bytes,
             args: model_args,
         });
-        let function = crate::graph::KernelFn {
-            func: kernel.func,
-            kern: kernel.kern,
-            layout: kernel.params.clone(),
-        };
+        let function = kernel.function.clone();
         let mut pointers = args.pointers();
         // The node names the library kernel, as the CUDA runtime's nodes do.
         let params = crate::driver::kernel_params(
             std::ptr::null_mut(),
-            kernel.kern,
+            kernel.function.kern,
             cfg.grid,
             cfg.block,
             cfg.shared_mem_bytes,

@@ -83,7 +83,7 @@ impl Stream {
             .active_captures
             .fetch_add(1, Ordering::AcqRel);
         // SAFETY: the stream is live and of the current context.
-        if let Err(f) = unsafe { driver::begin_capture(self.raw, raw_mode(options.mode)) } {
+        if let Err(f) = unsafe { driver::begin_capture(self.raw(), raw_mode(options.mode)) } {
             self.ctx.capture_gone();
             if !matches!(f.code.number(), 900..=908) {
                 return Err(fail(f));
@@ -91,7 +91,7 @@ impl Stream {
             // Diagnose a refused begin like any capture failure (e.g. the legacy stream).
             let mut record = new_record(label, options, self, at);
             let begin = crate::context::Op::other(op, label, at);
-            record.push_failed(&begin, self.raw as usize, f);
+            record.push_failed(&begin, self.raw() as usize, f);
             let diagnosis = record.diagnosis(None, None);
             return Err(Error::new(
                 ErrorKind::CaptureFailed(Box::new(diagnosis)),
@@ -100,12 +100,12 @@ impl Stream {
                 at,
             ));
         }
-        let id = match crate::context::stream_status(self.raw) {
+        let id = match crate::context::stream_status(self.raw()) {
             Ok(crate::context::Status::Active(id)) => id,
             Ok(_) => 0,
             Err(f) => {
                 // SAFETY: the stream is live; the capture just begun is discarded.
-                let (_, raw) = unsafe { driver::end_capture(self.raw) };
+                let (_, raw) = unsafe { driver::end_capture(self.raw()) };
                 if !raw.is_null() {
                     // SAFETY: the driver handed us raw; nothing else refers to it.
                     let _ = unsafe { driver::graph_destroy(raw) };

@@ -14,6 +14,7 @@ use crate::context::Context;
 use crate::context::{CaptureRecord, Keep};
 use crate::driver::{self, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
+pub(crate) use crate::module::KernelFn;
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -45,6 +46,16 @@ impl NodeRef {
 /// Thread safety: the driver does not synchronise graph objects internally ("API calls
 /// accessing the same graph object must be serialized externally"), so `Graph` is `Send` but
 /// not `Sync`: it can move to another thread, never be used from two at once.
+///
+/// ```compile_fail,E0277
+/// fn shared_between_threads<T: Sync>() {}
+/// shared_between_threads::<graphsmith::Graph>(); // error: `Graph` is not `Sync`
+/// ```
+///
+/// ```
+/// fn moved_to_another_thread<T: Send>() {}
+/// moved_to_another_thread::<graphsmith::Graph>();
+/// ```
 pub struct Graph {
     pub(crate) raw: sys::CUgraph,
     pub(crate) ctx: Context,
@@ -97,23 +108,6 @@ impl UpdateFacts {
         }
     }
 }
-
-/// A kernel node's kernel and the (offset, size) of each of its parameters: its function in the
-/// context (`func`, always set) and, when the node names a library kernel, that kernel (`kern`).
-/// Nodes are built naming the library kernel and updated naming the function: on the H200 the
-/// driver applies an update that names the function faster (`bash bench/update_bench.sh`).
-#[derive(Clone)]
-pub(crate) struct KernelFn {
-    pub func: sys::CUfunction,
-    pub kern: sys::CUkernel,
-    pub layout: Arc<Vec<(usize, usize)>>,
-}
-
-// SAFETY: CUfunction and CUkernel are immutable handles into a loaded module or library, usable
-// from any thread; the graph that holds them keeps the module alive.
-unsafe impl Send for KernelFn {}
-// SAFETY: as above; nothing mutates it.
-unsafe impl Sync for KernelFn {}
 
 // SAFETY: a CUgraph may be used from any thread as long as calls are serialised; `Graph` is
 // !Sync, so all calls on it come from the one thread that holds it at a time.

@@ -55,24 +55,38 @@ pub struct Module {
 /// A kernel of a module, with its parameter layout read from the driver (`cuFuncGetParamInfo`).
 #[derive(Clone)]
 pub struct Kernel {
-    /// The library kernel: what graph kernel nodes name (`kern`).
-    pub(crate) kern: sys::CUkernel,
-    /// Its function in the context (`cuKernelGetFunction`): what stream launches use.
-    pub(crate) func: sys::CUfunction,
+    /// The library kernel (what graph kernel nodes name), its function in the context (what
+    /// stream launches use) and the (offset, size) of each parameter.
+    pub(crate) function: KernelFn,
     pub(crate) name: String,
-    /// (offset, size) of each parameter.
-    pub(crate) params: Arc<Vec<(usize, usize)>>,
     pub(crate) module: Module,
 }
 
-// SAFETY: a CUfunction is an immutable handle into a loaded module that the Kernel keeps alive.
-unsafe impl Send for Kernel {}
-// SAFETY: as above.
-unsafe impl Sync for Kernel {}
+/// A kernel node's kernel and the (offset, size) of each of its parameters: its function in the
+/// context (`func`, always set) and, when the node names a library kernel, that kernel (`kern`).
+/// Nodes are built naming the library kernel and updated naming the function: on the H200 the
+/// driver applies an update that names the function faster (`bash bench/update_bench.sh`).
+#[derive(Clone)]
+pub(crate) struct KernelFn {
+    pub func: sys::CUfunction,
+    pub kern: sys::CUkernel,
+    pub layout: Arc<Vec<(usize, usize)>>,
+}
+
+// SAFETY: CUfunction and CUkernel are immutable handles into a loaded module or library, usable
+// from any thread; the graph that holds them keeps the module alive.
+unsafe impl Send for KernelFn {}
+// SAFETY: as above; nothing mutates it.
+unsafe impl Sync for KernelFn {}
 
 impl std::fmt::Debug for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Kernel '{}' ({} params)", self.name, self.params.len())
+        write!(
+            f,
+            "Kernel '{}' ({} params)",
+            self.name,
+            self.function.layout.len()
+        )
     }
 }
 
@@ -181,10 +195,12 @@ impl Module {
         // SAFETY: func was just returned by the driver for a loaded module.
         let params = unsafe { driver::param_layout(func) }.map_err(fail)?;
         Ok(Kernel {
-            kern,
-            func,
+            function: KernelFn {
+                func,
+                kern,
+                layout: Arc::new(params),
+            },
             name: name.to_string(),
-            params: Arc::new(params),
             module: self.clone(),
         })
     }
@@ -198,19 +214,19 @@ impl Kernel {
     /// The raw function handle in the kernel's context, for interop (the kernel keeps its
     /// module loaded).
     pub fn raw(&self) -> sys::CUfunction {
-        self.func
+        self.function.func
     }
     /// The raw library kernel handle, for interop.
     pub fn raw_kernel(&self) -> sys::CUkernel {
-        self.kern
+        self.function.kern
     }
     /// Number of parameters the kernel takes.
     pub fn param_count(&self) -> usize {
-        self.params.len()
+        self.function.layout.len()
     }
     /// Checks that `args` fit this kernel's parameters.
     pub(crate) fn check_args(&self, args: &Args<'_>) -> std::result::Result<(), String> {
-        check_layout(&self.name, &self.params, args)
+        check_layout(&self.name, &self.function.layout, args)
     }
 }
 
@@ -306,6 +322,30 @@ pub struct Args<'a> {
     _borrows: PhantomData<&'a mut ()>,
 }
 
+/// One pointer per argument value, as the driver takes them (`void**`), handed out under a
+/// borrow of the values: while this guard lives they can be neither moved nor changed, so the
+/// pointers stay valid; the borrow ends with the guard, without a manual `drop`.
+pub(crate) struct ArgPointers<'a> {
+    pointers: SmallVec<[*mut c_void; 8]>,
+    _values: PhantomData<&'a mut ArgData>,
+}
+
+impl ArgPointers<'_> {
+    /// The `void**` array for the driver.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut *mut c_void {
+        self.pointers.as_mut_ptr()
+    }
+    /// The pointers as a slice.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [*mut c_void] {
+        &mut self.pointers
+    }
+    /// The pointers, in argument order.
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = *mut c_void> + '_ {
+        self.pointers.iter().copied()
+    }
+}
+
 /// What [`Args`] hold, without the borrows: kept by an executable after a per-node update.
 pub(crate) struct ArgData {
     /// Every value, each starting at a multiple of 8 bytes.
@@ -372,7 +412,7 @@ impl<'a> Args<'a> {
         self.data.values()
     }
     /// See [`ArgData::pointers`].
-    pub(crate) fn pointers(&mut self) -> SmallVec<[*mut c_void; 8]> {
+    pub(crate) fn pointers(&mut self) -> ArgPointers<'_> {
         self.data.pointers()
     }
     /// The memory the arguments touch, for the model.
@@ -427,14 +467,21 @@ impl ArgData {
     }
 
     /// Pointers to each argument's bytes, as `cuLaunchKernel` and kernel nodes take them.
-    /// Valid while `self` is neither moved nor changed.
-    pub(crate) fn pointers(&mut self) -> SmallVec<[*mut c_void; 8]> {
+    /// The guard borrows `self` mutably, so the values can be neither moved nor changed while
+    /// the pointers are in use.
+    pub(crate) fn pointers(&mut self) -> ArgPointers<'_> {
         let base = self.bytes.as_mut_ptr();
-        // SAFETY: every span lies inside `bytes` (push_bytes), so each offset stays in bounds.
-        self.spans
+        let pointers = self
+            .spans
             .iter()
+            // SAFETY: every span lies inside `bytes` (push_bytes), so each offset stays in
+            // bounds of the one allocation.
             .map(|&(start, _)| unsafe { base.add(start) } as *mut c_void)
-            .collect()
+            .collect();
+        ArgPointers {
+            pointers,
+            _values: PhantomData,
+        }
     }
 
     /// The memory the arguments touch, for the model.

@@ -16,7 +16,7 @@ pub(crate) fn all(ctx: &Context) -> Result<Vec<Feature>> {
     let module = ctx.builtin_kernels()?;
     let empty = module.kernel("gs_empty")?;
     use sys::CUgraphConditionalNodeType as C;
-    let (raw, func, ordinal) = (ctx.raw(), empty.func, ctx.ordinal() as i32);
+    let (raw, func, ordinal) = (ctx.raw(), empty.function.func, ctx.ordinal() as i32);
     // SAFETY (each trial below): the context is current (bound above) and is `raw`; `func` is
     // the parameterless gs_empty, kept loaded by `module` for the whole function; `ordinal` is
     // the context's device.

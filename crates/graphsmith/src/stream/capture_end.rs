@@ -46,7 +46,7 @@ impl Stream {
         self.capture_hint.store(0, Ordering::Release);
         let graph = self.ctx.bind().and_then(|()| {
             // SAFETY: the stream is live and was put into capture by begin_capture.
-            let (ended, raw) = unsafe { driver::end_capture(self.raw) };
+            let (ended, raw) = unsafe { driver::end_capture(self.raw()) };
             if let Err(f) = ended {
                 if !raw.is_null() {
                     // SAFETY: a graph returned with an error is still ours to destroy.

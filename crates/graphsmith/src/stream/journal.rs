@@ -90,7 +90,7 @@ impl Stream {
                 return Ok(Membership::Ours(id, journal));
             }
         }
-        let status = match stream_status(self.raw) {
+        let status = match stream_status(self.raw()) {
             Ok(status) => status,
             // The legacy stream's status is itself refused while a blocking stream captures
             // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); let the operation meet the driver's verdict.
@@ -123,7 +123,7 @@ impl Stream {
         mut op: Op<'_>,
         result: &Result<(), Failure>,
     ) {
-        let raw = self.raw as usize;
+        let raw = self.raw() as usize;
         let entry = journal.then(|| {
             let outcome = match result {
                 Ok(()) => Outcome::Captured,
@@ -131,7 +131,7 @@ impl Stream {
             };
             let mut e = Entry::taking(&mut op, Some(raw), outcome);
             if result.is_ok() && op.kind == Kind::Work {
-                e.node = captured_node(self.raw).map(|n| n as usize);
+                e.node = captured_node(self.raw()).map(|n| n as usize);
             }
             e
         });
@@ -162,10 +162,10 @@ impl Stream {
     }
 
     fn journal_uncaptured(&self, op: Op<'_>, result: &Result<(), Failure>) {
-        let me = Some((self.raw as usize, self.label.as_str()));
+        let me = Some((self.raw() as usize, self.label.as_str()));
         match (result, op.kind) {
             (Err(f), _) => {
-                let e = Entry::new(&op, Some(self.raw as usize), failed(f));
+                let e = Entry::new(&op, Some(self.raw() as usize), failed(f));
                 self.ctx.attribute_failure(e, me, None);
             }
             (Ok(()), Kind::Work) => {
@@ -173,9 +173,9 @@ impl Stream {
                 let mut entry = None;
                 for rec in records.values_mut().filter(|r| r.options.journal) {
                     let e = entry.get_or_insert_with(|| {
-                        Entry::new(&op, Some(self.raw as usize), Outcome::Eager)
+                        Entry::new(&op, Some(self.raw() as usize), Outcome::Eager)
                     });
-                    rec.note_stream(self.raw as usize, &self.label, None);
+                    rec.note_stream(self.raw() as usize, &self.label, None);
                     rec.entries.push(e.cloned());
                 }
             }
@@ -216,8 +216,8 @@ impl Stream {
                 "work on stream '{}', which is not part of capture '{}' (strict mode)",
                 self.label, rec.label
             );
-            let entry = Entry::new(op, Some(self.raw as usize), Outcome::Refused { reason });
-            rec.note_stream(self.raw as usize, &self.label, None);
+            let entry = Entry::new(op, Some(self.raw() as usize), Outcome::Refused { reason });
+            rec.note_stream(self.raw() as usize, &self.label, None);
             let public = rec.public_of(&entry);
             let touching = touching.iter().map(|&i| rec.public(i)).collect();
             rec.entries.push(entry);
@@ -262,9 +262,9 @@ impl Stream {
                     let outcome = Outcome::Refused {
                         reason: reason.clone(),
                     };
-                    rec.note_stream(self.raw as usize, &self.label, None);
+                    rec.note_stream(self.raw() as usize, &self.label, None);
                     rec.entries
-                        .push(Entry::new(&op, Some(self.raw as usize), outcome));
+                        .push(Entry::new(&op, Some(self.raw() as usize), outcome));
                 }
                 Err(refuse(reason))
             }

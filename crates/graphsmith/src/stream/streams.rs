@@ -44,7 +44,6 @@ impl Context {
     pub fn legacy_stream(&self) -> Result<Stream> {
         let marker = self.event("legacy/marker", false)?;
         Ok(Stream {
-            raw: LEGACY as sys::CUstream,
             handle: Arc::new(StreamHandle {
                 raw: LEGACY as sys::CUstream,
                 ctx: self.clone(),
@@ -82,7 +81,6 @@ impl Context {
             }
         };
         Ok(Stream {
-            raw,
             handle: Arc::new(StreamHandle {
                 raw,
                 ctx: self.clone(),
@@ -102,7 +100,6 @@ impl Context {
 /// A CUDA stream with a label. `Send + Sync`: the driver allows submitting to one stream from
 /// several threads (the order between threads is then up to them).
 pub struct Stream {
-    pub(crate) raw: sys::CUstream,
     /// Owns `raw`: executables launched on the stream hold it too, so the stream outlives
     /// their work and they can wait on it (see [`crate::Exec`]).
     pub(crate) handle: Arc<StreamHandle>,
@@ -177,12 +174,6 @@ impl Drop for StreamHandle {
     }
 }
 
-// SAFETY: CUstream handles may be used from any thread; mutable state is behind a Mutex or
-// atomic.
-unsafe impl Send for Stream {}
-// SAFETY: as above.
-unsafe impl Sync for Stream {}
-
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Stream '{}'", self.label)
@@ -203,7 +194,7 @@ impl Stream {
     }
     /// The raw handle, for interop (graphsmith keeps ownership).
     pub fn raw(&self) -> sys::CUstream {
-        self.raw
+        self.handle.raw
     }
     /// The context of this stream.
     pub fn context(&self) -> &Context {
@@ -245,24 +236,23 @@ impl Stream {
             .map_err(|reason| Error::new(ErrorKind::ArgMismatch { reason }, node(), op, at))?;
         let fail = |f: Failure| f.on(node(), op, at);
         self.ctx.bind().map_err(fail)?;
-        let mut pointers = args.pointers();
         let (g, b) = (cfg.grid, cfg.block);
         // SAFETY: func is alive (kernel holds its module); argument count and sizes were
         // checked against cuFuncGetParamInfo above; the pointers point into `args`, alive and
         // unchanged for the call.
         let launch = |pointers: &mut [*mut std::ffi::c_void]| unsafe {
             driver::launch_kernel(
-                kernel.func,
+                kernel.function.func,
                 [g.x, g.y, g.z],
                 [b.x, b.y, b.z],
                 cfg.shared_mem_bytes,
-                self.raw,
+                self.raw(),
                 pointers,
             )
         };
         if !self.ctx.captures_active() {
             // Eager fast path: nothing to journal, nothing for a graph to keep.
-            return launch(&mut pointers).map_err(fail);
+            return launch(args.pointers().as_mut_slice()).map_err(fail);
         }
         let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()) as Keep);
@@ -271,7 +261,8 @@ impl Stream {
             keep,
             ..self.op(op, label, at, Kind::Work)
         };
-        self.issue(journal, fail, || launch(&mut pointers))
+        let mut pointers = args.pointers();
+        self.issue(journal, fail, || launch(pointers.as_mut_slice()))
     }
     /// Sets every element of `dst` to `value` (`cuMemsetD8/D16/D32Async`).
     #[track_caller]
@@ -297,7 +288,7 @@ impl Stream {
         self.issue(journal, fail, || {
             // SAFETY: ptr is a live allocation of n elements of T (held by dst); the stream is
             // live.
-            unsafe { driver::memset_async(ptr, bits, std::mem::size_of::<T>(), n, self.raw) }
+            unsafe { driver::memset_async(ptr, bits, std::mem::size_of::<T>(), n, self.raw()) }
         })
     }
 
@@ -331,7 +322,7 @@ impl Stream {
         let (d, s, bytes) = (dst.alloc.ptr, src.alloc.ptr, dst.bytes());
         self.issue(journal, fail, || {
             // SAFETY: both allocations are live and at least `bytes` long (lengths checked).
-            unsafe { driver::copy_device_async(d, s, bytes, self.raw) }
+            unsafe { driver::copy_device_async(d, s, bytes, self.raw()) }
         })
     }
 
@@ -370,8 +361,8 @@ impl Stream {
             // SAFETY: src is a live host slice of `bytes` bytes; dst is a live allocation of the
             // same size; the stream is synchronised before src can go away.
             unsafe {
-                driver::copy_to_device_async(ptr, src.as_ptr().cast(), bytes, self.raw)?;
-                driver::stream_synchronize(self.raw)
+                driver::copy_to_device_async(ptr, src.as_ptr().cast(), bytes, self.raw())?;
+                driver::stream_synchronize(self.raw())
             }
         })
     }
@@ -396,8 +387,8 @@ impl Stream {
             // SAFETY: out has capacity for n elements; the copy writes all `bytes` bytes and the
             // stream is synchronised before set_len; T is valid for any bit pattern (Element).
             unsafe {
-                driver::copy_to_host_async(out.as_mut_ptr().cast(), ptr, bytes, self.raw)?;
-                driver::stream_synchronize(self.raw)?;
+                driver::copy_to_host_async(out.as_mut_ptr().cast(), ptr, bytes, self.raw())?;
+                driver::stream_synchronize(self.raw())?;
                 out.set_len(n);
             }
             Ok(())
@@ -415,7 +406,7 @@ impl Stream {
         self.ctx.bind().map_err(fail)?;
         self.issue(self.op(op, &self.label, at, Kind::Other), fail, || {
             // SAFETY: the stream is live.
-            unsafe { driver::stream_synchronize(self.raw) }
+            unsafe { driver::stream_synchronize(self.raw()) }
         })
     }
 
@@ -430,7 +421,7 @@ impl Stream {
         let kind = Kind::Record { event: ev as usize };
         self.issue(self.op(op, event.label(), at, kind), fail, || {
             // SAFETY: stream and event are live and of the same context.
-            unsafe { driver::event_record(ev, self.raw) }
+            unsafe { driver::event_record(ev, self.raw()) }
         })
     }
 
@@ -448,7 +439,7 @@ impl Stream {
         };
         self.issue(self.op(op, event.label(), at, kind), fail, || {
             // SAFETY: stream and event are live.
-            unsafe { driver::stream_wait_event(self.raw, ev) }
+            unsafe { driver::stream_wait_event(self.raw(), ev) }
         })
     }
 
@@ -471,15 +462,15 @@ impl Stream {
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
         let journal = Op {
-            waits_for: Some((other.raw as usize, other.label.as_str())),
+            waits_for: Some((other.raw() as usize, other.label.as_str())),
             ..self.op(op, &other.label, at, Kind::Wait { event: None })
         };
         let m = marker.inner.raw;
         self.issue(journal, fail, || {
             // SAFETY: both streams and the marker event are live and of the same context.
             unsafe {
-                driver::event_record(m, other.raw)?;
-                driver::stream_wait_event(self.raw, m)
+                driver::event_record(m, other.raw())?;
+                driver::stream_wait_event(self.raw(), m)
             }
         })
     }
@@ -497,7 +488,7 @@ impl Stream {
         let op = "Stream::interop";
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        let raw = self.raw;
+        let raw = self.raw();
         self.issue(self.op(op, label, at, Kind::Other), fail, || {
             check(call(raw), "interop call")
         })

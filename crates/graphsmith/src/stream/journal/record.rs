@@ -157,18 +157,18 @@ pub(crate) fn new_record(
 ) -> CaptureRecord {
     let (thread, thread_label) = crate::ranges::thread();
     let mut streams = HashMap::new();
-    streams.insert(origin.raw as usize, origin.label.clone());
+    streams.insert(origin.raw() as usize, origin.label.clone());
     CaptureRecord {
         nodes: HashMap::new(),
         keep: Vec::new(),
         label: label.to_string(),
         options,
-        origin: origin.raw as usize,
+        origin: origin.raw() as usize,
         began_at,
         thread,
         thread_label,
         entries: Vec::new(),
         streams,
-        last_stream: origin.raw as usize,
+        last_stream: origin.raw() as usize,
     }
 }

@@ -321,7 +321,8 @@ impl Graph {
     /// Reads the graph back from the driver into a fresh model (node kinds, kernel names,
     /// geometry and argument bytes, copy and set operands with the memory they touch, edges),
     /// through the same conversion `graphsmith trace --hazards` uses. Labels are not the
-    /// driver's to know: kernel nodes are labelled with their kernel's name, others `<kind>#<index>`.
+    /// driver's to know: kernel nodes are labelled with their kernel's name, others
+    /// `<kind>#<index>`.
     #[track_caller]
     pub fn read_back(&self) -> Result<model::Graph> {
         let at = SourceLine::caller();

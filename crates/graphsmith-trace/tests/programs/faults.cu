@@ -259,7 +259,8 @@ static int run(const char* c) {
       g = end(s);
     }
     replay(g, s, 1);
-    // The copy ran: the first copied byte holds the source's 7 (the memset left 0 elsewhere).
+    // The copy ran: in clean-2d the first copied byte holds the source's 7 (the memset before
+    // it left 0); in race-2d it depends on which of the two unordered nodes ran last.
     unsigned char first = 0;
     check(cudaMemcpy(&first, (char*)dst + C2_DST_X + C2_DST_Y * C2_DST_PITCH, 1,
                      cudaMemcpyDeviceToHost),

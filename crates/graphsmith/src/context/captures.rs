@@ -46,7 +46,7 @@ pub struct CaptureOptions {
     pub mode: CaptureMode,
     /// Work issued through graphsmith that would run outside the capture (a stream that is not
     /// part of it, from the capturing thread; or memory the capture touches, from any thread)
-    /// is refused with [`ErrorKind::CaptureEscape`] instead of running eagerly and being
+    /// is refused with [`crate::ErrorKind::CaptureEscape`] instead of running eagerly and being
     /// reported as a warning. Default: off.
     pub strict: bool,
     /// Record the journal (labels, lines, ranges, accesses, results). Off, nodes get default

@@ -93,15 +93,30 @@ enum Command {
     },
 }
 
-/// Prints an error the way every command does: the message, then the fix when one is known.
+/// Prints an error the way every command does: the message, the errors it wraps (one
+/// `Caused by:` line each, outermost first), then the CUDA code and the fix when known.
 pub(crate) fn report(error: &graphsmith::Error) {
     eprintln!("error: {error}");
+    for cause in causes(error) {
+        eprintln!("Caused by: {cause}");
+    }
     if let Some(code) = error.cuda_code() {
         eprintln!("  CUDA code: {code}");
     }
     if let Some(fix) = error.fix() {
         eprintln!("  fix: {fix}");
     }
+}
+
+/// The chain of errors `error` wraps ([`std::error::Error::source`]), outermost first.
+pub(crate) fn causes(error: &dyn std::error::Error) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut next = error.source();
+    while let Some(cause) = next {
+        out.push(cause.to_string());
+        next = cause.source();
+    }
+    out
 }
 
 fn main() -> ExitCode {
@@ -135,5 +150,33 @@ fn main() -> ExitCode {
             svg,
             dot,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::causes;
+    use graphsmith::{Error, ErrorKind, ObjectKind, ObjectRef, SourceLine};
+
+    #[test]
+    fn a_wrapped_error_is_printed_as_its_cause() {
+        let model_error = graphsmith::model::Graph::new("g")
+            .add_edge(graphsmith::model::NodeId(0), graphsmith::model::NodeId(1))
+            .unwrap_err();
+        let error = Error {
+            kind: ErrorKind::InvalidGraph(Box::new(model_error.clone())),
+            object: ObjectRef::new(ObjectKind::Node, "n"),
+            op: "Graph::empty",
+            at: SourceLine {
+                file: "src/main.rs",
+                line: 3,
+                column: 1,
+            },
+        };
+        assert_eq!(
+            error.to_string(),
+            "Graph::empty on Node 'n' at src/main.rs:3:1: the graph model refused the change"
+        );
+        assert_eq!(causes(&error), [model_error.to_string()]);
     }
 }

@@ -2,9 +2,6 @@
 //! failures, the real CUDA code.
 
 use std::fmt;
-use std::panic::Location;
-
-use cudarc::driver::sys;
 
 /// The kinds of objects graphsmith owns; every error names one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -50,93 +47,7 @@ impl fmt::Display for ObjectRef {
     }
 }
 
-/// A CUDA driver result code other than success.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct CudaCode(pub sys::CUresult);
-
-impl CudaCode {
-    /// The numeric value, e.g. 900.
-    pub fn number(self) -> u32 {
-        self.0 as u32
-    }
-    /// The driver's name, e.g. `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`.
-    pub fn name(self) -> String {
-        format!("{:?}", self.0)
-    }
-    /// The driver's own description (`cuGetErrorString`), when the driver can give one.
-    pub fn description(self) -> Option<String> {
-        // SAFETY: only tries to open the library (a code can be built without a driver, e.g.
-        // by `graphsmith explain` on a machine without a GPU).
-        if !unsafe { sys::is_culib_present() } {
-            return None;
-        }
-        let mut text: *const std::ffi::c_char = std::ptr::null();
-        // SAFETY: the library is present; cuGetErrorString writes a pointer to a static string
-        // or leaves it null.
-        let rc = unsafe { sys::cuGetErrorString(self.0, &mut text) };
-        if rc != sys::CUresult::CUDA_SUCCESS || text.is_null() {
-            return None;
-        }
-        // SAFETY: non-null pointers from cuGetErrorString point to NUL-terminated static strings.
-        Some(
-            unsafe { std::ffi::CStr::from_ptr(text) }
-                .to_string_lossy()
-                .into_owned(),
-        )
-    }
-    /// Whether this code means the context (or the whole driver) is gone.
-    pub fn is_context_gone(self) -> bool {
-        matches!(
-            self.0,
-            sys::CUresult::CUDA_ERROR_INVALID_CONTEXT
-                | sys::CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
-                | sys::CUresult::CUDA_ERROR_DEINITIALIZED
-                | sys::CUresult::CUDA_ERROR_CONTEXT_ALREADY_IN_USE
-        )
-    }
-}
-
-impl fmt::Display for CudaCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.name(), self.number())?;
-        if let Some(text) = self.description() {
-            write!(f, ": {text}")?;
-        }
-        Ok(())
-    }
-}
-
-/// A source location (the caller's, taken with `#[track_caller]`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct SourceLine {
-    pub file: &'static str,
-    pub line: u32,
-    pub column: u32,
-}
-
-impl SourceLine {
-    /// The caller of the `#[track_caller]` function that calls this.
-    #[track_caller]
-    pub fn caller() -> Self {
-        Location::caller().into()
-    }
-}
-
-impl From<&'static Location<'static>> for SourceLine {
-    fn from(l: &'static Location<'static>) -> Self {
-        Self {
-            file: l.file(),
-            line: l.line(),
-            column: l.column(),
-        }
-    }
-}
-
-impl fmt::Display for SourceLine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.file, self.line, self.column)
-    }
-}
+pub use graphsmith_analysis::{CudaCode, SourceLine};
 
 /// What went wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,15 +74,18 @@ pub enum ErrorKind {
     NullHandle { what: &'static str },
     /// Other bad input (sizes that do not match, ...).
     InvalidInput { reason: String },
+    /// The graph model refused a change (an edge to a node it does not hold, a self edge); the
+    /// model's error is the [`std::error::Error::source`].
+    InvalidGraph(Box<graphsmith_model::ModelError>),
     /// An executable cannot take a new graph's parameters in place; one reason per node.
     UpdateImpossible {
-        reasons: Vec<crate::compat::Incompatibility>,
+        reasons: Vec<graphsmith_analysis::update_check::Incompatibility>,
     },
     /// A capture failed: the diagnosis names the first offending operation, its line, thread
     /// and ranges, the real CUDA code, the family and the fix.
-    CaptureFailed(Box<crate::diagnosis::Diagnosis>),
+    CaptureFailed(Box<graphsmith_analysis::Diagnosis>),
     /// Work that would run outside the running capture, refused in strict mode.
-    CaptureEscape(Box<crate::diagnosis::Escape>),
+    CaptureEscape(Box<graphsmith_analysis::Escape>),
 }
 
 impl fmt::Display for ErrorKind {
@@ -199,6 +113,7 @@ impl fmt::Display for ErrorKind {
             }
             ErrorKind::NullHandle { what } => write!(f, "{what} is null"),
             ErrorKind::InvalidInput { reason } => write!(f, "invalid input: {reason}"),
+            ErrorKind::InvalidGraph(_) => write!(f, "the graph model refused the change"),
             ErrorKind::UpdateImpossible { reasons } => {
                 write!(f, "the update is impossible in place:")?;
                 for r in reasons {
@@ -263,11 +178,11 @@ impl Error {
             ErrorKind::NullHandle { .. } => "pass a live handle",
             ErrorKind::UpdateImpossible { .. } => "rebuild the graph with the executable's topology, or update with UpdatePolicy::Reinstantiate to rebuild the executable (counted in Exec::stats)",
             ErrorKind::CaptureFailed(diagnosis) => diagnosis.fix(),
-            ErrorKind::CaptureEscape(escape) => crate::catalogue::classify(escape.op.op, None)
+            ErrorKind::CaptureEscape(escape) => graphsmith_analysis::catalogue::classify(escape.op.op, None)
                 .map_or("issue the work on a stream of the capture", |e| e.fix),
             // A capture code at the offending call itself: the catalogue knows the fix.
             ErrorKind::Cuda { code, .. } if matches!(code.number(), 900..=908) => {
-                crate::catalogue::classify(self.op, Some(code.number()))?.fix
+                graphsmith_analysis::catalogue::classify(self.op, Some(code.number()))?.fix
             }
             _ => return None,
         })
@@ -284,44 +199,14 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            ErrorKind::InvalidGraph(e) => Some(e.as_ref()),
+            _ => None,
+        }
+    }
+}
 
 /// graphsmith's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A failed driver call before it is attached to an object.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Failure {
-    pub call: &'static str,
-    pub code: CudaCode,
-}
-
-impl Failure {
-    /// Attaches the object, operation and caller's line.
-    pub fn on(self, object: ObjectRef, op: &'static str, at: SourceLine) -> Error {
-        let kind = if self.code.is_context_gone() {
-            ErrorKind::ContextGone {
-                call: self.call,
-                code: self.code,
-            }
-        } else {
-            ErrorKind::Cuda {
-                call: self.call,
-                code: self.code,
-            }
-        };
-        Error::new(kind, object, op, at)
-    }
-}
-
-/// Turns a raw driver result into `Result<(), Failure>`.
-pub(crate) fn check(rc: sys::CUresult, call: &'static str) -> Result<(), Failure> {
-    if rc == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(Failure {
-            call,
-            code: CudaCode(rc),
-        })
-    }
-}

@@ -28,59 +28,54 @@
 //! [`Context::drop_failures`]; a graph or executable keeps every buffer it references alive.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-mod buffer;
-mod builder;
-mod cache;
-mod capture;
-pub mod catalogue;
-mod compat;
-mod context;
-mod deferred;
-mod diagnosis;
+// Layers, bottom to top; a module uses only what is below it (ARCHITECTURE.md).
+// 0: errors, and the driver calls (the only code that calls `sys::cu*`).
+mod driver;
 mod error;
-mod event;
-mod exec;
-mod fallback;
-mod graph;
-mod image;
-mod interop_access;
-mod journal;
-mod kernel;
-mod nvtx;
-mod overrides;
-pub mod probe;
-mod probe_features;
-mod range;
-mod readback;
-mod relocate;
-mod signature;
+// 1: named ranges and NVTX.
+mod ranges;
+// 2: the context, its running captures and deferred destruction.
+mod context;
+// 3: device memory.
+mod memory;
+// 4: modules, kernels, launch configuration, arguments.
+mod module;
+// 5: streams, events, the capture journal.
 mod stream;
-mod update;
+// 6: graph templates, the builder, capture, read-back.
+mod graph;
+// 7: executables and updates.
+mod exec;
+// 8: the graph cache.
+mod cache;
+// 9: device facts and feature trials.
+pub mod probe;
 
-pub use buffer::{DeviceBuffer, Element, View, ViewMut};
 pub use cache::{
     CacheConfig, CacheStats, Dispatch, GraphCache, Oversize, Path, Scope, ShapeKey, Workload,
 };
-pub use capture::CaptureMode;
-pub use capture::{CaptureOptions, CaptureReport};
-pub use catalogue::Family;
-pub use compat::{update_compatibility, Incompatibility};
+pub use context::CaptureMode;
+pub use context::CaptureOptions;
 pub use context::{gpu_available, Context, DropFailure};
-pub use diagnosis::{
-    diagnose, CaptureSummary, Cause, Diagnosis, Escape, JournalEntry, Outcome, Unjoined,
-};
 pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 pub use exec::{Exec, ExecStats};
-pub use fallback::Replay;
+pub use exec::{Relocated, Relocation};
+pub use exec::{UpdateBatch, UpdateOutcome, UpdatePolicy};
+pub use graph::read_raw_graph;
+pub use graph::CaptureReport;
+pub use graph::Replay;
 pub use graph::{Graph, NodeRef};
+pub use graphsmith_analysis as analysis;
+pub use graphsmith_analysis::catalogue;
+pub use graphsmith_analysis::{
+    diagnose, CaptureSummary, Cause, Diagnosis, Escape, JournalEntry, Outcome, Unjoined,
+};
+pub use graphsmith_analysis::{update_compatibility, Family, Incompatibility};
 pub use graphsmith_model as model;
-pub use interop_access::{read, read_write, write, LibraryAccess};
-pub use kernel::{Args, Kernel, KernelArg, LaunchConfig, Module};
-pub use range::{current_ranges, range, RangeGuard};
-pub use readback::read_raw_graph;
-pub use relocate::{Relocated, Relocation};
-pub use stream::{Event, Stream};
-pub use update::{UpdateBatch, UpdateOutcome, UpdatePolicy};
+pub use memory::{DeviceBuffer, Element, View, ViewMut};
+pub use module::{Args, Kernel, KernelArg, LaunchConfig, Module};
+pub use ranges::{current_ranges, range, RangeGuard};
+pub use stream::{read, read_write, write, Event, LibraryAccess, Stream};
 
 /// Re-export of the raw driver bindings graphsmith uses, for interop with other CUDA code.
 pub use cudarc::driver::sys;

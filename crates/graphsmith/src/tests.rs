@@ -3,8 +3,9 @@
 use graphsmith_model::Dim3;
 
 use crate::context::Limits;
-use crate::error::{CudaCode, Error, ErrorKind, Failure, ObjectKind, ObjectRef, SourceLine};
-use crate::kernel::LaunchConfig;
+use crate::driver::Failure;
+use crate::error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, SourceLine};
+use crate::module::LaunchConfig;
 
 const H200: Limits = Limits {
     max_threads_per_block: 1024,
@@ -75,7 +76,7 @@ fn context_gone_codes_become_context_gone_errors() {
     ] {
         let e = Failure {
             call: "cuGraphLaunch",
-            code: CudaCode(code),
+            code: CudaCode(code as u32),
         }
         .on(
             ObjectRef::new(ObjectKind::Exec, "step#exec"),
@@ -83,20 +84,20 @@ fn context_gone_codes_become_context_gone_errors() {
             at(),
         );
         assert!(matches!(e.kind, ErrorKind::ContextGone { .. }), "{code:?}");
-        assert_eq!(e.cuda_code(), Some(CudaCode(code)));
+        assert_eq!(e.cuda_code(), Some(CudaCode(code as u32)));
     }
     let e = Failure {
         call: "cuGraphLaunch",
-        code: CudaCode(R::CUDA_ERROR_INVALID_VALUE),
+        code: CudaCode(R::CUDA_ERROR_INVALID_VALUE as u32),
     }
     .on(ObjectRef::new(ObjectKind::Exec, "x"), "Exec::launch", at());
     assert!(matches!(e.kind, ErrorKind::Cuda { .. }));
     assert_eq!(
-        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).number(),
+        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as u32).number(),
         900
     );
     assert_eq!(
-        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED).name(),
+        CudaCode(R::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as u32).name(),
         "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
     );
 }
@@ -134,7 +135,7 @@ fn geometry_is_checked_against_device_limits() {
 
 #[test]
 fn memset_bits_cover_1_2_4_byte_elements_and_refuse_8() {
-    use crate::builder::memset_bits;
+    use crate::memory::memset_bits;
     assert_eq!(memset_bits(0xabu8), Ok(0xab));
     assert_eq!(memset_bits(0x1234u16), Ok(0x1234));
     assert_eq!(memset_bits(1.0f32), Ok(0x3f80_0000));
@@ -155,7 +156,7 @@ fn scalar_args_are_little_endian_bytes() {
     );
     assert!(args.take_accesses().is_empty());
     // Each value starts 8-byte aligned in the shared buffer, so the pointers are aligned too.
-    for p in args.pointers() {
+    for p in args.pointers().iter() {
         assert_eq!(p as usize % 8, 0);
     }
 }
@@ -168,4 +169,20 @@ fn no_gpu_means_a_typed_error_not_a_panic() {
     let e = crate::Context::new(0).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::NoDriver { .. }), "{e}");
     assert_eq!(e.object, ObjectRef::new(ObjectKind::Context, "gpu0"));
+}
+
+/// Thread-safety the compiler derives (no `unsafe impl` on these types): a handle type that
+/// lost its auto traits would fail to compile here.
+#[test]
+fn handles_are_send_and_sync_where_documented() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<crate::Context>();
+    send_sync::<crate::Stream>();
+    send_sync::<crate::Event>();
+    send_sync::<crate::Module>();
+    send_sync::<crate::Kernel>();
+    send_sync::<crate::DeviceBuffer<f32>>();
+    send_sync::<crate::Exec>();
+    send::<crate::Graph>();
 }

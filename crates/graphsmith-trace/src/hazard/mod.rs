@@ -2,19 +2,22 @@
 //!
 //! Two halves, like the rest of the crate. In the traced process the injection library reads
 //! the instantiated `CUgraph` back with driver calls into a [`RawGraph`]
-//! (`src/inject/readback.rs`); this module, pure Rust and tested without a GPU, turns it into a
-//! `graphsmith_model::Graph` with memory accesses ([`build()`]), runs the model's hazard checker
+//! (`src/inject/readback/`); the one conversion, `graphsmith_analysis::readback` (shared with the
+//! runtime), turns it into a `graphsmith_model::Graph` with memory accesses ([`build()`]); this
+//! module runs the model's hazard checker
 //! (`Graph::hazards`: pairs of nodes that no path of edges orders and whose accesses to one
 //! buffer conflict) and keeps what the report needs ([`check`]), which the library records as
 //! an [`crate::event::Event::Hazards`] event.
 
-pub mod build;
 mod text;
 
 use graphsmith_model::{demangle, AccessMode, Graph, HazardKind, NodeId, NodeKind};
 use serde::{Deserialize, Serialize};
 
-pub use build::{build, Built, Copy3D, CopySide, Operand, RawEdge, RawGraph, RawNode, Set2D};
+/// The one conversion of a read-back graph into the model, shared with the runtime.
+pub use graphsmith_analysis::readback::{
+    build, Built, Copy3D, CopySide, Operand, RawEdge, RawGraph, RawNode, Set2D,
+};
 pub use text::render_check;
 
 /// Hazards recorded per graph at most; the rest are counted in [`CheckResult::total`].
@@ -47,8 +50,9 @@ pub struct CheckResult {
     pub nodes: u64,
     /// Edges read back, child graphs' included.
     pub edges: u64,
-    /// Edges not taken as ordering: programmatic-launch edges, which let the dependent kernel
-    /// start before its primary finishes.
+    /// Edges not taken as ordering: edges from a kernel's launch-order port, which order only
+    /// the start of the dependent kernel (programmatic edges are taken as ordering what the
+    /// dependent kernel does after its `cudaGridDependencySynchronize`; see `RawEdge::orders`).
     #[serde(default)]
     pub weak_edges: u64,
     pub kernels: u64,

@@ -115,7 +115,9 @@ fn an_edge_between_the_branches_orders_them() {
 }
 
 #[test]
-fn a_programmatic_edge_does_not_order() {
+fn a_programmatic_edge_orders_after_the_wait_and_a_launch_order_edge_does_not() {
+    // Programmatic type from the programmatic port: the dependent kernel's
+    // cudaGridDependencySynchronize returns once the primary has finished, so it orders.
     let mut raw = RawGraph {
         nodes: vec![inc(BUF), scale(BUF)],
         edges: vec![RawEdge {
@@ -126,6 +128,10 @@ fn a_programmatic_edge_does_not_order() {
             ty: 1,
         }],
     };
+    let c = run(&raw);
+    assert_eq!((c.edges, c.weak_edges, c.total), (1, 0, 0));
+    // From the launch-order port: only the start is ordered, the memory is not.
+    raw.edges[0].from_port = 2;
     let c = run(&raw);
     assert_eq!((c.edges, c.weak_edges, c.total), (1, 1, 1));
     raw.edges[0] = RawEdge::plain(0, 1);

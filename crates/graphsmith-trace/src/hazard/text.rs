@@ -107,8 +107,8 @@ pub fn render_check(out: &mut String, check: &HazardCheck, indent: &str) {
     if c.weak_edges > 0 {
         let _ = writeln!(
             out,
-            "{indent}  note: {} not taken as ordering (the dependent kernel may start before its primary finishes)",
-            plural(c.weak_edges, "programmatic-launch edge")
+            "{indent}  note: {} not taken as ordering (they order only the start of the dependent kernel, not memory)",
+            plural(c.weak_edges, "launch-order edge")
         );
     }
     if c.kernels_unread > 0 {

@@ -30,12 +30,6 @@ pub(crate) struct Cupti {
     pub result_string: ResultString,
 }
 
-// SAFETY: the struct holds a library handle and plain function pointers into it; CUPTI's
-// functions may be called from any thread.
-unsafe impl Send for Cupti {}
-// SAFETY: as above: nothing in it is mutated after loading.
-unsafe impl Sync for Cupti {}
-
 /// Why libcupti could not be used.
 pub(crate) enum CuptiError {
     Missing(String),
@@ -147,11 +141,6 @@ pub(crate) struct Driver {
     error_string: Option<ErrorText>,
 }
 
-// SAFETY: a library handle and plain function pointers; the driver API is thread-safe.
-unsafe impl Send for Driver {}
-// SAFETY: as above.
-unsafe impl Sync for Driver {}
-
 /// A stream's capture status: `CUstreamCaptureStatus` and the capture id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Capturing {
@@ -256,3 +245,16 @@ impl Driver {
 /// `InitializeInjection` and the callback never return an error to CUDA; this documents the
 /// return value the driver expects from the injection entry point.
 pub(crate) const INJECTION_OK: c_int = 1;
+
+/// The loaded libraries are shared between threads (the callbacks run on the application's);
+/// a library handle and plain function pointers are `Send + Sync` without any `unsafe impl`.
+#[cfg(test)]
+mod thread_safety {
+    #[test]
+    fn loaded_apis_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<super::Cupti>();
+        send_sync::<super::Driver>();
+        send_sync::<crate::inject::readback::GraphApi>();
+    }
+}

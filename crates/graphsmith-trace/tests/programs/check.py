@@ -104,6 +104,24 @@ def check_hazards(errs, exp, report, graphs, stdout_path):
             if not h["buffer"] <= address < h["buffer"] + size:
                 errs.append(f"hazard on the allocation {h['buffer']:#x} ({size} bytes), which does "
                             f"not hold the program's buffer {printed[0]}")
+            check_range(errs, want, h, lines, address)
+
+
+def check_range(errs, want, h, lines, address):
+    """The hazard's byte range equals the one the program computed on the host ("<prefix>offset
+    len", relative to the program's buffer at `address`)."""
+    prefix = want.get("range_from_stdout")
+    if not prefix:
+        return
+    printed = [l[len(prefix):].split() for l in lines if l.startswith(prefix)]
+    if not printed or len(printed[0]) != 2:
+        errs.append(f"the command printed no line '{prefix}<offset> <len>'")
+        return
+    offset, length = (int(v) for v in printed[0])
+    want_range = (address - h["buffer"] + offset, length)
+    if (h["offset"], h["len"]) != want_range:
+        errs.append(f"hazard on bytes {h['offset']}+{h['len']} of {h['buffer']:#x}, the host "
+                    f"predicts {want_range[0]}+{want_range[1]}")
 
 
 def main():
@@ -164,6 +182,14 @@ def main():
         if got < n:
             errs.append(f"{got} {kind} nodes, expected at least {n} ({[g['instantiate']['nodes'] for g in graphs]})")
     check_hazards(errs, exp, report, graphs, stdout_path)
+    if "stdout_contains" in exp:
+        try:
+            out = open(stdout_path).read() if stdout_path else ""
+        except OSError as e:
+            out = ""
+            errs.append(f"cannot read the command's output: {e}")
+        if exp["stdout_contains"] not in out:
+            errs.append(f"the command's output lacks {exp['stdout_contains']!r}")
     if "launches_min" in exp:
         got = max((g["launches"] for g in graphs), default=0)
         if got < exp["launches_min"]:

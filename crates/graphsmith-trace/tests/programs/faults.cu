@@ -72,6 +72,31 @@ static void replay(cudaGraph_t g, cudaStream_t s, int times) {
   cudaGraphDestroy(g);
 }
 
+// The 2-D copy of crates/graphsmith/tests/gpu_readback_copies.rs: 6 rows of 100 bytes, from
+// (x 16, y 2) of a source with a 512-byte pitch into (x 8, y 5) of a destination with a 256-byte
+// pitch (16 rows each). Prints the destination and the byte range of it the copy writes, as the
+// host computes it: offset x + y * pitch, length (rows - 1) * pitch + width.
+static const size_t C2_SRC_PITCH = 512, C2_DST_PITCH = 256, C2_WIDTH = 100, C2_HEIGHT = 6;
+static const size_t C2_SRC_X = 16, C2_SRC_Y = 2, C2_DST_X = 8, C2_DST_Y = 5, C2_ROWS = 16;
+
+static void copy_2d(void* src, void* dst, cudaStream_t s) {
+  cudaMemcpy3DParms p;
+  memset(&p, 0, sizeof p);
+  p.srcPtr = make_cudaPitchedPtr(src, C2_SRC_PITCH, C2_SRC_PITCH, C2_ROWS);
+  p.srcPos = make_cudaPos(C2_SRC_X, C2_SRC_Y, 0);
+  p.dstPtr = make_cudaPitchedPtr(dst, C2_DST_PITCH, C2_DST_PITCH, C2_ROWS);
+  p.dstPos = make_cudaPos(C2_DST_X, C2_DST_Y, 0);
+  p.extent = make_cudaExtent(C2_WIDTH, C2_HEIGHT, 1);
+  p.kind = cudaMemcpyDeviceToDevice;
+  check(cudaMemcpy3DAsync(&p, s), "2-D copy");
+}
+
+static void print_copy_2d(void* dst) {
+  printf("faults: copy-2d dst %p\n", dst);
+  printf("faults: copy-2d range %zu %zu\n", C2_DST_X + C2_DST_Y * C2_DST_PITCH,
+         (C2_HEIGHT - 1) * C2_DST_PITCH + C2_WIDTH);
+}
+
 static void worker(void (*body)(cudaStream_t), cudaStream_t s) {
   std::thread t([=] {
     pthread_setname_np(pthread_self(), "gs-worker");
@@ -200,6 +225,47 @@ static int run(const char* c) {
       g = end(s);
     }
     replay(g, s, 5);
+  } else if (!strcmp(c, "race-2d") || !strcmp(c, "clean-2d")) {
+    // The 2-D copy with a planted race on the rows it writes: a memset of the whole destination
+    // on a forked stream, which no edge orders against the copy (race-2d); its fixed twin runs
+    // the memset before the copy on one stream (clean-2d).
+    bool race = !strcmp(c, "race-2d");
+    void *src = nullptr, *dst = nullptr;
+    check(cudaMalloc(&src, C2_SRC_PITCH * C2_ROWS), "malloc src");
+    check(cudaMalloc(&dst, C2_DST_PITCH * C2_ROWS), "malloc dst");
+    check(cudaMemset(src, 7, C2_SRC_PITCH * C2_ROWS), "fill src");
+    check(cudaDeviceSynchronize(), "fill src sync");
+    print_copy_2d(dst);
+    cudaGraph_t g;
+    {
+      Range r("capture");
+      begin(s);
+      if (race) {
+        check(cudaEventRecord(e, s), "fork record");
+        check(cudaStreamWaitEvent(s2, e, 0), "fork wait");
+        {
+          Range f("fault");
+          check(cudaMemsetAsync(dst, 0, C2_DST_PITCH * C2_ROWS, s2), "memset dst");
+          copy_2d(src, dst, s);
+        }
+        cudaEvent_t j;
+        check(cudaEventCreateWithFlags(&j, cudaEventDisableTiming), "event create");
+        check(cudaEventRecord(j, s2), "join record");
+        check(cudaStreamWaitEvent(s, j, 0), "join wait");
+      } else {
+        check(cudaMemsetAsync(dst, 0, C2_DST_PITCH * C2_ROWS, s), "memset dst");
+        copy_2d(src, dst, s);
+      }
+      g = end(s);
+    }
+    replay(g, s, 1);
+    // The copy ran: in clean-2d the first copied byte holds the source's 7 (the memset before
+    // it left 0); in race-2d it depends on which of the two unordered nodes ran last.
+    unsigned char first = 0;
+    check(cudaMemcpy(&first, (char*)dst + C2_DST_X + C2_DST_Y * C2_DST_PITCH, 1,
+                     cudaMemcpyDeviceToHost),
+          "read back");
+    printf("faults: copy-2d first byte %d\n", (int)first);
   } else if (!strcmp(c, "clean")) {
     cudaGraph_t g;
     {

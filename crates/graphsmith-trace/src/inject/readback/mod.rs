@@ -80,11 +80,6 @@ pub(crate) struct GraphApi {
     error_name: Option<ErrorName>,
 }
 
-// SAFETY: a library handle and plain function pointers into it; the driver API is thread-safe.
-unsafe impl Send for GraphApi {}
-// SAFETY: as above: nothing in it is mutated after loading.
-unsafe impl Sync for GraphApi {}
-
 fn symbol<T: Copy>(lib: &Library, name: &str) -> Option<T> {
     // SAFETY: each call site names a driver function with the C signature T it has in cuda.h
     // (see the module docs); the pointer is used only while `lib` (kept in GraphApi) is open.
@@ -216,47 +211,45 @@ impl GraphApi {
         graph: u64,
         index: &HashMap<u64, usize>,
     ) -> Result<Vec<RawEdge>, String> {
-        let null = null_mut();
-        let mut n = 0usize;
-        let r = match (self.edges_v2, self.edges_v1) {
-            // SAFETY: NULL arrays ask for the edge count only.
-            (Some(f), _) => unsafe { f(graph, null, null, null_mut(), &mut n) },
-            // SAFETY: as above.
-            (None, Some(f)) => unsafe { f(graph, null, null, &mut n) },
-            (None, None) => return Ok(Vec::new()),
+        // A count-only query fails with CUDA_ERROR_LOSSY_QUERY when an edge carries data (a
+        // programmatic edge), so read into arrays with room to spare, growing them while the
+        // driver fills them all.
+        let mut n = 64usize;
+        let (from, to, data, got) = loop {
+            let (mut from, mut to) = (vec![0u64; n], vec![0u64; n]);
+            // SAFETY: CUgraphEdgeData is three bytes and a reserved byte array: all zero is valid.
+            let mut data: Vec<CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; n];
+            let mut got = n;
+            let r = match (self.edges_v2, self.edges_v1) {
+                // SAFETY: the three arrays have room for `got` entries; the driver writes at
+                // most that many and updates `got`.
+                (Some(f), _) => unsafe {
+                    f(
+                        graph,
+                        from.as_mut_ptr(),
+                        to.as_mut_ptr(),
+                        data.as_mut_ptr(),
+                        &mut got,
+                    )
+                },
+                // SAFETY: as above, without edge data.
+                (None, Some(f)) => unsafe {
+                    f(graph, from.as_mut_ptr(), to.as_mut_ptr(), &mut got)
+                },
+                (None, None) => return Ok(Vec::new()),
+            };
+            if r != 0 {
+                return Err(self.failed("cuGraphGetEdges", r));
+            }
+            if got >= n {
+                if n >= MAX_EDGES {
+                    return Err(format!("the graph has more than {MAX_EDGES} edges"));
+                }
+                n = (n * 4).min(MAX_EDGES);
+                continue;
+            }
+            break (from, to, data, got);
         };
-        if r != 0 {
-            return Err(self.failed("cuGraphGetEdges", r));
-        }
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        if n > MAX_EDGES {
-            return Err(format!("the graph has more than {MAX_EDGES} edges"));
-        }
-        let (mut from, mut to) = (vec![0u64; n], vec![0u64; n]);
-        // SAFETY: CUgraphEdgeData is three bytes and a reserved byte array: all zero is valid.
-        let mut data: Vec<CUgraphEdgeData> = vec![unsafe { std::mem::zeroed() }; n];
-        let mut got = n;
-        let r = match (self.edges_v2, self.edges_v1) {
-            // SAFETY: the three arrays have room for `got` entries; the driver writes at most
-            // that many and updates `got`.
-            (Some(f), _) => unsafe {
-                f(
-                    graph,
-                    from.as_mut_ptr(),
-                    to.as_mut_ptr(),
-                    data.as_mut_ptr(),
-                    &mut got,
-                )
-            },
-            // SAFETY: as above, without edge data.
-            (None, Some(f)) => unsafe { f(graph, from.as_mut_ptr(), to.as_mut_ptr(), &mut got) },
-            (None, None) => return Ok(Vec::new()),
-        };
-        if r != 0 {
-            return Err(self.failed("cuGraphGetEdges", r));
-        }
         let got = got.min(n);
         Ok((0..got)
             .filter_map(|i| {
@@ -315,7 +308,7 @@ impl GraphApi {
             Some(f) => (unsafe { f(node, &mut graph) }) == 0 && graph != 0,
             None => false,
         };
-        let child = if read && depth < hazard::build::MAX_DEPTH {
+        let child = if read && depth < graphsmith_analysis::readback::MAX_DEPTH {
             // SAFETY: the child graph is owned by the node, live while its parent is.
             unsafe { self.read_at(graph, depth + 1, budget) }?
         } else {

@@ -1,0 +1,299 @@
+//! The running captures of a context, as the context holds them: what each must keep alive,
+//! its options and record (journal entries, node metadata, streams seen), and the half of the
+//! journal that needs no stream: operations on no stream (`Context::alloc`, `Event::query`,
+//! interop) and the attribution of a failure to the captures it broke. The stream half
+//! (operations on streams, escapes, the node each operation became) is `stream/journal.rs`.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::ThreadId;
+
+use cudarc::driver::sys;
+use graphsmith_analysis::Outcome;
+use graphsmith_model::{Access, AccessMode, Provenance};
+
+use crate::context::Context;
+use crate::driver::Failure;
+use crate::error::{CudaCode, Error, Result, SourceLine};
+
+/// Something a graph must keep alive (a buffer's allocation, a module, an event, a host
+/// function, a child graph's resources).
+pub(crate) type Keep = Arc<dyn Any + Send + Sync>;
+
+pub use graphsmith_analysis::CaptureMode;
+
+/// The driver's value for a capture mode.
+pub(crate) fn raw_mode(mode: CaptureMode) -> sys::CUstreamCaptureMode {
+    use sys::CUstreamCaptureMode as M;
+    match mode {
+        CaptureMode::Global => M::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        CaptureMode::ThreadLocal => M::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        CaptureMode::Relaxed => M::CU_STREAM_CAPTURE_MODE_RELAXED,
+    }
+}
+
+/// How to capture: the driver's mode, and graphsmith's own checks.
+///
+/// ```
+/// use graphsmith::{CaptureMode, CaptureOptions};
+/// let opts = CaptureOptions::new(CaptureMode::Global).strict(true);
+/// assert!(opts.strict && opts.journal);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaptureOptions {
+    pub mode: CaptureMode,
+    /// Work issued through graphsmith that would run outside the capture (a stream that is not
+    /// part of it, from the capturing thread; or memory the capture touches, from any thread)
+    /// is refused with [`crate::ErrorKind::CaptureEscape`] instead of running eagerly and being
+    /// reported as a warning. Default: off.
+    pub strict: bool,
+    /// Record the journal (labels, lines, ranges, accesses, results). Off, nodes get default
+    /// labels, escapes go unnoticed, and a failure is diagnosed from the end code alone; what
+    /// the graph must keep alive is still tracked. Default: on.
+    pub journal: bool,
+}
+
+impl CaptureOptions {
+    pub fn new(mode: CaptureMode) -> Self {
+        Self {
+            mode,
+            strict: false,
+            journal: true,
+        }
+    }
+    pub fn strict(self, strict: bool) -> Self {
+        Self { strict, ..self }
+    }
+    pub fn journal(self, journal: bool) -> Self {
+        Self { journal, ..self }
+    }
+}
+
+impl From<CaptureMode> for CaptureOptions {
+    fn from(mode: CaptureMode) -> Self {
+        Self::new(mode)
+    }
+}
+
+/// What graphsmith knows of one captured node.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeMeta {
+    pub label: String,
+    pub provenance: Provenance,
+    pub accesses: Vec<Access>,
+}
+
+/// A running capture: its journal and what its graph must keep alive.
+pub(crate) struct CaptureRecord {
+    /// Node handle (as usize) -> what graphsmith issued there (filled when the capture ends).
+    pub nodes: HashMap<usize, NodeMeta>,
+    pub keep: Vec<Keep>,
+    pub label: String,
+    pub options: CaptureOptions,
+    /// The stream that began it.
+    pub origin: usize,
+    pub began_at: SourceLine,
+    pub thread: ThreadId,
+    pub thread_label: Arc<str>,
+    pub entries: Vec<Entry>,
+    /// Labels of the streams seen in the journal, by handle.
+    pub streams: HashMap<usize, String>,
+    /// The stream of the last journaled operation (its label is in `streams`).
+    pub last_stream: usize,
+}
+
+/// The capture a stream began.
+pub(crate) struct ActiveCapture {
+    pub id: u64,
+    pub label: String,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(1);
+
+/// What kind of operation is journaled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Work that runs on the GPU (kernel, copy, memset): a node when captured, an escape when not.
+    Work,
+    /// `cuEventRecord` of this event.
+    Record { event: usize },
+    /// A wait on an event, or on another stream (join).
+    Wait { event: Option<usize> },
+    /// Anything else (synchronisation, interop).
+    Other,
+}
+
+/// One operation about to be issued.
+pub(crate) struct Op<'a> {
+    pub name: &'static str,
+    pub label: &'a str,
+    pub at: SourceLine,
+    pub kind: Kind,
+    pub accesses: Vec<Access>,
+    pub keep: Vec<Keep>,
+    /// For joins: the stream waited for (handle, label).
+    pub waits_for: Option<(usize, &'a str)>,
+}
+
+impl<'a> Op<'a> {
+    /// An operation that is neither work nor an event wait (synchronisation, allocation,
+    /// interop), with nothing to keep alive.
+    pub(crate) fn other(name: &'static str, label: &'a str, at: SourceLine) -> Op<'a> {
+        Op {
+            name,
+            label,
+            at,
+            kind: Kind::Other,
+            accesses: Vec::new(),
+            keep: Vec::new(),
+            waits_for: None,
+        }
+    }
+}
+
+/// A journal entry as recorded (cheap to make); turned into a [`JournalEntry`] on demand.
+pub(crate) struct Entry {
+    pub seq: u64,
+    pub op: &'static str,
+    pub label: String,
+    pub at: SourceLine,
+    pub thread: (ThreadId, Arc<str>),
+    pub stream: Option<usize>,
+    pub ranges: Arc<[String]>,
+    pub accesses: Vec<Access>,
+    pub kind: Kind,
+    pub waits_for: Option<usize>,
+    pub outcome: Outcome,
+    pub node: Option<usize>,
+}
+
+impl Entry {
+    pub(crate) fn new(op: &Op<'_>, stream: Option<usize>, outcome: Outcome) -> Entry {
+        Entry {
+            seq: SEQ.fetch_add(1, Ordering::Relaxed),
+            op: op.name,
+            label: op.label.to_string(),
+            at: op.at,
+            thread: crate::ranges::thread(),
+            stream,
+            ranges: crate::ranges::snapshot(),
+            accesses: op.accesses.clone(),
+            kind: op.kind,
+            waits_for: op.waits_for.map(|w| w.0),
+            outcome,
+            node: None,
+        }
+    }
+    /// Like `new`, moving the accesses out of `op` instead of copying them.
+    pub(crate) fn taking(op: &mut Op<'_>, stream: Option<usize>, outcome: Outcome) -> Entry {
+        let accesses = std::mem::take(&mut op.accesses);
+        Entry {
+            accesses,
+            ..Entry::new(op, stream, outcome)
+        }
+    }
+    pub(crate) fn cloned(&self) -> Entry {
+        Entry {
+            seq: self.seq,
+            op: self.op,
+            label: self.label.clone(),
+            at: self.at,
+            thread: self.thread.clone(),
+            stream: self.stream,
+            ranges: self.ranges.clone(),
+            accesses: self.accesses.clone(),
+            kind: self.kind,
+            waits_for: self.waits_for,
+            outcome: self.outcome.clone(),
+            node: self.node,
+        }
+    }
+}
+
+pub(crate) fn failed(f: &Failure) -> Outcome {
+    Outcome::Failed {
+        call: f.call,
+        code: f.code,
+    }
+}
+
+pub(crate) fn writes(a: &Access) -> bool {
+    a.mode != AccessMode::Read
+}
+
+/// Whether a code is one of the stream-capture codes (900..=908) other than 901.
+pub(crate) fn capture_code(code: CudaCode) -> bool {
+    matches!(code.number(), 900 | 902..=908)
+}
+
+pub(crate) use crate::driver::CaptureStatus as Status;
+
+/// The driver's capture status of a stream and its capture id.
+pub(crate) fn stream_status(raw: sys::CUstream) -> Result<Status, Failure> {
+    // SAFETY: callers pass a live stream (or the legacy handle).
+    unsafe { crate::driver::capture_status(raw) }
+}
+
+impl Context {
+    pub(crate) fn records(&self) -> std::sync::MutexGuard<'_, HashMap<u64, CaptureRecord>> {
+        self.inner
+            .captures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `Some(journals)` while capture `id` runs.
+    pub(crate) fn capture_running(&self, id: u64) -> Option<bool> {
+        self.records().get(&id).map(|r| r.options.journal)
+    }
+
+    /// An operation on no stream (`Context::alloc`, `Event::query`, interop): journaled only
+    /// when it fails, in each running capture it invalidated.
+    pub(crate) fn issue_unstreamed(
+        &self,
+        op: Op<'_>,
+        fail: impl Fn(Failure) -> Error,
+        call: impl FnOnce() -> Result<(), Failure>,
+    ) -> Result<()> {
+        if !self.captures_active() {
+            return call().map_err(fail);
+        }
+        let result = call();
+        if let Err(f) = &result {
+            self.attribute_failure(Entry::new(&op, None, failed(f)), None, None);
+        }
+        result.map_err(fail)
+    }
+
+    /// Puts a failed operation in the journal of every running capture whose origin stream is
+    /// now invalidated (the failure broke it), and of same-thread captures for capture codes.
+    pub(crate) fn attribute_failure(
+        &self,
+        entry: Entry,
+        stream: Option<(usize, &str)>,
+        except: Option<u64>,
+    ) {
+        let code = match &entry.outcome {
+            Outcome::Failed { code, .. } => *code,
+            _ => return,
+        };
+        let mut records = self.records();
+        for (id, rec) in records.iter_mut() {
+            if Some(*id) == except || !rec.options.journal {
+                continue;
+            }
+            let broke = matches!(
+                stream_status(rec.origin as sys::CUstream),
+                Ok(Status::Invalidated)
+            );
+            if broke || (rec.thread == entry.thread.0 && capture_code(code)) {
+                if let Some((raw, label)) = stream {
+                    rec.streams.entry(raw).or_insert_with(|| label.to_string());
+                }
+                rec.entries.push(entry.cloned());
+            }
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! Layer 2, the context: the device's primary context, made current before every driver call,
+//! the running captures it holds (with the stream-less half of the journal), and the
+//! destruction deferred behind them.
+
+mod captures;
+mod deferred;
+mod device;
+
+pub use captures::*;
+pub(crate) use deferred::*;
+pub use device::*;

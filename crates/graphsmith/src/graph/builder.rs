@@ -1,0 +1,363 @@
+//! The explicit builder: nodes added one by one, each with a label and explicit dependencies.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use graphsmith_model as model;
+use model::{
+    Access, AccessMode, KernelArg as ModelArg, KernelParams, MemRef, MemcpyParams, MemorySpace,
+    MemsetParams, NodeKind,
+};
+
+use crate::context::Keep;
+use crate::driver::{self, memcpy_1d, Failure};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::graph::{Graph, NodeRef};
+use crate::memory::{access, memset_bits};
+use crate::memory::{DeviceBuffer, Element};
+use crate::module::{Args, Kernel, LaunchConfig};
+use crate::stream::Event;
+
+/// A host function kept alive by the graphs that call it.
+struct HostFn {
+    f: Box<dyn Fn() + Send + Sync>,
+}
+
+unsafe extern "C" fn host_trampoline(user_data: *mut std::ffi::c_void) {
+    // SAFETY: user_data is Arc::as_ptr of a HostFn that every graph and executable calling it
+    // keeps alive (Keep), and executables synchronise before releasing it.
+    let host = unsafe { &*(user_data as *const HostFn) };
+    // A panic must not unwind into the driver's thread.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (host.f)()));
+}
+
+impl Graph {
+    /// Adds a node through `add`, after checking that every dependency is a node of this graph,
+    /// and mirrors it in the model with its provenance and accesses.
+    #[allow(clippy::too_many_arguments)]
+    fn add_node(
+        &mut self,
+        label: &str,
+        op: &'static str,
+        at: SourceLine,
+        kind: NodeKind,
+        accesses: Vec<Access>,
+        keep: Vec<Keep>,
+        deps: &[&NodeRef],
+        add: impl FnOnce(&[sys::CUgraphNode]) -> Result<sys::CUgraphNode, Failure>,
+    ) -> Result<NodeRef> {
+        let node_object = || ObjectRef::new(ObjectKind::Node, label);
+        let mut dep_handles = Vec::with_capacity(deps.len());
+        for dep in deps {
+            if dep.graph != self.id {
+                return Err(Error::new(
+                    ErrorKind::ForeignNode {
+                        node: dep.label.to_string(),
+                        node_graph: dep.graph_label.to_string(),
+                    },
+                    ObjectRef::new(ObjectKind::Graph, &*self.label),
+                    op,
+                    at,
+                ));
+            }
+            dep_handles.push(self.handles[dep.id.index()]);
+        }
+        let fail = |f: Failure| f.on(node_object(), op, at);
+        self.ctx.bind().map_err(fail)?;
+        let handle = add(&dep_handles).map_err(fail)?;
+        let model = self.model_mut();
+        let id = model.add_node_with(label, kind, Some(crate::ranges::provenance(at)), accesses);
+        for dep in deps {
+            model.add_edge(dep.id, id).map_err(|e| {
+                Error::new(ErrorKind::InvalidGraph(Box::new(e)), node_object(), op, at)
+            })?;
+        }
+        self.handles.push(handle);
+        self.kernels_mut().push(None);
+        Arc::make_mut(&mut self.keep).extend(keep);
+        Ok(NodeRef {
+            graph: self.id,
+            id,
+            graph_label: self.label.clone(),
+            label: self.model.nodes[id.index()].label.as_str().into(),
+        })
+    }
+
+    /// Adds a kernel node (`cuGraphAddKernelNode`). Buffers passed by `&` are recorded as
+    /// reads, by `&mut` as writes, and kept alive as long as the graph and its executables.
+    #[track_caller]
+    pub fn kernel(
+        &mut self,
+        label: &str,
+        kernel: &Kernel,
+        cfg: LaunchConfig,
+        mut args: Args<'_>,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
+        let at = SourceLine::caller();
+        let op = "Graph::kernel";
+        cfg.validate(&self.ctx.inner.limits).map_err(|reason| {
+            Error::new(
+                ErrorKind::InvalidGeometry { reason },
+                ObjectRef::new(ObjectKind::Node, label),
+                op,
+                at,
+            )
+        })?;
+        kernel.check_args(&args).map_err(|reason| {
+            Error::new(
+                ErrorKind::ArgMismatch { reason },
+                ObjectRef::new(ObjectKind::Node, label),
+                op,
+                at,
+            )
+        })?;
+        let model_args = kernel
+            .function
+            .layout
+            .iter()
+            .zip(args.values())
+            .map(|(&(offset, _), v)| ModelArg {
+                offset: offset as u32,
+                bytes: v.to_vec(),
+            })
+            .collect();
+        let kind = NodeKind::Kernel(KernelParams {
+            name: kernel.name.clone(),
+            grid: cfg.grid,
+            block: cfg.block,
+            shared_mem_bytes: cfg.shared_mem_bytes,
+            args: model_args,
+        });
+        let function = kernel.function.clone();
+        let mut pointers = args.pointers();
+        // The node names the library kernel, as the CUDA runtime's nodes do.
+        let params = crate::driver::kernel_params(
+            std::ptr::null_mut(),
+            kernel.function.kern,
+            cfg.grid,
+            cfg.block,
+            cfg.shared_mem_bytes,
+            pointers.as_mut_ptr(),
+        );
+        let mut keep = args.keep();
+        keep.push(Arc::new(kernel.module.clone()));
+        let accesses = args.take_accesses();
+        let graph = self.raw;
+        // SAFETY: graph is live; params point into `args`, alive for the call (the driver copies
+        // the argument values); argument count and sizes were checked above.
+        let node = self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
+            driver::add_kernel_node(graph, d, &params)
+        })?;
+        self.kernels_mut()[node.id.index()] = Some(function);
+        Ok(node)
+    }
+
+    /// Adds a 1-D device-to-device copy node of all of `src` into `dst` (lengths must match).
+    #[track_caller]
+    pub fn memcpy<T: Element>(
+        &mut self,
+        label: &str,
+        dst: &mut DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
+        let at = SourceLine::caller();
+        let op = "Graph::memcpy";
+        crate::memory::check_copy_lengths(
+            dst,
+            src,
+            || ObjectRef::new(ObjectKind::Node, label),
+            op,
+            at,
+        )?;
+        let bytes = dst.bytes();
+        let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, bytes);
+        let kind = NodeKind::Memcpy(MemcpyParams {
+            src: MemRef {
+                space: MemorySpace::Device,
+                address: src.alloc.ptr,
+            },
+            dst: MemRef {
+                space: MemorySpace::Device,
+                address: dst.alloc.ptr,
+            },
+            bytes: bytes as u64,
+        });
+        let accesses = vec![
+            access(src, AccessMode::Read),
+            access(dst, AccessMode::Write),
+        ];
+        let keep: Vec<Keep> = vec![src.alloc.clone(), dst.alloc.clone()];
+        let (graph, ctx) = (self.raw, self.ctx.raw());
+        // SAFETY: graph and ctx are live; both pointers are live allocations of `bytes` bytes,
+        // kept alive by `keep` for the graph's lifetime.
+        self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
+            driver::add_memcpy_node(graph, d, &p, ctx)
+        })
+    }
+
+    /// Adds a memset node setting every element of `dst` to `value` (1-, 2- or 4-byte elements).
+    #[track_caller]
+    pub fn memset<T: Element>(
+        &mut self,
+        label: &str,
+        dst: &mut DeviceBuffer<T>,
+        value: T,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
+        let at = SourceLine::caller();
+        let op = "Graph::memset";
+        let bits = memset_bits(value).map_err(|reason| {
+            Error::new(ErrorKind::InvalidInput { reason }, dst.object(), op, at)
+        })?;
+        let element_size = std::mem::size_of::<T>() as u32;
+        let p = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: dst.alloc.ptr,
+            pitch: 0,
+            value: bits,
+            elementSize: element_size,
+            width: dst.len(),
+            height: 1,
+        };
+        let kind = NodeKind::Memset(MemsetParams {
+            dst: dst.alloc.ptr,
+            element_size,
+            value: bits,
+            width: dst.len() as u64,
+            height: 1,
+            pitch: 0,
+        });
+        let accesses = vec![access(dst, AccessMode::Write)];
+        let keep: Vec<Keep> = vec![dst.alloc.clone()];
+        let (graph, ctx) = (self.raw, self.ctx.raw());
+        // SAFETY: graph and ctx are live; dst is a live allocation of width*elementSize bytes.
+        self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
+            driver::add_memset_node(graph, d, &p, ctx)
+        })
+    }
+
+    /// Adds a host function node. The function runs on a driver thread; it must not call CUDA.
+    /// A panic inside it is caught (it cannot unwind into the driver).
+    #[track_caller]
+    pub fn host(
+        &mut self,
+        label: &str,
+        f: impl Fn() + Send + Sync + 'static,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
+        let at = SourceLine::caller();
+        let host = Arc::new(HostFn { f: Box::new(f) });
+        let p = sys::CUDA_HOST_NODE_PARAMS {
+            fn_: Some(host_trampoline),
+            userData: Arc::as_ptr(&host) as *mut _,
+        };
+        let graph = self.raw;
+        let kind = NodeKind::Host {
+            name: label.to_string(),
+        };
+        // SAFETY: graph is live; userData stays valid because `host` is kept with the graph.
+        self.add_node(
+            label,
+            "Graph::host",
+            at,
+            kind,
+            Vec::new(),
+            vec![host as Keep],
+            deps,
+            |d| unsafe { driver::add_host_node(graph, d, &p) },
+        )
+    }
+
+    /// Adds a node that records `event` (for waits in other streams or graphs).
+    #[track_caller]
+    pub fn event_record(
+        &mut self,
+        label: &str,
+        event: &Event,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
+        self.event_node(label, event, deps, true, SourceLine::caller())
+    }
+
+    /// Adds a node that waits for `event`.
+    #[track_caller]
+    pub fn event_wait(&mut self, label: &str, event: &Event, deps: &[&NodeRef]) -> Result<NodeRef> {
+        self.event_node(label, event, deps, false, SourceLine::caller())
+    }
+
+    /// An event record (`record`) or wait node; the event is kept with the graph.
+    fn event_node(
+        &mut self,
+        label: &str,
+        event: &Event,
+        deps: &[&NodeRef],
+        record: bool,
+        at: SourceLine,
+    ) -> Result<NodeRef> {
+        let (graph, raw) = (self.raw, event.inner.raw);
+        let name = event.label().to_string();
+        let (kind, op) = if record {
+            (NodeKind::EventRecord { event: name }, "Graph::event_record")
+        } else {
+            (NodeKind::EventWait { event: name }, "Graph::event_wait")
+        };
+        self.add_node(
+            label,
+            op,
+            at,
+            kind,
+            Vec::new(),
+            vec![event.inner.clone() as Keep],
+            deps,
+            // SAFETY: graph and event are live; the event is kept with the graph.
+            |d| unsafe { driver::add_event_node(graph, d, raw, record) },
+        )
+    }
+
+    /// Adds an empty node (a join point).
+    #[track_caller]
+    pub fn empty(&mut self, label: &str, deps: &[&NodeRef]) -> Result<NodeRef> {
+        let at = SourceLine::caller();
+        let graph = self.raw;
+        // SAFETY: graph is live.
+        self.add_node(
+            label,
+            "Graph::empty",
+            at,
+            NodeKind::Empty,
+            Vec::new(),
+            Vec::new(),
+            deps,
+            |d| unsafe { driver::add_empty_node(graph, d) },
+        )
+    }
+
+    /// Adds `child` as a child-graph node (the driver embeds a copy; `child`'s resources are
+    /// kept alive with this graph).
+    #[track_caller]
+    pub fn child(&mut self, label: &str, child: &Graph, deps: &[&NodeRef]) -> Result<NodeRef> {
+        let at = SourceLine::caller();
+        let (graph, raw) = (self.raw, child.raw);
+        let kind = NodeKind::ChildGraph {
+            graph: Box::new((*child.model).clone()),
+        };
+        let accesses = child
+            .model
+            .nodes
+            .iter()
+            .flat_map(|n| n.accesses.iter().cloned())
+            .collect();
+        // SAFETY: both graphs are live and of this context; the driver clones `child`.
+        self.add_node(
+            label,
+            "Graph::child",
+            at,
+            kind,
+            accesses,
+            child.keep.to_vec(),
+            deps,
+            |d| unsafe { driver::add_child_graph_node(graph, d, raw) },
+        )
+    }
+}

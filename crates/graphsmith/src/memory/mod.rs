@@ -1,0 +1,5 @@
+//! Layer 3, memory: device buffers and the allocations graphs keep alive.
+
+mod buffer;
+
+pub use buffer::*;

@@ -1,0 +1,266 @@
+//! Kernel arguments that record what they touch: values in one byte buffer, device buffers
+//! with their direction, and the pointers handed to the driver under a borrow guard.
+
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use graphsmith_model::{Access, AccessMode};
+
+use crate::context::Keep;
+use crate::memory::{Allocation, DeviceBuffer, Element, View, ViewMut};
+
+/// Kernel arguments, in order. Device buffers passed by shared borrow are recorded as reads,
+/// by mutable borrow as writes; the borrow lasts as long as the `Args`, so a buffer cannot be
+/// written elsewhere while a launch of it is being built.
+///
+/// ```ignore
+/// let args = Args::new().arg(&x).arg(&mut y).arg(2.0f32).arg(n);
+/// ```
+///
+/// All values live in one byte buffer, so building arguments costs a few allocations however
+/// many there are; the accesses and keep-alives are only materialised when a graph needs them.
+pub struct Args<'a> {
+    data: ArgData,
+    _borrows: PhantomData<&'a mut ()>,
+}
+
+/// One pointer per argument value, as the driver takes them (`void**`), handed out under a
+/// borrow of the values: while this guard lives they can be neither moved nor changed, so the
+/// pointers stay valid; the borrow ends with the guard, without a manual `drop`.
+pub(crate) struct ArgPointers<'a> {
+    pointers: SmallVec<[*mut c_void; 8]>,
+    _values: PhantomData<&'a mut ArgData>,
+}
+
+impl ArgPointers<'_> {
+    /// The `void**` array for the driver.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut *mut c_void {
+        self.pointers.as_mut_ptr()
+    }
+    /// The pointers as a slice.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [*mut c_void] {
+        &mut self.pointers
+    }
+    /// The pointers, in argument order.
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = *mut c_void> + '_ {
+        self.pointers.iter().copied()
+    }
+}
+
+/// What [`Args`] hold, without the borrows: kept by an executable after a per-node update.
+pub(crate) struct ArgData {
+    /// Every value, each starting at a multiple of 8 bytes.
+    bytes: SmallVec<[u8; 64]>,
+    /// (start, length) of each value in `bytes`.
+    spans: SmallVec<[(usize, usize); 8]>,
+    /// The buffers passed, with the range and direction of each.
+    pub(crate) buffers: SmallVec<[BufferArg; 4]>,
+}
+
+/// A buffer argument: what it touches, and the allocation a graph must keep alive.
+pub(crate) struct BufferArg {
+    pub(crate) alloc: Arc<Allocation>,
+    offset: u64,
+    len: u64,
+    mode: AccessMode,
+}
+
+impl Default for Args<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a> Args<'a> {
+    /// No arguments yet.
+    pub fn new() -> Self {
+        Self {
+            data: ArgData {
+                bytes: SmallVec::new(),
+                spans: SmallVec::new(),
+                buffers: SmallVec::new(),
+            },
+            _borrows: PhantomData,
+        }
+    }
+
+    /// Appends one argument.
+    #[allow(clippy::should_implement_trait)]
+    pub fn arg(mut self, value: impl KernelArg<'a>) -> Self {
+        value.push_to(&mut self);
+        self
+    }
+
+    /// Appends one argument in place (what [`args!`](crate::args) uses: no move of `self`).
+    pub fn push(&mut self, value: impl KernelArg<'a>) {
+        value.push_to(self);
+    }
+
+    /// The values and buffers, for keeping after the borrows end.
+    pub(crate) fn into_data(self) -> ArgData {
+        self.data
+    }
+
+    pub(crate) fn push_bytes(&mut self, value: &[u8]) {
+        self.data.push_bytes(value);
+    }
+    /// Number of arguments.
+    pub(crate) fn len(&self) -> usize {
+        self.data.len()
+    }
+    /// The bytes of each argument, in order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.data.values()
+    }
+    /// See [`ArgData::pointers`].
+    pub(crate) fn pointers(&mut self) -> ArgPointers<'_> {
+        self.data.pointers()
+    }
+    /// The memory the arguments touch, for the model.
+    pub(crate) fn take_accesses(&self) -> Vec<Access> {
+        self.data.take_accesses()
+    }
+    /// The allocations a graph using these arguments must keep alive.
+    pub(crate) fn keep(&self) -> Vec<Keep> {
+        self.data.keep()
+    }
+
+    fn push_buffer<T: Element>(
+        &mut self,
+        buffer: &DeviceBuffer<T>,
+        start: usize,
+        len: usize,
+        mode: AccessMode,
+    ) {
+        let size = std::mem::size_of::<T>() as u64;
+        let offset = start as u64 * size;
+        self.push_bytes(&(buffer.alloc.ptr + offset).to_le_bytes());
+        self.data.buffers.push(BufferArg {
+            alloc: buffer.alloc.clone(),
+            offset,
+            len: len as u64 * size,
+            mode,
+        });
+    }
+}
+
+impl ArgData {
+    /// Appends one value's bytes, 8-byte aligned within the buffer.
+    pub(crate) fn push_bytes(&mut self, value: &[u8]) {
+        const ZEROS: [u8; 8] = [0; 8];
+        let len = self.bytes.len();
+        let start = len.next_multiple_of(8);
+        self.bytes.extend_from_slice(&ZEROS[..start - len]);
+        self.bytes.extend_from_slice(value);
+        self.spans.push((start, value.len()));
+    }
+
+    /// Number of arguments.
+    pub(crate) fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The bytes of each argument, in order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.spans
+            .iter()
+            .map(|&(start, len)| &self.bytes[start..start + len])
+    }
+
+    /// Pointers to each argument's bytes, as `cuLaunchKernel` and kernel nodes take them.
+    /// The guard borrows `self` mutably, so the values can be neither moved nor changed while
+    /// the pointers are in use.
+    pub(crate) fn pointers(&mut self) -> ArgPointers<'_> {
+        let base = self.bytes.as_mut_ptr();
+        let pointers = self
+            .spans
+            .iter()
+            // SAFETY: every span lies inside `bytes` (push_bytes), so each offset stays in
+            // bounds of the one allocation.
+            .map(|&(start, _)| unsafe { base.add(start) } as *mut c_void)
+            .collect();
+        ArgPointers {
+            pointers,
+            _values: PhantomData,
+        }
+    }
+
+    /// The memory the arguments touch, for the model.
+    pub(crate) fn take_accesses(&self) -> Vec<Access> {
+        self.buffers
+            .iter()
+            .map(|b| Access {
+                buffer: b.alloc.ptr,
+                label: b.alloc.label.clone(),
+                offset: b.offset,
+                len: b.len,
+                mode: b.mode,
+            })
+            .collect()
+    }
+
+    /// The allocations a graph using these arguments must keep alive.
+    pub(crate) fn keep(&self) -> Vec<Keep> {
+        self.buffers
+            .iter()
+            .map(|b| b.alloc.clone() as Keep)
+            .collect()
+    }
+}
+
+/// Something that can be passed to a kernel.
+pub trait KernelArg<'a> {
+    /// Appends the argument's bytes (and, for buffers, its access and keep-alive).
+    fn push_to(self, args: &mut Args<'a>);
+}
+
+impl<'a, T: Element> KernelArg<'a> for &'a DeviceBuffer<T> {
+    fn push_to(self, args: &mut Args<'a>) {
+        args.push_buffer(self, 0, self.len(), AccessMode::Read);
+    }
+}
+
+impl<'a, T: Element> KernelArg<'a> for &'a mut DeviceBuffer<T> {
+    fn push_to(self, args: &mut Args<'a>) {
+        let len = self.len();
+        args.push_buffer(self, 0, len, AccessMode::Write);
+    }
+}
+
+impl<'a, T: Element> KernelArg<'a> for View<'a, T> {
+    fn push_to(self, args: &mut Args<'a>) {
+        args.push_buffer(self.buffer, self.start, self.len, AccessMode::Read);
+    }
+}
+
+impl<'a, T: Element> KernelArg<'a> for ViewMut<'a, T> {
+    fn push_to(self, args: &mut Args<'a>) {
+        args.push_buffer(self.buffer, self.start, self.len, AccessMode::Write);
+    }
+}
+
+macro_rules! scalar_args {
+    ($($t:ty),*) => { $(
+        impl<'a> KernelArg<'a> for $t {
+            fn push_to(self, args: &mut Args<'a>) {
+                args.push_bytes(&self.to_le_bytes());
+            }
+        }
+    )* };
+}
+scalar_args!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// Builds [`Args`] from a list: `args![&x, &mut y, 2.0f32, n]`.
+#[macro_export]
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut args = $crate::Args::new();
+        $(args.push($a);)*
+        args
+    }};
+}

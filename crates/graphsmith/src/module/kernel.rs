@@ -1,0 +1,95 @@
+//! Kernels: a library kernel, its function in the context and its parameter layout, against
+//! which arguments are checked before the driver sees them.
+
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use crate::module::{Args, Module};
+
+/// A kernel of a module, with its parameter layout read from the driver (`cuFuncGetParamInfo`).
+#[derive(Clone)]
+pub struct Kernel {
+    /// The library kernel (what graph kernel nodes name), its function in the context (what
+    /// stream launches use) and the (offset, size) of each parameter.
+    pub(crate) function: KernelFn,
+    pub(crate) name: String,
+    pub(crate) module: Module,
+}
+
+/// A kernel node's kernel and the (offset, size) of each of its parameters: its function in the
+/// context (`func`, always set) and, when the node names a library kernel, that kernel (`kern`).
+/// Nodes are built naming the library kernel and updated naming the function: on the H200 the
+/// driver applies an update that names the function faster (`bash bench/update_bench.sh`).
+#[derive(Clone)]
+pub(crate) struct KernelFn {
+    pub func: sys::CUfunction,
+    pub kern: sys::CUkernel,
+    pub layout: Arc<Vec<(usize, usize)>>,
+}
+
+// SAFETY: CUfunction and CUkernel are immutable handles into a loaded module or library, usable
+// from any thread; the graph that holds them keeps the module alive.
+unsafe impl Send for KernelFn {}
+// SAFETY: as above; nothing mutates it.
+unsafe impl Sync for KernelFn {}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Kernel '{}' ({} params)",
+            self.name,
+            self.function.layout.len()
+        )
+    }
+}
+
+impl Kernel {
+    /// The kernel's symbol name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The raw function handle in the kernel's context, for interop (the kernel keeps its
+    /// module loaded).
+    pub fn raw(&self) -> sys::CUfunction {
+        self.function.func
+    }
+    /// The raw library kernel handle, for interop.
+    pub fn raw_kernel(&self) -> sys::CUkernel {
+        self.function.kern
+    }
+    /// Number of parameters the kernel takes.
+    pub fn param_count(&self) -> usize {
+        self.function.layout.len()
+    }
+    /// Checks that `args` fit this kernel's parameters.
+    pub(crate) fn check_args(&self, args: &Args<'_>) -> std::result::Result<(), String> {
+        check_layout(&self.name, &self.function.layout, args)
+    }
+}
+
+/// Checks `args` against a kernel's parameter layout: one argument per parameter, each of the
+/// parameter's size.
+pub(crate) fn check_layout(
+    name: &str,
+    layout: &[(usize, usize)],
+    args: &Args<'_>,
+) -> std::result::Result<(), String> {
+    if args.len() != layout.len() {
+        return Err(format!(
+            "kernel '{name}' takes {} parameters, {} were given",
+            layout.len(),
+            args.len()
+        ));
+    }
+    for (i, ((_, size), value)) in layout.iter().zip(args.values()).enumerate() {
+        if *size != value.len() {
+            return Err(format!(
+                "parameter {i} of kernel '{name}' is {size} bytes, the argument is {} bytes",
+                value.len()
+            ));
+        }
+    }
+    Ok(())
+}

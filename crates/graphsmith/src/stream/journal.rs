@@ -1,0 +1,273 @@
+//! The capture journal: while a graphsmith capture runs in a context, every operation issued
+//! through graphsmith is recorded with its caller's line, thread, stream, range stack, the
+//! memory it touches and what the driver answered; failures are attributed to the captures
+//! they broke, and work that runs outside the capture is kept as a possible silent escape.
+//!
+//! Cost: while no capture runs in the context an operation pays one atomic load. During a
+//! capture, an operation on a capturing stream pays a mutex lock to confirm its capture, the
+//! driver call, one `cuStreamGetCaptureInfo` (to learn the node it became) and one more lock to
+//! append the entry; the range stack is shared, not copied.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cudarc::driver::sys;
+
+use crate::context::{capture_code, failed, stream_status, writes, Entry, Kind, Op, Status};
+use crate::driver::Failure;
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result};
+use crate::stream::Stream;
+use graphsmith_analysis::{Escape, Outcome};
+
+mod record;
+
+pub(crate) use record::new_record;
+
+/// Bumped whenever a graphsmith capture ends anywhere in the process, so that a stream's
+/// remembered capture is confirmed again (under the lock) only after some capture ended.
+pub(crate) static CAPTURE_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// Marks a remembered capture id whose capture journals.
+const JOURNAL_BIT: u64 = 1 << 63;
+
+/// Which capture a stream takes part in.
+enum Membership {
+    /// A graphsmith capture of this context, by id, and whether it journals.
+    Ours(u64, bool),
+    /// A capture graphsmith did not begin.
+    Foreign,
+    /// None (or an invalidated one graphsmith cannot name).
+    None,
+}
+
+/// The node the last operation on a capturing stream became: after a kernel, copy or memset the
+/// stream's dependency set is exactly that node.
+fn captured_node(raw: sys::CUstream) -> Option<sys::CUgraphNode> {
+    // SAFETY: the stream is live (held by the caller).
+    unsafe { crate::driver::captured_node(raw) }
+}
+
+impl Stream {
+    /// Issues one graphsmith operation with the journal. `call` makes the driver call(s).
+    pub(crate) fn issue(
+        &self,
+        op: Op<'_>,
+        fail: impl Fn(Failure) -> Error,
+        call: impl FnOnce() -> Result<(), Failure>,
+    ) -> Result<()> {
+        if !self.ctx.captures_active() {
+            return call().map_err(fail);
+        }
+        match self.membership().map_err(&fail)? {
+            Membership::Ours(id, journal) => {
+                let result = call();
+                self.journal_captured(id, journal, op, &result);
+                result.map_err(fail)
+            }
+            Membership::Foreign => call().map_err(fail),
+            Membership::None => {
+                if op.kind == Kind::Work {
+                    self.refuse_escape(&op)?;
+                }
+                let result = call();
+                self.journal_uncaptured(op, &result);
+                result.map_err(fail)
+            }
+        }
+    }
+
+    fn membership(&self) -> Result<Membership, Failure> {
+        // Fast path: the capture this stream was last seen in, confirmed while no capture has
+        // ended since (a stream leaves a capture only when the capture ends).
+        let epoch = CAPTURE_EPOCH.load(Ordering::Acquire);
+        let hint = self.capture_hint.load(Ordering::Acquire);
+        if hint != 0 {
+            let (id, journal) = (hint & !JOURNAL_BIT, hint & JOURNAL_BIT != 0);
+            if self.hint_epoch.load(Ordering::Acquire) == epoch {
+                return Ok(Membership::Ours(id, journal));
+            }
+            if self.ctx.capture_running(id).is_some() {
+                self.hint_epoch.store(epoch, Ordering::Release);
+                return Ok(Membership::Ours(id, journal));
+            }
+        }
+        let status = match stream_status(self.raw()) {
+            Ok(status) => status,
+            // The legacy stream's status is itself refused while a blocking stream captures
+            // (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT); let the operation meet the driver's verdict.
+            Err(f) if capture_code(f.code) => return Ok(Membership::None),
+            Err(f) => return Err(f),
+        };
+        Ok(match status {
+            Status::Active(id) => match self.ctx.capture_running(id) {
+                Some(journal) => {
+                    self.set_capture_hint(id, journal, epoch);
+                    Membership::Ours(id, journal)
+                }
+                None => Membership::Foreign,
+            },
+            Status::Invalidated | Status::None => Membership::None,
+        })
+    }
+
+    /// Remembers that this stream takes part in capture `id`, as of `epoch`.
+    pub(crate) fn set_capture_hint(&self, id: u64, journal: bool, epoch: u64) {
+        let bit = if journal { JOURNAL_BIT } else { 0 };
+        self.capture_hint.store(id | bit, Ordering::Release);
+        self.hint_epoch.store(epoch, Ordering::Release);
+    }
+
+    fn journal_captured(
+        &self,
+        id: u64,
+        journal: bool,
+        mut op: Op<'_>,
+        result: &Result<(), Failure>,
+    ) {
+        let raw = self.raw() as usize;
+        let entry = journal.then(|| {
+            let outcome = match result {
+                Ok(()) => Outcome::Captured,
+                Err(f) => failed(f),
+            };
+            let mut e = Entry::taking(&mut op, Some(raw), outcome);
+            if result.is_ok() && op.kind == Kind::Work {
+                e.node = captured_node(self.raw()).map(|n| n as usize);
+            }
+            e
+        });
+        let failure = match result {
+            Err(f) if capture_code(f.code) => entry.as_ref().map(Entry::cloned),
+            _ => None,
+        };
+        let waits_for = op.waits_for;
+        let keep = op.keep;
+        {
+            let mut records = self.ctx.records();
+            let Some(rec) = records.get_mut(&id) else {
+                return;
+            };
+            if result.is_ok() {
+                rec.keep.extend(keep);
+            }
+            if let Some(e) = entry {
+                rec.note_stream(raw, &self.label, waits_for);
+                rec.entries.push(e);
+            }
+        }
+        if let Some(e) = failure {
+            // A capture-code failure may break other captures too (a merge breaks both).
+            self.ctx
+                .attribute_failure(e, Some((raw, &self.label)), Some(id));
+        }
+    }
+
+    fn journal_uncaptured(&self, op: Op<'_>, result: &Result<(), Failure>) {
+        let me = Some((self.raw() as usize, self.label.as_str()));
+        match (result, op.kind) {
+            (Err(f), _) => {
+                let e = Entry::new(&op, Some(self.raw() as usize), failed(f));
+                self.ctx.attribute_failure(e, me, None);
+            }
+            (Ok(()), Kind::Work) => {
+                let mut records = self.ctx.records();
+                let mut entry = None;
+                for rec in records.values_mut().filter(|r| r.options.journal) {
+                    let e = entry.get_or_insert_with(|| {
+                        Entry::new(&op, Some(self.raw() as usize), Outcome::Eager)
+                    });
+                    rec.note_stream(self.raw() as usize, &self.label, None);
+                    rec.entries.push(e.cloned());
+                }
+            }
+            (Ok(()), Kind::Wait { .. }) => {
+                // A wait on a captured event (or a join of a capturing stream) forks this stream
+                // into that capture.
+                if let Ok(Membership::Ours(id, journal)) = self.membership() {
+                    self.journal_captured(id, journal, op, result);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// In strict mode, refuses work that would run outside a capture of this thread, or touch
+    /// memory a capture of another thread has touched.
+    fn refuse_escape(&self, op: &Op<'_>) -> Result<()> {
+        let (thread, _) = crate::ranges::thread();
+        let mut records = self.ctx.records();
+        let mut refused: Option<Escape> = None;
+        for rec in records.values_mut() {
+            if !rec.options.strict || !rec.options.journal {
+                continue;
+            }
+            let touching = rec.touching(&op.accesses);
+            let conflict = touching.iter().any(|&i| {
+                let e = &rec.entries[i];
+                e.accesses.iter().any(|a| {
+                    op.accesses
+                        .iter()
+                        .any(|b| a.overlaps(b) && (writes(a) || writes(b)))
+                })
+            });
+            if rec.thread != thread && !conflict {
+                continue;
+            }
+            let reason = format!(
+                "work on stream '{}', which is not part of capture '{}' (strict mode)",
+                self.label, rec.label
+            );
+            let entry = Entry::new(op, Some(self.raw() as usize), Outcome::Refused { reason });
+            rec.note_stream(self.raw() as usize, &self.label, None);
+            let public = rec.public_of(&entry);
+            let touching = touching.iter().map(|&i| rec.public(i)).collect();
+            rec.entries.push(entry);
+            refused.get_or_insert(Escape {
+                capture: rec.label.clone(),
+                op: public,
+                touching,
+            });
+        }
+        match refused {
+            None => Ok(()),
+            Some(escape) => Err(Error::new(
+                ErrorKind::CaptureEscape(Box::new(escape)),
+                ObjectRef::new(ObjectKind::Node, op.label),
+                op.name,
+                op.at,
+            )),
+        }
+    }
+
+    /// Refuses a host copy on a capturing stream (the graph would keep a pointer into a borrowed
+    /// slice), journaling the refusal.
+    pub(crate) fn refuse_host_copy(&self, op: Op<'_>, what: &str) -> Result<()> {
+        let refuse = |reason: String| {
+            Error::new(
+                ErrorKind::NotAllowedDuringCapture { reason },
+                self.object(),
+                op.name,
+                op.at,
+            )
+        };
+        let reason = format!("{what} cannot be part of a graph");
+        match self
+            .membership()
+            .map_err(|f| f.on(self.object(), op.name, op.at))?
+        {
+            Membership::None => Ok(()),
+            Membership::Foreign => Err(refuse(reason)),
+            Membership::Ours(id, _) => {
+                let mut records = self.ctx.records();
+                if let Some(rec) = records.get_mut(&id).filter(|r| r.options.journal) {
+                    let outcome = Outcome::Refused {
+                        reason: reason.clone(),
+                    };
+                    rec.note_stream(self.raw() as usize, &self.label, None);
+                    rec.entries
+                        .push(Entry::new(&op, Some(self.raw() as usize), outcome));
+                }
+                Err(refuse(reason))
+            }
+        }
+    }
+}

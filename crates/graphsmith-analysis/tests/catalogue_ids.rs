@@ -7,7 +7,7 @@
 //! `catalogue::entry`. Each form must be found at least once, so a scan that stops seeing
 //! anything (a moved tree, a changed spelling) fails instead of passing vacuously.
 //!
-//! The tree is the workspace this test was built from, or `GRAPHSMITH_SOURCE_DIR` when the test
+//! The tree is the workspace this test was built from, or `GRAPHSMITH_REPO_DIR` when the test
 //! binary runs elsewhere; a missing tree is a failure, never a silent pass.
 
 use std::path::{Path, PathBuf};
@@ -59,7 +59,7 @@ fn file_forms() -> Vec<(&'static str, &'static str, Regex)> {
 }
 
 fn source_root() -> PathBuf {
-    if let Some(dir) = std::env::var_os("GRAPHSMITH_SOURCE_DIR") {
+    if let Some(dir) = std::env::var_os("GRAPHSMITH_REPO_DIR") {
         return PathBuf::from(dir);
     }
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -98,7 +98,7 @@ fn every_catalogue_id_used_in_the_workspace_is_defined() {
     let root = root.canonicalize().unwrap_or(root);
     assert!(
         root.join("Cargo.toml").is_file() && root.join("crates").is_dir(),
-        "the workspace's sources are not at {} (set GRAPHSMITH_SOURCE_DIR to a checkout)",
+        "the workspace's sources are not at {} (set GRAPHSMITH_REPO_DIR to a checkout)",
         root.display()
     );
     let mut paths = Vec::new();

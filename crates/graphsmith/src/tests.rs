@@ -162,9 +162,13 @@ fn scalar_args_are_little_endian_bytes() {
 }
 
 #[test]
-fn no_gpu_means_a_typed_error_not_a_panic() {
+fn a_missing_driver_or_device_is_a_typed_error_not_a_panic() {
     if crate::gpu_available() {
-        return; // this machine has a GPU: nothing to check here
+        // With a driver: a device that does not exist is a typed error naming it.
+        let e = crate::Context::new(4096).unwrap_err();
+        assert_eq!(e.object, ObjectRef::new(ObjectKind::Context, "gpu4096"), "{e}");
+        assert!(e.to_string().contains("gpu4096"), "{e}");
+        return;
     }
     let e = crate::Context::new(0).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::NoDriver { .. }), "{e}");

@@ -2,7 +2,7 @@
 //! own layer or of layers below it (`crate::<module>::...`), and only `src/driver/` calls the
 //! driver (`sys::cu*`). The order is the one `lib.rs` and ARCHITECTURE.md give.
 //!
-//! The sources are those this test was built from, or `GRAPHSMITH_SOURCE_DIR` (a checkout's
+//! The sources are those this test was built from, or `GRAPHSMITH_REPO_DIR` (a checkout's
 //! root) when the test binary runs elsewhere; missing sources are a failure, never a pass.
 
 use std::path::{Path, PathBuf};
@@ -16,7 +16,7 @@ const LAYERS: &[&str] = &[
 ];
 
 fn src_dir() -> PathBuf {
-    match std::env::var_os("GRAPHSMITH_SOURCE_DIR") {
+    match std::env::var_os("GRAPHSMITH_REPO_DIR") {
         Some(root) => PathBuf::from(root).join("crates/graphsmith/src"),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
     }
@@ -58,7 +58,7 @@ fn no_module_names_a_layer_above_its_own_and_only_the_driver_layer_calls_the_dri
     let src = src_dir();
     assert!(
         src.join("lib.rs").is_file(),
-        "the runtime's sources are not at {} (set GRAPHSMITH_SOURCE_DIR to a checkout)",
+        "the runtime's sources are not at {} (set GRAPHSMITH_REPO_DIR to a checkout)",
         src.display()
     );
     let mut files = Vec::new();

@@ -1,4 +1,4 @@
-//! A cache of executables per shape bucket (S12, S17): a request uses the smallest captured
+//! A cache of executables per shape bucket: a request uses the smallest captured
 //! bucket it fits in (padding the rest), buckets are captured largest first after warm-up runs
 //! and share scratch memory, a memory budget evicts the least recently used bucket, and a bucket
 //! that cannot be captured runs eagerly with its reason kept.

@@ -1,4 +1,4 @@
-//! Eager fallback (S17): capture the hot path; when the capture fails, run the same work
+//! Eager fallback: capture the hot path; when the capture fails, run the same work
 //! eagerly and hand back the diagnosis with the result, so the caller chooses between failing
 //! fast ([`Stream::capture`]) and falling back ([`Stream::capture_or_eager`]).
 

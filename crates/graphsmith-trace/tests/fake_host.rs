@@ -131,7 +131,7 @@ fn cupti_on_library_path() -> bool {
     ["libcupti.so.13", "libcupti.so"].iter().any(|name| {
         // SAFETY: loading CUPTI runs no initialiser that needs a CUDA context; it is unloaded
         // at once.
-        unsafe { libloading::Library::new(name) }.is_ok()
+        unsafe { libloading::Library::new(*name) }.is_ok()
     })
 }
 

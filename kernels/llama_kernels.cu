@@ -85,19 +85,24 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 }
 
 // Decode attention fused with RoPE and the KV-cache append. Grid (rows, n_kv_heads), blockDim a
-// multiple of 32 (W warps); a block serves the query heads that share one key/value head, so it
-// appends that head's K and V at pos[r] and then reads them back itself (no other block needs
-// them). Positions are spread over the warps: warp w takes t = w, w + W, ...; within a warp the
-// lanes split head_dim (lane holds elements lane + 32e, e < 8, so head_dim <= 256), the score is
-// a warp reduction, and each warp keeps an online softmax (running max m, sum l, weighted V sum)
-// per query head; the W partial results are combined at the end. Cache layout per layer:
+// multiple of 32 (W warps); a block serves the `group` query heads that share one key/value head
+// (group <= 16), so it appends that head's K and V at pos[r] and then reads them back itself (no
+// other block needs them). Positions are spread over the warps, four at a time: warp w takes
+// t = w + W * (4i + u), u < 4, and issues the four positions' K and V loads together (one memory
+// round trip per four positions). Within a warp the lanes split head_dim (lane holds elements
+// lane + 32e, e < E, so head_dim <= 32E), scores are warp reductions, and each warp keeps an
+// online softmax (running max m, sum l, weighted V sum) per query head for all the group's heads
+// in one pass; the W partial results are combined at the end. Cache layout per layer:
 // [rows, n_kv, max_ctx, head_dim]. qkv row: [q heads | k heads | v heads] x head_dim.
 // Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group) floats.
-extern "C" __global__ void ll_attention(const unsigned short* qkv, unsigned short* kcache,
-                                        unsigned short* vcache, const int* pos,
-                                        const float* cos_t, const float* sin_t,
-                                        unsigned short* out, int nq, int nkv, int hd,
-                                        int max_ctx, float scale) {
+#define ATT_GMAX 16
+#define ATT_U 4
+template <int E>
+__device__ __forceinline__ void attention(const unsigned short* qkv, unsigned short* kcache,
+                                          unsigned short* vcache, const int* pos,
+                                          const float* cos_t, const float* sin_t,
+                                          unsigned short* out, int nq, int nkv, int hd,
+                                          int max_ctx, float scale) {
     extern __shared__ float smem[];
     const float NEG_INF = __int_as_float(0xff800000);
     int r = blockIdx.x, kvh = blockIdx.y;
@@ -133,45 +138,64 @@ extern "C" __global__ void ll_attention(const unsigned short* qkv, unsigned shor
     // The appended K/V (global) and the roped queries (shared) are visible to the whole block.
     __syncthreads();
     int len = p + 1;
-    for (int j = 0; j < group; ++j) {
-        float q[8], acc[8];
+    float q[ATT_GMAX][E], acc[ATT_GMAX][E], m[ATT_GMAX], l[ATT_GMAX];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
+    for (int j = 0; j < ATT_GMAX; ++j) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
             int i = lane + 32 * e;
-            q[e] = i < hd ? qs[j * hd + i] : 0.0f;
-            acc[e] = 0.0f;
+            q[j][e] = (j < group && i < hd) ? qs[j * hd + i] : 0.0f;
+            acc[j][e] = 0.0f;
         }
-        float m = NEG_INF, l = 0.0f;
-        for (int t = warp; t < len; t += nw) {
-            const unsigned short* kt = kc + (size_t)t * hd;
-            const unsigned short* vt = vc + (size_t)t * hd;
-            float d = 0.0f;
+        m[j] = NEG_INF;
+        l[j] = 0.0f;
+    }
+    for (int t0 = warp; t0 < len; t0 += ATT_U * nw) {
+        float kf[ATT_U][E], vf[ATT_U][E];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                int i = lane + 32 * e;
-                if (i < hd) d += q[e] * bf2f(kt[i]);
-            }
-            for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-            d *= scale;
-            float mn = fmaxf(m, d);
-            float corr = __expf(m - mn);
-            float pe = __expf(d - mn);
-            l = l * corr + pe;
+        for (int u = 0; u < ATT_U; ++u) {
+            int t = t0 + u * nw;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
+            for (int e = 0; e < E; ++e) {
                 int i = lane + 32 * e;
-                if (i < hd) acc[e] = acc[e] * corr + pe * bf2f(vt[i]);
+                bool ok = t < len && i < hd;
+                kf[u][e] = ok ? bf2f(kc[(size_t)t * hd + i]) : 0.0f;
+                vf[u][e] = ok ? bf2f(vc[(size_t)t * hd + i]) : 0.0f;
             }
-            m = mn;
         }
+#pragma unroll
+        for (int u = 0; u < ATT_U; ++u) {
+            int t = t0 + u * nw;
+            if (t >= len) break;  // warp-uniform
+#pragma unroll
+            for (int j = 0; j < ATT_GMAX; ++j) {
+                if (j >= group) break;
+                float d = 0.0f;
+#pragma unroll
+                for (int e = 0; e < E; ++e) d += q[j][e] * kf[u][e];
+                for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                d *= scale;
+                float mn = fmaxf(m[j], d);
+                float corr = __expf(m[j] - mn);
+                float pe = __expf(d - mn);
+                l[j] = l[j] * corr + pe;
+#pragma unroll
+                for (int e = 0; e < E; ++e) acc[j][e] = acc[j][e] * corr + pe * vf[u][e];
+                m[j] = mn;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < ATT_GMAX; ++j) {
+        if (j >= group) break;
         if (lane == 0) {
-            pm[warp * group + j] = m;
-            pl[warp * group + j] = l;
+            pm[warp * group + j] = m[j];
+            pl[warp * group + j] = l[j];
         }
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
+        for (int e = 0; e < E; ++e) {
             int i = lane + 32 * e;
-            if (i < hd) pacc[(size_t)(warp * group + j) * hd + i] = acc[e];
+            if (i < hd) pacc[(size_t)(warp * group + j) * hd + i] = acc[j][e];
         }
     }
     __syncthreads();
@@ -193,6 +217,20 @@ extern "C" __global__ void ll_attention(const unsigned short* qkv, unsigned shor
         orow[idx] = f2bf(o / sum);
     }
 }
+
+// The instantiations by elements per lane: ll_attention_1 (head_dim <= 32), _2 (<= 64),
+// _4 (<= 128), _8 (<= 256); same arguments.
+#define LL_ATTENTION(E)                                                                         \
+    extern "C" __global__ void ll_attention_##E(                                                \
+        const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
+        const int* pos, const float* cos_t, const float* sin_t, unsigned short* out, int nq,   \
+        int nkv, int hd, int max_ctx, float scale) {                                            \
+        attention<E>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx, scale);\
+    }
+LL_ATTENTION(1)
+LL_ATTENTION(2)
+LL_ATTENTION(4)
+LL_ATTENTION(8)
 
 // HF LlamaMLP activation: out = bf16(silu(gate)) * up, rounded to bf16. gu row: [gate | up].
 extern "C" __global__ void ll_swiglu(const unsigned short* gu, unsigned short* out, int ffn,

@@ -93,7 +93,8 @@ const DEFAULT_SMEM: usize = 48 << 10;
 pub struct Kernels {
     pub embed: Kernel,
     pub rmsnorm: Kernel,
-    pub attention: Kernel,
+    /// `ll_attention_{1,2,4,8}`: by head_dim elements per lane (see [`Kernels::attention_for`]).
+    pub attention: [Kernel; 4],
     pub swiglu: Kernel,
     pub argmax: Kernel,
     pub advance: Kernel,
@@ -115,7 +116,12 @@ impl Kernels {
         Ok(Kernels {
             embed: module.kernel("ll_embed")?,
             rmsnorm: module.kernel("ll_rmsnorm")?,
-            attention: module.kernel("ll_attention")?,
+            attention: [
+                module.kernel("ll_attention_1")?,
+                module.kernel("ll_attention_2")?,
+                module.kernel("ll_attention_4")?,
+                module.kernel("ll_attention_8")?,
+            ],
             swiglu: module.kernel("ll_swiglu")?,
             argmax: module.kernel("ll_argmax")?,
             advance: module.kernel("ll_advance")?,
@@ -125,6 +131,20 @@ impl Kernels {
             gemv_norm_f32: GemvKernels::load(&module, "ll_gemv_norm_f32")?,
             _module: module,
         })
+    }
+}
+
+impl Kernels {
+    /// The attention instantiation for `head_dim` (at most 256): lanes hold head_dim / 32
+    /// elements each, rounded up to 1, 2, 4 or 8.
+    pub fn attention_for(&self, head_dim: usize) -> &Kernel {
+        let i = match head_dim {
+            0..=32 => 0,
+            33..=64 => 1,
+            65..=128 => 2,
+            _ => 3,
+        };
+        &self.attention[i]
     }
 }
 
@@ -220,7 +240,9 @@ impl Decoder {
             )));
         }
         if smem > DEFAULT_SMEM {
-            allow_smem(&kernels.attention, smem, "ll_attention")?;
+            for k in &kernels.attention {
+                allow_smem(k, smem, "ll_attention_*")?;
+            }
         }
         // The GEMV kernels stage their rows of input in shared memory: R rows of K bf16 values.
         // A row count whose staging does not fit is not used (cuBLAS serves such batches).
@@ -383,7 +405,7 @@ impl Decoder {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         stream.launch(
             "rope + kv append + attention",
-            &self.kernels.attention,
+            self.kernels.attention_for(c.head_dim),
             grid(
                 rows as u32,
                 nkv as u32,

@@ -301,7 +301,7 @@ fn check_attention(ctx: &Context, st: &Stream, kernels: &Kernels, c: &Config, po
     let group = nq / nkv;
     st.launch(
         "test attention",
-        &kernels.attention,
+        kernels.attention_for(hd),
         cfg(
             (rows as u32, nkv as u32),
             ATTENTION_THREADS,

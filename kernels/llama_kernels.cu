@@ -95,6 +95,20 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 // in one pass; the W partial results are combined at the end. Cache layout per layer:
 // [rows, n_kv, max_ctx, head_dim]. qkv row: [q heads | k heads | v heads] x head_dim.
 // Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group) floats.
+// A bf16 load (as f32) when `ok`, 0 otherwise: predicated in PTX, so the loads of a round issue
+// back to back. A plain (coherent) load: the block itself wrote position p of the cache.
+__device__ __forceinline__ float ld_bf_if(const unsigned short* p, bool ok) {
+    unsigned int v;
+    asm("{\n\t.reg .pred q;\n\t"
+        "setp.ne.b32 q, %2, 0;\n\t"
+        "mov.u32 %0, 0;\n\t"
+        "@q ld.global.u16 %0, [%1];\n\t}"
+        : "=r"(v)
+        : "l"(p), "r"((int)ok)
+        : "memory");
+    return __uint_as_float(v << 16);
+}
+
 #define ATT_GMAX 16
 #define ATT_U 4
 template <int E>
@@ -159,8 +173,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             for (int e = 0; e < E; ++e) {
                 int i = lane + 32 * e;
                 bool ok = t < len && i < hd;
-                kf[u][e] = ok ? bf2f(kc[(size_t)t * hd + i]) : 0.0f;
-                vf[u][e] = ok ? bf2f(vc[(size_t)t * hd + i]) : 0.0f;
+                kf[u][e] = ld_bf_if(kc + (size_t)t * hd + i, ok);
+                vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
             }
         }
 #pragma unroll
@@ -305,6 +319,21 @@ extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* 
 // One warp per output column n (grid-stride over n), 16-byte weight loads when K % 8 == 0 and w
 // is 16-byte aligned (scalar loads otherwise), fp32 accumulation, warp-shuffle reduction.
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
+#define GEMV_U 4
+
+// A 16-byte read-only load when `ok`, zeros otherwise: predicated in PTX (no branch), so the
+// loads of a round issue back to back.
+__device__ __forceinline__ uint4 ldg_if(const uint4* p, bool ok) {
+    uint4 v;
+    asm("{\n\t.reg .pred q;\n\t"
+        "setp.ne.b32 q, %5, 0;\n\t"
+        "mov.u32 %0, 0;\n\tmov.u32 %1, 0;\n\tmov.u32 %2, 0;\n\tmov.u32 %3, 0;\n\t"
+        "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)ok));
+    return v;
+}
+
 template <int R, int PRO, int EPI>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
@@ -352,24 +381,35 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
         const unsigned short* wr = w + (size_t)o * k;
         if (vec) {
+            // GEMV_U guarded 16-byte loads per lane per round, issued together (predicated,
+            // not branched), so a lane has GEMV_U loads in flight however short K is.
             const uint4* w4 = (const uint4*)wr;
             int k8 = k >> 3;
-#pragma unroll 4
-            for (int cidx = lane; cidx < k8; cidx += 32) {
-                uint4 wv = __ldg(w4 + cidx);
-                unsigned int ww[4] = {wv.x, wv.y, wv.z, wv.w};
+            for (int c0 = 0; c0 < k8; c0 += 32 * GEMV_U) {
+                uint4 wv[GEMV_U];
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    uint4 xv = ((const uint4*)(xs + (size_t)r * kpad))[cidx];
-                    unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
-                    float a = acc[r];
+                for (int u = 0; u < GEMV_U; ++u) {
+                    int cidx = c0 + lane + 32 * u;
+                    wv[u] = ldg_if(w4 + cidx, cidx < k8);
+                }
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        a += __uint_as_float(ww[q] << 16) * __uint_as_float(xx[q] << 16);
-                        a += __uint_as_float(ww[q] & 0xffff0000u) *
-                             __uint_as_float(xx[q] & 0xffff0000u);
+                for (int u = 0; u < GEMV_U; ++u) {
+                    int cidx = c0 + lane + 32 * u;
+                    if (cidx >= k8) break;
+                    unsigned int ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        uint4 xv = ((const uint4*)(xs + (size_t)r * kpad))[cidx];
+                        unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
+                        float a = acc[r];
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            a += __uint_as_float(ww[q] << 16) * __uint_as_float(xx[q] << 16);
+                            a += __uint_as_float(ww[q] & 0xffff0000u) *
+                                 __uint_as_float(xx[q] & 0xffff0000u);
+                        }
+                        acc[r] = a;
                     }
-                    acc[r] = a;
                 }
             }
         } else {

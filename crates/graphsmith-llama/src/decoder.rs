@@ -436,7 +436,7 @@ impl Decoder {
         let c = self.config.clone();
         let eps = c.rms_norm_eps;
         let (h, f, q) = (c.hidden_size, c.intermediate_size, c.q_dim());
-        let sms = self.sm_count;
+        let sms = (self.sm_count, self.gemv_max_rows);
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));
             let lw = &self.weights.layers[l];
@@ -610,7 +610,8 @@ impl Decoder {
 }
 
 /// Launches one GEMV variant `y[rows, n] (op)= prologue(x)[rows, k] @ w[n, k]^T` for `rows`
-/// rows, in chunks of at most 8 (the largest instantiation); `inputs` is (x, norm weight, w)
+/// rows, in chunks of at most `max_rows` (1 to 8: the largest instantiation whose shared memory
+/// the kernels were allowed); `inputs` is (x, norm weight, w)
 /// (the norm weight is only read by the norm variants; others pass any buffer). The grid covers
 /// the `n` columns with one warp each, capped at a few blocks per multiprocessor (each block
 /// stages its rows' input once, then strides over columns).
@@ -620,7 +621,7 @@ pub fn gemv<T: graphsmith::Element>(
     stream: &Stream,
     label: &str,
     kernels: &GemvKernels,
-    sm_count: u32,
+    (sm_count, max_rows): (u32, usize),
     inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
     y: &mut DeviceBuffer<T>,
     rows: usize,
@@ -632,7 +633,7 @@ pub fn gemv<T: graphsmith::Element>(
     let warps = (GEMV_THREADS / 32) as usize;
     let mut row0 = 0;
     while row0 < rows {
-        let chunk = (rows - row0).min(8);
+        let chunk = (rows - row0).min(max_rows.clamp(1, 8));
         let (kernel, cap) = kernels.for_rows(chunk);
         let smem = cap * k.next_multiple_of(8) * 2;
         let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 8) as u32;

@@ -138,7 +138,7 @@ fn check_gemv(
         Variant::NormF32 => &kernels.gemv_norm_f32,
     };
     // Few multiprocessors: blocks stride over columns (n is larger than the grid's warps).
-    let sms = 2;
+    let sms = (2, 8);
     let got: Vec<f32> = if v == Variant::NormF32 {
         let mut y = upload(ctx, st, "y", &vec![f32::NAN; rows * n]);
         gemv(

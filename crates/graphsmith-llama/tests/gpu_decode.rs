@@ -133,8 +133,9 @@ impl HostModel {
                         .sum()));
                 }
             }
+            // HF rounds the projection to bf16, then adds the residual in bf16.
             let o = matvec(&attn, &f(&lw.o), h);
-            x = x.iter().zip(&o).map(|(a, b)| bf(a + b)).collect();
+            x = x.iter().zip(&o).map(|(a, b)| bf(a + bf(*b))).collect();
             let xn = rmsnorm(&x, &f(&lw.post_norm), c.rms_norm_eps);
             let gu: Vec<f32> = matvec(&xn, &f(&lw.gate_up), 2 * ff)
                 .into_iter()
@@ -144,7 +145,7 @@ impl HostModel {
                 .map(|i| bf(bf(gu[i] / (1.0 + (-gu[i]).exp())) * gu[ff + i]))
                 .collect();
             let d = matvec(&act, &f(&lw.down), h);
-            x = x.iter().zip(&d).map(|(a, b)| bf(a + b)).collect();
+            x = x.iter().zip(&d).map(|(a, b)| bf(a + bf(*b))).collect();
         }
         let xn = rmsnorm(&x, &f(&self.w.final_norm), c.rms_norm_eps);
         matvec(&xn, &f(self.w.head()), c.vocab_size)

@@ -319,7 +319,7 @@ extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* 
 // One warp per output column n (grid-stride over n), 16-byte weight loads when K % 8 == 0 and w
 // is 16-byte aligned (scalar loads otherwise), fp32 accumulation, warp-shuffle reduction.
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
-#define GEMV_U 4
+#define GEMV_U 8
 
 // A 16-byte read-only load when `ok`, zeros otherwise: predicated in PTX (no branch), so the
 // loads of a round issue back to back.

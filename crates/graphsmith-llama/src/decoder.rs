@@ -636,7 +636,9 @@ pub fn gemv<T: graphsmith::Element>(
         let chunk = (rows - row0).min(max_rows.clamp(1, 8));
         let (kernel, cap) = kernels.for_rows(chunk);
         let smem = cap * k.next_multiple_of(8) * 2;
-        let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 8) as u32;
+        // Resident blocks per multiprocessor: at most 4 (64 registers x 256 threads), fewer
+        // when the staged rows take more shared memory; the grid is one wave of them.
+        let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
         let blocks = (n.div_ceil(warps) as u32).min(sm_count * per_sm).max(1);
         stream.launch(
             label,

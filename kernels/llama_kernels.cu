@@ -86,7 +86,7 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 
 // Decode attention fused with RoPE and the KV-cache append. Grid (rows, n_kv_heads), blockDim a
 // multiple of 32 (W warps); a block serves the `group` query heads that share one key/value head
-// (group <= 16), so it appends that head's K and V at pos[r] and then reads them back itself (no
+// (group <= ATT_GMAX), so it appends that head's K and V at pos[r] and then reads them back itself (no
 // other block needs them). Positions are spread over the warps, four at a time: warp w takes
 // t = w + W * (4i + u), u < 4, and issues the four positions' K and V loads together (one memory
 // round trip per four positions). Within a warp the lanes split head_dim (lane holds elements
@@ -109,9 +109,8 @@ __device__ __forceinline__ float ld_bf_if(const unsigned short* p, bool ok) {
     return __uint_as_float(v << 16);
 }
 
-#define ATT_GMAX 16
 #define ATT_U 4
-template <int E>
+template <int E, int ATT_GMAX>
 __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned short* kcache,
                                           unsigned short* vcache, const int* pos,
                                           const float* cos_t, const float* sin_t,
@@ -233,18 +232,24 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
 }
 
 // The instantiations by elements per lane: ll_attention_1 (head_dim <= 32), _2 (<= 64),
-// _4 (<= 128), _8 (<= 256); same arguments.
-#define LL_ATTENTION(E)                                                                         \
-    extern "C" __global__ void ll_attention_##E(                                                \
+// _4 (<= 128), _8 (<= 256), for groups of up to 16 query heads; the _g4 ones for groups of up
+// to 4 (fewer registers: more blocks per SM at large batches); same arguments.
+#define LL_ATTENTION(NAME, E, G)                                                                \
+    extern "C" __global__ void NAME(                                                            \
         const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
         const int* pos, const float* cos_t, const float* sin_t, unsigned short* out, int nq,   \
         int nkv, int hd, int max_ctx, float scale) {                                            \
-        attention<E>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx, scale);\
+        attention<E, G>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,     \
+                        scale);                                                                 \
     }
-LL_ATTENTION(1)
-LL_ATTENTION(2)
-LL_ATTENTION(4)
-LL_ATTENTION(8)
+LL_ATTENTION(ll_attention_1, 1, 16)
+LL_ATTENTION(ll_attention_2, 2, 16)
+LL_ATTENTION(ll_attention_4, 4, 16)
+LL_ATTENTION(ll_attention_8, 8, 16)
+LL_ATTENTION(ll_attention_1_g4, 1, 4)
+LL_ATTENTION(ll_attention_2_g4, 2, 4)
+LL_ATTENTION(ll_attention_4_g4, 4, 4)
+LL_ATTENTION(ll_attention_8_g4, 8, 4)
 
 // HF LlamaMLP activation: out = bf16(silu(gate)) * up, rounded to bf16. gu row: [gate | up].
 extern "C" __global__ void ll_swiglu(const unsigned short* gu, unsigned short* out, int ffn,

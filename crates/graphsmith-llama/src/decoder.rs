@@ -93,8 +93,11 @@ const DEFAULT_SMEM: usize = 48 << 10;
 pub struct Kernels {
     pub embed: Kernel,
     pub rmsnorm: Kernel,
-    /// `ll_attention_{1,2,4,8}`: by head_dim elements per lane (see [`Kernels::attention_for`]).
+    /// `ll_attention_{1,2,4,8}`: by head_dim elements per lane, groups of up to 16 query heads
+    /// (see [`Kernels::attention_for`]).
     pub attention: [Kernel; 4],
+    /// `ll_attention_{1,2,4,8}_g4`: the same for groups of up to 4 (fewer registers).
+    pub attention_g4: [Kernel; 4],
     pub swiglu: Kernel,
     pub argmax: Kernel,
     pub advance: Kernel,
@@ -122,6 +125,12 @@ impl Kernels {
                 module.kernel("ll_attention_4")?,
                 module.kernel("ll_attention_8")?,
             ],
+            attention_g4: [
+                module.kernel("ll_attention_1_g4")?,
+                module.kernel("ll_attention_2_g4")?,
+                module.kernel("ll_attention_4_g4")?,
+                module.kernel("ll_attention_8_g4")?,
+            ],
             swiglu: module.kernel("ll_swiglu")?,
             argmax: module.kernel("ll_argmax")?,
             advance: module.kernel("ll_advance")?,
@@ -135,16 +144,21 @@ impl Kernels {
 }
 
 impl Kernels {
-    /// The attention instantiation for `head_dim` (at most 256): lanes hold head_dim / 32
-    /// elements each, rounded up to 1, 2, 4 or 8.
-    pub fn attention_for(&self, head_dim: usize) -> &Kernel {
+    /// The attention instantiation for `head_dim` (at most 256) and `group` query heads per
+    /// key/value head (at most 16): lanes hold head_dim / 32 elements each, rounded up to 1, 2,
+    /// 4 or 8; groups of up to 4 take the smaller `_g4` kernels.
+    pub fn attention_for(&self, head_dim: usize, group: usize) -> &Kernel {
         let i = match head_dim {
             0..=32 => 0,
             33..=64 => 1,
             65..=128 => 2,
             _ => 3,
         };
-        &self.attention[i]
+        if group <= 4 {
+            &self.attention_g4[i]
+        } else {
+            &self.attention[i]
+        }
     }
 }
 
@@ -240,7 +254,7 @@ impl Decoder {
             )));
         }
         if smem > DEFAULT_SMEM {
-            for k in &kernels.attention {
+            for k in kernels.attention.iter().chain(&kernels.attention_g4) {
                 allow_smem(k, smem, "ll_attention_*")?;
             }
         }
@@ -405,7 +419,8 @@ impl Decoder {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         stream.launch(
             "rope + kv append + attention",
-            self.kernels.attention_for(c.head_dim),
+            self.kernels
+                .attention_for(c.head_dim, c.num_attention_heads / c.num_key_value_heads),
             grid(
                 rows as u32,
                 nkv as u32,

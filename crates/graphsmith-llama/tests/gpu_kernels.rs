@@ -301,7 +301,7 @@ fn check_attention(ctx: &Context, st: &Stream, kernels: &Kernels, c: &Config, po
     let group = nq / nkv;
     st.launch(
         "test attention",
-        kernels.attention_for(hd),
+        kernels.attention_for(hd, group),
         cfg(
             (rows as u32, nkv as u32),
             ATTENTION_THREADS,
@@ -375,7 +375,9 @@ fn attention_matches_a_host_reference() {
     let st = ctx.stream("test").unwrap();
     let kernels = Kernels::load(&ctx).unwrap();
     // tiny: head_dim 16 (half the lanes idle), group 2; small: head_dim 64, group 3; 1b-like
-    // heads: head_dim 64, group 4; and head_dim 128.
+    // heads: head_dim 64, group 4; head_dim 128; groups of 8 and 16 (the kernels for groups
+    // above 4, the second with head_dim 40), and head_dim 256 (group 4: shared memory under
+    // 48 KiB).
     let tiny = Config::named("tiny").unwrap();
     let small = Config::named("small").unwrap();
     let mut wide = Config::named("1b").unwrap();
@@ -383,7 +385,14 @@ fn attention_matches_a_host_reference() {
     wide.num_key_value_heads = 2;
     let mut hd128 = wide.clone();
     hd128.head_dim = 128;
-    for c in [&tiny, &small, &wide, &hd128] {
+    let mut group8 = wide.clone();
+    group8.num_attention_heads = 16;
+    let mut group16 = wide.clone();
+    group16.num_attention_heads = 32;
+    group16.head_dim = 40;
+    let mut hd256 = wide.clone();
+    hd256.head_dim = 256;
+    for c in [&tiny, &small, &wide, &hd128, &group8, &group16, &hd256] {
         check_attention(&ctx, &st, &kernels, c, &[0]);
         check_attention(&ctx, &st, &kernels, c, &[5, -1, 47]);
         check_attention(&ctx, &st, &kernels, c, &[1, 2, 3, 9, 17, 30, 31, 40]);

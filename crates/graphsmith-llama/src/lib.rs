@@ -10,6 +10,7 @@ pub mod config;
 pub mod cublas;
 pub mod decoder;
 pub mod error;
+pub mod kernels;
 pub mod model;
 pub mod reference;
 pub mod run;

@@ -9,7 +9,7 @@
 
 use graphsmith::model::Dim3;
 use graphsmith::{args, Context, DeviceBuffer, LaunchConfig, Stream};
-use graphsmith_llama::decoder::{
+use graphsmith_llama::kernels::{
     attention_smem, gemv, GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_THREADS,
 };
 use graphsmith_llama::Config;

@@ -94,7 +94,8 @@ impl Decoder {
                 config.head_dim
             )));
         }
-        if smem > DEFAULT_SMEM {
+        // Static shared memory counts against the 48 KiB default too: opt in with a margin.
+        if smem + 1024 > DEFAULT_SMEM {
             for k in kernels.attention.iter().chain(&kernels.attention_g4) {
                 allow_smem(k, smem, "ll_attention_*")?;
             }
@@ -113,7 +114,7 @@ impl Decoder {
             if bytes + 1024 > limit {
                 break;
             }
-            if bytes > DEFAULT_SMEM {
+            if bytes + 1024 > DEFAULT_SMEM {
                 for g in [
                     &kernels.gemv_norm,
                     &kernels.gemv_res,

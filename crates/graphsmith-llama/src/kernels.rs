@@ -75,6 +75,11 @@ impl GemvKernels {
         })
     }
 
+    /// The instantiations for 1, 2, 4 and 8 rows.
+    pub fn by_rows(&self) -> &[Kernel; 4] {
+        &self.by_rows
+    }
+
     /// The instantiation for `rows` rows (at most 8) and its row capacity.
     fn for_rows(&self, rows: usize) -> (&Kernel, usize) {
         let i = GEMV_ROWS.iter().position(|&r| rows <= r).unwrap_or(3);
@@ -239,7 +244,7 @@ pub(crate) fn device_attribute(
 }
 
 /// Lets `kernel` use `bytes` of dynamic shared memory (above the 48 KiB default).
-pub(crate) fn allow_smem(kernel: &Kernel, bytes: usize, name: &str) -> Result<()> {
+pub fn allow_smem(kernel: &Kernel, bytes: usize, name: &str) -> Result<()> {
     // SAFETY: the function belongs to a loaded module (alive in the decoder's `Kernels`); the
     // context is current (the module load bound it on this thread).
     let rc = unsafe {

@@ -497,3 +497,99 @@ fn argmax_and_advance_match_a_host_reference() {
         }
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gemv_bandwidth_on_1b_shapes() {
+    // Not a pass/fail on speed: prints the fraction of the copy bandwidth each GEMV reaches on
+    // the 1B config's shapes, checks that the results are finite (outputs poisoned first).
+    let ctx = Context::new(0).unwrap();
+    let st = ctx.stream("test").unwrap();
+    let kernels = Kernels::load(&ctx).unwrap();
+    let copy = graphsmith_llama::run::copy_bandwidth(&ctx).unwrap();
+    let sms = {
+        let mut v = 0i32;
+        // SAFETY: the device handle is the context's; v is a valid out pointer.
+        let rc = unsafe {
+            graphsmith::sys::cuDeviceGetAttribute(
+                &mut v,
+                graphsmith::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                ctx.device(),
+            )
+        };
+        assert_eq!(rc, graphsmith::sys::CUresult::CUDA_SUCCESS);
+        v as u32
+    };
+    for k in &kernels.gemv_norm.by_rows()[2..] {
+        graphsmith_llama::kernels::allow_smem(k, 8 * 8192 * 2, "test").unwrap();
+    }
+    for k in &kernels.gemv_swiglu_res.by_rows()[2..] {
+        graphsmith_llama::kernels::allow_smem(k, 8 * 8192 * 2, "test").unwrap();
+    }
+    let mut rng = Rng(3);
+    for (name, n, k, swiglu) in [
+        ("gate/up 16384x2048", 16384, 2048, false),
+        ("down 2048x8192", 2048, 8192, true),
+        ("lm_head 128256x2048", 128256, 2048, false),
+    ] {
+        let w = upload(&ctx, &st, "w", &rng.bf16s(n * k, 0.05));
+        let nw = upload(&ctx, &st, "nw", &rng.bf16s(k, 1.0));
+        for rows in [1usize, 8] {
+            let xw = if swiglu { 2 * k } else { k };
+            let x = upload(&ctx, &st, "x", &rng.bf16s(rows * xw, 1.0));
+            let mut y = upload(&ctx, &st, "y", &vec![POISON; rows * n]);
+            let g = if swiglu {
+                &kernels.gemv_swiglu_res
+            } else {
+                &kernels.gemv_norm
+            };
+            if swiglu {
+                st.upload(&mut y, &rng.bf16s(rows * n, 1.0)).unwrap();
+            }
+            let (a, b) = (
+                ctx.event("t0", true).unwrap(),
+                ctx.event("t1", true).unwrap(),
+            );
+            let iters = 20;
+            gemv(
+                &st,
+                "warm",
+                g,
+                (sms, 8),
+                (&x, &nw, &w),
+                &mut y,
+                rows,
+                n,
+                k,
+                1e-5,
+            )
+            .unwrap();
+            st.record(&a).unwrap();
+            for _ in 0..iters {
+                gemv(
+                    &st,
+                    "timed",
+                    g,
+                    (sms, 8),
+                    (&x, &nw, &w),
+                    &mut y,
+                    rows,
+                    n,
+                    k,
+                    1e-5,
+                )
+                .unwrap();
+            }
+            st.record(&b).unwrap();
+            b.synchronize().unwrap();
+            let us = b.elapsed_ms_since(&a).unwrap() as f64 * 1e3 / iters as f64;
+            let tb_s = (n * k * 2) as f64 / (us * 1e-6) / 1e12;
+            let out: Vec<f32> = st.download(&y).unwrap().into_iter().map(from_bf).collect();
+            assert!(out.iter().all(|v| v.is_finite()), "{name} rows {rows}");
+            println!(
+                "{name}, rows {rows}: {us:.1} us, {tb_s:.2} TB/s of weights = {:.0}% of the copy bandwidth ({copy:.2} TB/s)",
+                100.0 * tb_s / copy
+            );
+        }
+    }
+}

@@ -84,22 +84,47 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
     return rbf(rbf(bf2f(x[i]) * c[j]) + rbf(bf2f(x[j]) * s[j]));
 }
 
-// Decode attention fused with RoPE and the KV-cache append. Grid (rows, n_kv_heads); a block
-// serves the query heads that share one key/value head, so it appends that head's K and V at
-// pos[r] and then reads them back itself (no other block needs them). Cache layout per layer:
+// Decode attention fused with RoPE and the KV-cache append. Grid (rows, n_kv_heads), blockDim a
+// multiple of 32 (W warps); a block serves the `group` query heads that share one key/value head
+// (group <= ATT_GMAX), so it appends that head's K and V at pos[r] and then reads them back itself (no
+// other block needs them). Positions are spread over the warps, four at a time: warp w takes
+// t = w + W * (4i + u), u < 4, and issues the four positions' K and V loads together (one memory
+// round trip per four positions). Within a warp the lanes split head_dim (lane holds elements
+// lane + 32e, e < E, so head_dim <= 32E), scores are warp reductions, and each warp keeps an
+// online softmax (running max m, sum l, weighted V sum) per query head for all the group's heads
+// in one pass; the W partial results are combined at the end. Cache layout per layer:
 // [rows, n_kv, max_ctx, head_dim]. qkv row: [q heads | k heads | v heads] x head_dim.
-// Dynamic shared memory: (group * head_dim + group * max_ctx + 32) floats.
-extern "C" __global__ void ll_attention(const unsigned short* qkv, unsigned short* kcache,
-                                        unsigned short* vcache, const int* pos,
-                                        const float* cos_t, const float* sin_t,
-                                        unsigned short* out, int nq, int nkv, int hd,
-                                        int max_ctx, float scale) {
+// Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group) floats.
+// A bf16 load (as f32) when `ok`, 0 otherwise: predicated in PTX, so the loads of a round issue
+// back to back. A plain (coherent) load: the block itself wrote position p of the cache.
+__device__ __forceinline__ float ld_bf_if(const unsigned short* p, bool ok) {
+    unsigned int v;
+    asm("{\n\t.reg .pred q;\n\t"
+        "setp.ne.b32 q, %2, 0;\n\t"
+        "mov.u32 %0, 0;\n\t"
+        "@q ld.global.u16 %0, [%1];\n\t}"
+        : "=r"(v)
+        : "l"(p), "r"((int)ok)
+        : "memory");
+    return __uint_as_float(v << 16);
+}
+
+#define ATT_U 4
+template <int E, int ATT_GMAX>
+__device__ __forceinline__ void attention(const unsigned short* qkv, unsigned short* kcache,
+                                          unsigned short* vcache, const int* pos,
+                                          const float* cos_t, const float* sin_t,
+                                          unsigned short* out, int nq, int nkv, int hd,
+                                          int max_ctx, float scale) {
     extern __shared__ float smem[];
+    const float NEG_INF = __int_as_float(0xff800000);
     int r = blockIdx.x, kvh = blockIdx.y;
     int group = nq / nkv;
-    float* qs = smem;                        // group * hd
-    float* scores = smem + group * hd;       // group * max_ctx
-    float* scratch = scores + group * max_ctx;  // 32
+    int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float* qs = smem;                          // group * hd
+    float* pacc = qs + group * hd;             // nw * group * hd
+    float* pm = pacc + nw * group * hd;        // nw * group
+    float* pl = pm + nw * group;               // nw * group
     int p = pos[r];
     unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
     if (p < 0 || p >= max_ctx) {
@@ -123,51 +148,108 @@ extern "C" __global__ void ll_attention(const unsigned short* qkv, unsigned shor
         int j = idx / hd, i = idx % hd;
         qs[idx] = rope_at(row + (size_t)(kvh * group + j) * hd, c, s, i, half);
     }
+    // The appended K/V (global) and the roped queries (shared) are visible to the whole block.
     __syncthreads();
     int len = p + 1;
-    for (int t = threadIdx.x; t < len; t += blockDim.x) {
-        const uint4* k4 = (const uint4*)(kc + (size_t)t * hd);
-        float acc[16];
-        for (int j = 0; j < group; ++j) acc[j] = 0.0f;
-        for (int v = 0; v < hd / 8; ++v) {
-            uint4 packed = k4[v];
-            unsigned int words[4] = {packed.x, packed.y, packed.z, packed.w};
-            for (int w = 0; w < 4; ++w) {
-                float k0 = __uint_as_float(words[w] << 16);
-                float k1 = __uint_as_float(words[w] & 0xffff0000u);
-                int i = v * 8 + w * 2;
-                for (int j = 0; j < group; ++j) {
-                    acc[j] += qs[j * hd + i] * k0 + qs[j * hd + i + 1] * k1;
-                }
+    float q[ATT_GMAX][E], acc[ATT_GMAX][E], m[ATT_GMAX], l[ATT_GMAX];
+#pragma unroll
+    for (int j = 0; j < ATT_GMAX; ++j) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            int i = lane + 32 * e;
+            q[j][e] = (j < group && i < hd) ? qs[j * hd + i] : 0.0f;
+            acc[j][e] = 0.0f;
+        }
+        m[j] = NEG_INF;
+        l[j] = 0.0f;
+    }
+    for (int t0 = warp; t0 < len; t0 += ATT_U * nw) {
+        float kf[ATT_U][E], vf[ATT_U][E];
+#pragma unroll
+        for (int u = 0; u < ATT_U; ++u) {
+            int t = t0 + u * nw;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                int i = lane + 32 * e;
+                bool ok = t < len && i < hd;
+                kf[u][e] = ld_bf_if(kc + (size_t)t * hd + i, ok);
+                vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
             }
         }
-        for (int j = 0; j < group; ++j) scores[j * max_ctx + t] = acc[j] * scale;
-    }
-    __syncthreads();
-    for (int j = 0; j < group; ++j) {
-        float* sj = scores + j * max_ctx;
-        float m = -3.402823466e38f;
-        for (int t = threadIdx.x; t < len; t += blockDim.x) m = fmaxf(m, sj[t]);
-        m = block_max(m, scratch);
-        float sum = 0.0f;
-        for (int t = threadIdx.x; t < len; t += blockDim.x) {
-            float e = __expf(sj[t] - m);
-            sj[t] = e;
-            sum += e;
+#pragma unroll
+        for (int u = 0; u < ATT_U; ++u) {
+            int t = t0 + u * nw;
+            if (t >= len) break;  // warp-uniform
+#pragma unroll
+            for (int j = 0; j < ATT_GMAX; ++j) {
+                if (j >= group) break;
+                float d = 0.0f;
+#pragma unroll
+                for (int e = 0; e < E; ++e) d += q[j][e] * kf[u][e];
+                for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                d *= scale;
+                float mn = fmaxf(m[j], d);
+                float corr = __expf(m[j] - mn);
+                float pe = __expf(d - mn);
+                l[j] = l[j] * corr + pe;
+#pragma unroll
+                for (int e = 0; e < E; ++e) acc[j][e] = acc[j][e] * corr + pe * vf[u][e];
+                m[j] = mn;
+            }
         }
-        sum = block_sum(sum, scratch);
-        float inv = 1.0f / sum;
-        for (int t = threadIdx.x; t < len; t += blockDim.x) sj[t] *= inv;
+    }
+#pragma unroll
+    for (int j = 0; j < ATT_GMAX; ++j) {
+        if (j >= group) break;
+        if (lane == 0) {
+            pm[warp * group + j] = m[j];
+            pl[warp * group + j] = l[j];
+        }
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            int i = lane + 32 * e;
+            if (i < hd) pacc[(size_t)(warp * group + j) * hd + i] = acc[j][e];
+        }
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
         int j = idx / hd, i = idx % hd;
-        const float* sj = scores + j * max_ctx;
-        float acc = 0.0f;
-        for (int t = 0; t < len; ++t) acc += sj[t] * bf2f(vc[(size_t)t * hd + i]);
-        orow[idx] = f2bf(acc);
+        float mx = NEG_INF;
+        for (int w = 0; w < nw; ++w) {
+            if (pl[w * group + j] > 0.0f) mx = fmaxf(mx, pm[w * group + j]);
+        }
+        float sum = 0.0f, o = 0.0f;
+        for (int w = 0; w < nw; ++w) {
+            float lw = pl[w * group + j];
+            if (lw > 0.0f) {
+                float sc = __expf(pm[w * group + j] - mx);
+                sum += lw * sc;
+                o += pacc[(size_t)(w * group + j) * hd + i] * sc;
+            }
+        }
+        orow[idx] = f2bf(o / sum);
     }
 }
+
+// The instantiations by elements per lane: ll_attention_1 (head_dim <= 32), _2 (<= 64),
+// _4 (<= 128), _8 (<= 256), for groups of up to 16 query heads; the _g4 ones for groups of up
+// to 4 (fewer registers: more blocks per SM at large batches); same arguments.
+#define LL_ATTENTION(NAME, E, G)                                                                \
+    extern "C" __global__ void NAME(                                                            \
+        const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
+        const int* pos, const float* cos_t, const float* sin_t, unsigned short* out, int nq,   \
+        int nkv, int hd, int max_ctx, float scale) {                                            \
+        attention<E, G>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,     \
+                        scale);                                                                 \
+    }
+LL_ATTENTION(ll_attention_1, 1, 16)
+LL_ATTENTION(ll_attention_2, 2, 16)
+LL_ATTENTION(ll_attention_4, 4, 16)
+LL_ATTENTION(ll_attention_8, 8, 16)
+LL_ATTENTION(ll_attention_1_g4, 1, 4)
+LL_ATTENTION(ll_attention_2_g4, 2, 4)
+LL_ATTENTION(ll_attention_4_g4, 4, 4)
+LL_ATTENTION(ll_attention_8_g4, 8, 4)
 
 // HF LlamaMLP activation: out = bf16(silu(gate)) * up, rounded to bf16. gu row: [gate | up].
 extern "C" __global__ void ll_swiglu(const unsigned short* gu, unsigned short* out, int ffn,
@@ -183,46 +265,207 @@ extern "C" __global__ void ll_swiglu(const unsigned short* gu, unsigned short* o
     }
 }
 
-// Rounds a row of logits to bf16 in place (HF's lm_head output is bf16) and writes the index of
-// its largest value (the first one on ties, as torch.argmax); one block per row.
-extern "C" __global__ void ll_argmax(float* logits, int* out, int vocab) {
-    __shared__ float best_v[1024];
-    __shared__ int best_i[1024];
-    float* row = logits + (size_t)blockIdx.x * vocab;
-    float bv = -3.402823466e38f;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = rbf(row[i]);
-        row[i] = v;
-        if (v > bv) {
-            bv = v;
-            bi = i;
-        }
-    }
-    best_v[threadIdx.x] = bv;
-    best_i[threadIdx.x] = bi;
-    __syncthreads();
-    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) {
-            float ov = best_v[threadIdx.x + stride];
-            int oi = best_i[threadIdx.x + stride];
-            if (ov > best_v[threadIdx.x] || (ov == best_v[threadIdx.x] && oi < best_i[threadIdx.x])) {
-                best_v[threadIdx.x] = ov;
-                best_i[threadIdx.x] = oi;
-            }
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[blockIdx.x] = best_i[0] == 0x7fffffff ? 0 : best_i[0];
+// Order-preserving key of a float (larger float, larger key), packed with the complement of the
+// index so that the 64-bit maximum is the largest value and, among equal values, the first index.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
+    unsigned int u = __float_as_uint(v);
+    unsigned int key = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)key << 32) | (unsigned long long)(0xffffffffu - (unsigned int)i);
 }
 
-// Greedy advance on the device: each active row takes its argmax as the next token and moves
+// Rounds logits to bf16 in place (HF's lm_head output is bf16) and folds each row's largest
+// value (first index on ties, as torch.argmax) into best[r] with one 64-bit atomicMax per warp.
+// Grid (chunks, rows): the vocabulary is spread over the chunks. best[r] must be 0 before the
+// step (it starts at 0 and ll_advance resets it after reading).
+extern "C" __global__ void ll_argmax(float* logits, unsigned long long* best, int vocab) {
+    float* row = logits + (size_t)blockIdx.y * vocab;
+    unsigned long long b = 0ull;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
+        float v = rbf(row[i]);
+        row[i] = v;
+        unsigned long long k = argmax_key(v, i);
+        b = k > b ? k : b;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long other = __shfl_xor_sync(0xffffffffu, b, o);
+        b = other > b ? other : b;
+    }
+    if ((threadIdx.x & 31) == 0 && b != 0ull) atomicMax(&best[blockIdx.y], b);
+}
+
+// Greedy advance on the device: each row's argmax is decoded from best[r] into next[r] (and
+// best[r] reset to 0 for the next step); each active row takes it as the next token and moves
 // one position on (a row reaching the context's end becomes inactive).
-extern "C" __global__ void ll_advance(const int* next, int* tokens, int* pos, int rows,
-                                      int max_ctx) {
+extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* tokens, int* pos,
+                                      int rows, int max_ctx) {
     int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows || pos[r] < 0) return;
-    tokens[r] = next[r];
+    if (r >= rows) return;
+    unsigned long long b = best[r];
+    best[r] = 0ull;
+    int n = b == 0ull ? 0 : (int)(0xffffffffu - (unsigned int)(b & 0xffffffffull));
+    next[r] = n;
+    if (pos[r] < 0) return;
+    tokens[r] = n;
     int p = pos[r] + 1;
     pos[r] = p < max_ctx ? p : -1;
 }
+
+// ---- GEMV for small batches: y[r, n] = sum_k x'[r, k] * w[n, k], weights [N, K] row-major bf16.
+//
+// x' is the input after an optional prologue, computed by every block for its R rows into shared
+// memory as bf16 (exactly the bf16 values the unfused kernels would have written):
+//   PRO 0: x' = x                     (x: [rows, K])
+//   PRO 1: x' = HF RMSNorm(x) * nw    (x: [rows, K], nw: [K], as ll_rmsnorm)
+//   PRO 2: x' = bf16(silu(g)) * u     (x: [rows, 2K] = [gate | up], as ll_swiglu)
+// The epilogue writes, for rows row0 .. row0 + rows (rows <= R):
+//   EPI 0: y = bf16(acc)              (bf16 out)
+//   EPI 1: y = bf16(y + bf16(acc))    (bf16 out, residual add in place as HF: residual + proj)
+//   EPI 2: y = float(bf16(acc))       (f32 out, logits)
+// One warp per output column n (grid-stride over n), 16-byte weight loads when K % 8 == 0 and w
+// is 16-byte aligned (scalar loads otherwise), fp32 accumulation, warp-shuffle reduction.
+// Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
+#define GEMV_U 8
+
+// A 16-byte read-only load when `ok`, zeros otherwise: predicated in PTX (no branch), so the
+// loads of a round issue back to back.
+__device__ __forceinline__ uint4 ldg_if(const uint4* p, bool ok) {
+    uint4 v;
+    asm("{\n\t.reg .pred q;\n\t"
+        "setp.ne.b32 q, %5, 0;\n\t"
+        "mov.u32 %0, 0;\n\tmov.u32 %1, 0;\n\tmov.u32 %2, 0;\n\tmov.u32 %3, 0;\n\t"
+        "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)ok));
+    return v;
+}
+
+template <int R, int PRO, int EPI>
+__device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
+                                     const unsigned short* w, void* y, int row0, int rows,
+                                     int n, int k, float eps) {
+    extern __shared__ __align__(16) unsigned short xs[];
+    __shared__ float scratch[32];
+    int kpad = (k + 7) & ~7;
+    int xstride = PRO == 2 ? 2 * k : k;
+    for (int r = 0; r < R; ++r) {
+        unsigned short* dst = xs + (size_t)r * kpad;
+        if (r < rows) {
+            const unsigned short* xr = x + (size_t)(row0 + r) * xstride;
+            if (PRO == 1) {
+                float ss = 0.0f;
+                for (int i = threadIdx.x; i < k; i += blockDim.x) {
+                    float v = bf2f(xr[i]);
+                    ss += v * v;
+                }
+                ss = block_sum(ss, scratch);
+                float inv = rsqrtf(ss / (float)k + eps);
+                for (int i = threadIdx.x; i < k; i += blockDim.x) {
+                    dst[i] = f2bf(bf2f(nw[i]) * rbf(bf2f(xr[i]) * inv));
+                }
+            } else if (PRO == 2) {
+                for (int i = threadIdx.x; i < k; i += blockDim.x) {
+                    float g = bf2f(xr[i]);
+                    float u = bf2f(xr[k + i]);
+                    float silu = rbf(g / (1.0f + __expf(-g)));
+                    dst[i] = f2bf(silu * u);
+                }
+            } else {
+                for (int i = threadIdx.x; i < k; i += blockDim.x) dst[i] = xr[i];
+            }
+            for (int i = k + threadIdx.x; i < kpad; i += blockDim.x) dst[i] = 0;
+        } else {
+            for (int i = threadIdx.x; i < kpad; i += blockDim.x) dst[i] = 0;
+        }
+    }
+    __syncthreads();
+    int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    bool vec = (k & 7) == 0 && (((unsigned long long)w) & 15ull) == 0ull;
+    for (int o = blockIdx.x * warps + warp; o < n; o += gridDim.x * warps) {
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+        const unsigned short* wr = w + (size_t)o * k;
+        if (vec) {
+            // GEMV_U guarded 16-byte loads per lane per round, issued together (predicated,
+            // not branched), so a lane has GEMV_U loads in flight however short K is.
+            const uint4* w4 = (const uint4*)wr;
+            int k8 = k >> 3;
+            for (int c0 = 0; c0 < k8; c0 += 32 * GEMV_U) {
+                uint4 wv[GEMV_U];
+#pragma unroll
+                for (int u = 0; u < GEMV_U; ++u) {
+                    int cidx = c0 + lane + 32 * u;
+                    wv[u] = ldg_if(w4 + cidx, cidx < k8);
+                }
+#pragma unroll
+                for (int u = 0; u < GEMV_U; ++u) {
+                    int cidx = c0 + lane + 32 * u;
+                    if (cidx >= k8) break;
+                    unsigned int ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        uint4 xv = ((const uint4*)(xs + (size_t)r * kpad))[cidx];
+                        unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
+                        float a = acc[r];
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            a += __uint_as_float(ww[q] << 16) * __uint_as_float(xx[q] << 16);
+                            a += __uint_as_float(ww[q] & 0xffff0000u) *
+                                 __uint_as_float(xx[q] & 0xffff0000u);
+                        }
+                        acc[r] = a;
+                    }
+                }
+            }
+        } else {
+            for (int i = lane; i < k; i += 32) {
+                float wf = bf2f(wr[i]);
+#pragma unroll
+                for (int r = 0; r < R; ++r) acc[r] += wf * bf2f(xs[(size_t)r * kpad + i]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            for (int off = 16; off > 0; off >>= 1)
+                acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (r < rows) {
+                    size_t at = (size_t)(row0 + r) * n + o;
+                    if (EPI == 0) {
+                        ((unsigned short*)y)[at] = f2bf(acc[r]);
+                    } else if (EPI == 1) {
+                        unsigned short* yy = (unsigned short*)y;
+                        yy[at] = f2bf(bf2f(yy[at]) + rbf(acc[r]));
+                    } else {
+                        ((float*)y)[at] = rbf(acc[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The instantiations the decoder uses, by (prologue, epilogue), each for R = 1, 2, 4, 8:
+//   ll_gemv_norm_R      (PRO 1, EPI 0): q/k/v and gate/up projections with the RMSNorm fused
+//   ll_gemv_res_R       (PRO 0, EPI 1): o projection with the residual add
+//   ll_gemv_swiglu_res_R(PRO 2, EPI 1): down projection with SwiGLU and the residual add
+//   ll_gemv_norm_f32_R  (PRO 1, EPI 2): lm_head with the final norm, f32 logits
+// Arguments: (x, nw, w, y, row0, rows, n, k, eps); nw is ignored without the norm.
+#define LL_GEMV(NAME, R, PRO, EPI)                                                              \
+    extern "C" __global__ void NAME(const unsigned short* x, const unsigned short* nw,         \
+                                    const unsigned short* w, void* y, int row0, int rows,      \
+                                    int n, int k, float eps) {                                 \
+        gemv<R, PRO, EPI>(x, nw, w, y, row0, rows, n, k, eps);                                 \
+    }
+#define LL_GEMV_ALL(NAME, PRO, EPI)                                                             \
+    LL_GEMV(NAME##_1, 1, PRO, EPI)                                                              \
+    LL_GEMV(NAME##_2, 2, PRO, EPI)                                                              \
+    LL_GEMV(NAME##_4, 4, PRO, EPI)                                                              \
+    LL_GEMV(NAME##_8, 8, PRO, EPI)
+LL_GEMV_ALL(ll_gemv_norm, 1, 0)
+LL_GEMV_ALL(ll_gemv_res, 0, 1)
+LL_GEMV_ALL(ll_gemv_swiglu_res, 2, 1)
+LL_GEMV_ALL(ll_gemv_norm_f32, 1, 2)

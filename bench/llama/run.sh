@@ -132,11 +132,16 @@ print(json.dumps({"check": name, "exit": rc, "result": result}))' "$name" "$rc" 
   run_check 1b-single-graphs --model "$m/1b" --reference "$m/ref-1b-single.safetensors" --mode graphs
   run_check small-batch8-graphs --model "$m/small-a" --reference "$m/ref-small-a-batch8.safetensors" --mode graphs
   run_check 1b-batch8-graphs --model "$m/1b" --reference "$m/ref-1b-batch8.safetensors" --mode graphs
+  # The same single-sequence checks with cuBLAS for every projection (auto runs the decoder's own
+  # GEMV kernels up to 8 rows): both paths are held to transformers.
+  run_check small-single-graphs-cublas --model "$m/small-a" --reference "$m/ref-small-a-single.safetensors" --mode graphs --gemm cublas
+  run_check 1b-single-graphs-cublas --model "$m/1b" --reference "$m/ref-1b-single.safetensors" --mode graphs --gemm cublas
   run_check small-swap-graphs --model "$m/small-a" --reference "$m/ref-small-a-single.safetensors" \
     --swap-model "$m/small-b" --swap-reference "$m/ref-small-b-single.safetensors" --mode graphs
   tar czf "$out/check-json.tgz" -C "$dir" . && rm -rf "$dir"
   passed=$("$py" -c 'import json,sys; print(sum(json.loads(l)["exit"] == 0 for l in open(sys.argv[1])))' "$out/check.jsonl")
-  echo "llama check: $passed/7 checks passed, $failures failure(s); $out/check.jsonl, $out/check-json.tgz, $out/check.log"
+  total=$(wc -l <"$out/check.jsonl")
+  echo "llama check: $passed/$total checks passed, $failures failure(s); $out/check.jsonl, $out/check-json.tgz, $out/check.log"
   ;;
 
 bench)

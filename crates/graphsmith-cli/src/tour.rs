@@ -1,6 +1,8 @@
-//! `graphsmith tour`: the main job. On a GPU: probe; eager launches against a replayed graph,
-//! measured; an in-place update; a planted capture failure, diagnosed; a planted race, found;
-//! a closing summary. Without a GPU: the parts that need none, and a list of what was skipped.
+//! `graphsmith tour`: the main job. On a GPU: probe; the centrepiece, a short decode of a
+//! SmolLM2-135M-shaped Llama model (random weights) eager against graphs, with tokens/s;
+//! eager launches against a replayed graph, measured; an in-place update; a planted capture
+//! failure, diagnosed; a planted race, found; a closing summary. Without a GPU: the parts that
+//! need none, and a list of what was skipped (the decode among them).
 //! Exits 0 unless something that ran gave a wrong result.
 
 use std::process::ExitCode;
@@ -238,12 +240,77 @@ fn capture_failure_part(ctx: &Context, stream: &Stream) -> graphsmith::Result<Pa
     })
 }
 
-fn gpu_parts(device: usize, nodes: usize, parts: &mut Vec<Part>) -> graphsmith::Result<()> {
+/// The centrepiece: a short greedy decode of the `small` config (random weights), eager against
+/// graphs. `Ok(None)` with the reason printed when cuBLAS is not installed (then it is skipped).
+fn decode_part(ctx: &Context) -> Result<Option<Part>, String> {
+    println!("== A real model: decoding a SmolLM2-135M-shaped Llama (random weights) ==");
+    let t = match graphsmith_llama::tour_decode(ctx) {
+        Ok(t) => t,
+        Err(graphsmith_llama::LlamaError::CublasMissing(why)) => {
+            println!("  skipped: {why}\n");
+            return Ok(None);
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    println!(
+        "  prompt of {} tokens, {} new tokens, batch 1, greedy",
+        t.prompt_len, t.new_tokens
+    );
+    println!(
+        "  | {:<28} | {:>12} | {:>12} |",
+        "decode (prefill excluded)", "eager", "graphs"
+    );
+    println!("  |{:-<30}|{:->14}|{:->14}|", "", "", "");
+    println!(
+        "  | {:<28} | {:>12.0} | {:>12.0} |",
+        "tokens/s", t.eager_tokens_per_s, t.graphs_tokens_per_s
+    );
+    println!(
+        "  | {:<28} | {:>9.3} ms | {:>9.3} ms |",
+        "time per token",
+        1e3 / t.eager_tokens_per_s.max(1e-9),
+        1e3 / t.graphs_tokens_per_s.max(1e-9)
+    );
+    println!(
+        "  tokens equal in both modes: {}; hazards in the captured graphs: {}\n",
+        if t.equal { "yes" } else { "NO" },
+        t.hazards
+    );
+    Ok(Some(Part {
+        name: "llama decode",
+        outcome: format!(
+            "graphs {:.0} tok/s vs eager {:.0} ({:.2}x)",
+            t.graphs_tokens_per_s,
+            t.eager_tokens_per_s,
+            t.graphs_tokens_per_s / t.eager_tokens_per_s.max(1e-9)
+        ),
+        ok: t.equal && t.hazards == 0,
+    }))
+}
+
+fn gpu_parts(
+    device: usize,
+    nodes: usize,
+    parts: &mut Vec<Part>,
+    skipped: &mut Vec<(&'static str, String)>,
+) -> graphsmith::Result<()> {
     println!("== Probe ==");
     print!("{}", graphsmith::probe::probe(device)?);
     println!();
     let ctx = Context::new(device)?;
     let stream = ctx.stream("tour")?;
+    match decode_part(&ctx) {
+        Ok(Some(p)) => parts.push(p),
+        Ok(None) => skipped.push(("llama decode", "needs cuBLAS (libcublas)".into())),
+        Err(e) => {
+            println!("  FAILED: {e}\n");
+            parts.push(Part {
+                name: "llama decode",
+                outcome: "failed (see above)".into(),
+                ok: false,
+            });
+        }
+    }
     parts.push(eager_vs_graph(&ctx, nodes)?);
     parts.push(update_part(&ctx, &stream)?);
     parts.push(capture_failure_part(&ctx, &stream)?);
@@ -260,9 +327,9 @@ pub fn run(device: usize, nodes: usize) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    let mut skipped = Vec::new();
+    let mut skipped: Vec<(&'static str, String)> = Vec::new();
     if graphsmith::gpu_available() {
-        if let Err(e) = gpu_parts(device, nodes, &mut parts) {
+        if let Err(e) = gpu_parts(device, nodes, &mut parts, &mut skipped) {
             crate::report(&e);
             return ExitCode::FAILURE;
         }
@@ -272,12 +339,17 @@ pub fn run(device: usize, nodes: usize) -> ExitCode {
             Ok(_) => "no usable GPU".into(),
         };
         println!("== GPU parts: skipped ({why}) ==\n");
-        skipped = vec![
+        let gpu = "needs an NVIDIA GPU and driver".to_string();
+        skipped = [
             "probe",
+            "llama decode",
             "eager vs graph",
             "in-place update",
             "planted capture failure",
-        ];
+        ]
+        .into_iter()
+        .map(|s| (s, gpu.clone()))
+        .collect();
     }
     println!("== Summary ==");
     println!(
@@ -293,11 +365,8 @@ pub fn run(device: usize, nodes: usize) -> ExitCode {
             p.outcome
         );
     }
-    for s in &skipped {
-        println!(
-            "  | {:<24} | {:<8} | {:<48} |",
-            s, "skipped", "needs an NVIDIA GPU and driver"
-        );
+    for (s, why) in &skipped {
+        println!("  | {:<24} | {:<8} | {:<48} |", s, "skipped", why);
     }
     println!(
         "\ntour finished: {} parts ran, {} skipped",

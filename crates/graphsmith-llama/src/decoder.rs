@@ -3,60 +3,17 @@
 //! token (token ids, positions) lives in device buffers written before each replay; a row whose
 //! position is negative is padding and is skipped by the attention kernel.
 
-use graphsmith::model::Dim3;
-use graphsmith::{args, sys, Context, DeviceBuffer, Kernel, LaunchConfig, Module, Scope, Stream};
+use graphsmith::{args, sys, Context, DeviceBuffer, Scope, Stream};
 
 use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
+use crate::kernels::{allow_smem, device_attribute, grid, DEFAULT_SMEM, GEMV_ROWS};
+pub use crate::kernels::{
+    attention_smem, gemv, Gemm, GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS,
+    ATTENTION_THREADS, GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
+};
 use crate::weights::DeviceWeights;
-
-/// PTX of the decoder's kernels (`kernels/llama_kernels.cu`), compiled ahead of time.
-pub const LLAMA_PTX: &str = include_str!("../../../kernels/llama_kernels.ptx");
-
-/// Threads per block of the attention kernel.
-const ATTENTION_THREADS: u32 = 128;
-/// Dynamic shared memory a kernel may use without opting in.
-const DEFAULT_SMEM: usize = 48 << 10;
-
-/// The decoder's kernels.
-pub struct Kernels {
-    pub embed: Kernel,
-    pub rmsnorm: Kernel,
-    pub attention: Kernel,
-    pub swiglu: Kernel,
-    pub argmax: Kernel,
-    pub advance: Kernel,
-    _module: Module,
-}
-
-impl Kernels {
-    /// Loads the embedded PTX.
-    pub fn load(ctx: &Context) -> Result<Kernels> {
-        let module = ctx.load_ptx("llama_kernels", LLAMA_PTX)?;
-        Ok(Kernels {
-            embed: module.kernel("ll_embed")?,
-            rmsnorm: module.kernel("ll_rmsnorm")?,
-            attention: module.kernel("ll_attention")?,
-            swiglu: module.kernel("ll_swiglu")?,
-            argmax: module.kernel("ll_argmax")?,
-            advance: module.kernel("ll_advance")?,
-            _module: module,
-        })
-    }
-}
-
-fn grid(x: u32, y: u32, block: u32, smem: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid: Dim3 { x, y, z: 1 },
-        block: Dim3 {
-            x: block,
-            y: 1,
-            z: 1,
-        },
-        shared_mem_bytes: smem,
-    }
-}
 
 /// The decoder's state on the device: weights, KV cache, per-row inputs and activations, sized
 /// for `capacity` rows and `max_ctx` positions.
@@ -75,6 +32,14 @@ pub struct Decoder {
     pub next: DeviceBuffer<i32>,
     /// Logits `[capacity, vocab]`, f32 holding bf16-rounded values.
     pub logits: DeviceBuffer<f32>,
+    /// Which kernels run the projections (set before the first step, or refresh the graphs).
+    pub gemm: Gemm,
+    /// The largest row count the GEMV kernels are instantiated for whose input fits in shared
+    /// memory (0: none; cuBLAS then serves every batch).
+    pub gemv_max_rows: usize,
+    sm_count: u32,
+    /// Per row: the packed (value, index) maximum of the logits (`ll_argmax`), 0 between steps.
+    best: DeviceBuffer<u64>,
     kcache: Vec<DeviceBuffer<u16>>,
     vcache: Vec<DeviceBuffer<u16>>,
     cos: DeviceBuffer<f32>,
@@ -109,42 +74,57 @@ impl Decoder {
             )));
         }
         let group = config.num_attention_heads / config.num_key_value_heads;
-        let smem = (group * config.head_dim + group * max_ctx + 32) * 4;
+        let smem = attention_smem(group, config.head_dim);
         let kernels = Kernels::load(ctx)?;
-        let mut limit = 0i32;
-        // SAFETY: the device handle is the context's; limit is a valid out pointer.
-        let rc = unsafe {
-            sys::cuDeviceGetAttribute(
-                &mut limit,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                ctx.device(),
-            )
-        };
-        if rc != sys::CUresult::CUDA_SUCCESS {
+        let limit = device_attribute(
+            ctx,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+        )?
+        .max(0) as usize;
+        let sm_count = device_attribute(
+            ctx,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            "MULTIPROCESSOR_COUNT",
+        )?
+        .max(1) as u32;
+        if smem > limit {
             return Err(LlamaError::Input(format!(
-                "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN) failed: {rc:?}"
+                "{group} query heads of head_dim {} need {smem} bytes of shared memory per attention block; the device allows {limit}",
+                config.head_dim
             )));
         }
-        if smem > limit.max(0) as usize {
-            return Err(LlamaError::Input(format!(
-                "a context of {max_ctx} positions needs {smem} bytes of shared memory per attention block; the device allows {limit}"
-            )));
-        }
-        if smem > DEFAULT_SMEM {
-            // SAFETY: the function belongs to the loaded module (alive in `kernels`); the
-            // context is current (the module load above bound it on this thread).
-            let rc = unsafe {
-                sys::cuFuncSetAttribute(
-                    kernels.attention.raw(),
-                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    smem as i32,
-                )
-            };
-            if rc != sys::CUresult::CUDA_SUCCESS {
-                return Err(LlamaError::Input(format!(
-                    "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {smem}) on ll_attention failed: {rc:?}"
-                )));
+        // Static shared memory counts against the 48 KiB default too: opt in with a margin.
+        if smem + 1024 > DEFAULT_SMEM {
+            for k in kernels.attention.iter().chain(&kernels.attention_g4) {
+                allow_smem(k, smem, "ll_attention_*")?;
             }
+        }
+        // The GEMV kernels stage their rows of input in shared memory: R rows of K bf16 values.
+        // A row count whose staging does not fit is not used (cuBLAS serves such batches).
+        let kmax = config
+            .hidden_size
+            .max(config.intermediate_size)
+            .max(config.q_dim())
+            .next_multiple_of(8);
+        let mut gemv_max_rows = 0;
+        for (i, &rows) in GEMV_ROWS.iter().enumerate() {
+            let bytes = rows * kmax * 2;
+            // 1 KiB is left for the kernels' static shared memory.
+            if bytes + 1024 > limit {
+                break;
+            }
+            if bytes + 1024 > DEFAULT_SMEM {
+                for g in [
+                    &kernels.gemv_norm,
+                    &kernels.gemv_res,
+                    &kernels.gemv_swiglu_res,
+                    &kernels.gemv_norm_f32,
+                ] {
+                    allow_smem(&g.by_rows[i], bytes, "ll_gemv_*")?;
+                }
+            }
+            gemv_max_rows = rows;
         }
         let cublas = Cublas::new(ctx, stream, "cublas")?;
         let (h, f, v) = (
@@ -168,7 +148,14 @@ impl Decoder {
         stream.upload(&mut pos, &vec![-1; capacity])?;
         let mut tokens = ctx.alloc::<i32>("rows/tokens", capacity)?;
         stream.upload(&mut tokens, &vec![0; capacity])?;
+        // The argmax folds into `best` with atomicMax; the advance reads it and resets it to 0.
+        let mut best = ctx.alloc::<u64>("rows/best", capacity)?;
+        stream.upload(&mut best, &vec![0; capacity])?;
         Ok(Decoder {
+            best,
+            gemm: Gemm::Auto,
+            gemv_max_rows,
+            sm_count,
             next: ctx.alloc::<i32>("rows/next", capacity)?,
             logits: ctx.alloc::<f32>("act/logits", capacity * v)?,
             hidden: ctx.alloc::<u16>("act/hidden", capacity * h)?,
@@ -214,33 +201,178 @@ impl Decoder {
             .map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))
     }
 
+    /// Whether a step of `rows` rows runs its projections on the GEMV kernels.
+    pub fn uses_gemv(&self, rows: usize) -> bool {
+        match self.gemm {
+            Gemm::Cublas => false,
+            Gemm::Gemv => self.gemv_max_rows > 0,
+            Gemm::Auto => rows <= GEMV_AUTO_MAX_ROWS.min(self.gemv_max_rows),
+        }
+    }
+
     fn issue_step(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let rows = rows.min(self.capacity);
-        let c = &self.config;
-        let k = &self.kernels;
-        let (h, f, v) = (
-            c.hidden_size as i32,
-            c.intermediate_size as i32,
-            c.vocab_size as i32,
-        );
-        let eps = c.rms_norm_eps;
         let r = rows as u32;
+        let h = self.config.hidden_size as i32;
+        let v = self.config.vocab_size as i32;
+        stream.launch(
+            "embed",
+            &self.kernels.embed,
+            grid(r, 1, 256, 0),
+            args![&self.tokens, &self.weights.embed, &mut self.hidden, h, v],
+        )?;
+        if self.uses_gemv(rows) {
+            self.issue_layers_gemv(stream, rows)?;
+        } else {
+            self.issue_layers_cublas(stream, rows)?;
+        }
+        let max_ctx = self.max_ctx as i32;
+        stream.launch(
+            "argmax",
+            &self.kernels.argmax,
+            grid((v as u32).div_ceil(ARGMAX_CHUNK), r, ARGMAX_THREADS, 0),
+            args![&mut self.logits, &mut self.best, v],
+        )?;
+        stream.launch(
+            "advance",
+            &self.kernels.advance,
+            grid(r.div_ceil(256), 1, 256, 0),
+            args![
+                &mut self.best,
+                &mut self.next,
+                &mut self.tokens,
+                &mut self.pos,
+                rows as i32,
+                max_ctx
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// The attention of layer `l` (RoPE, KV append, softmax attention) from `qkv` into `attn`.
+    #[track_caller]
+    fn attention(&mut self, stream: &Stream, l: usize, rows: usize) -> graphsmith::Result<()> {
+        let c = &self.config;
         let (nq, nkv, hd) = (
             c.num_attention_heads as i32,
             c.num_key_value_heads as i32,
             c.head_dim as i32,
         );
         let scale = 1.0 / (c.head_dim as f32).sqrt();
-        let max_ctx = self.max_ctx as i32;
-        let w = &self.weights;
         stream.launch(
-            "embed",
-            &k.embed,
-            grid(r, 1, 256, 0),
-            args![&self.tokens, &w.embed, &mut self.hidden, h, v],
-        )?;
-        for (l, lw) in w.layers.iter().enumerate() {
+            "rope + kv append + attention",
+            self.kernels
+                .attention_for(c.head_dim, c.num_attention_heads / c.num_key_value_heads),
+            grid(
+                rows as u32,
+                nkv as u32,
+                ATTENTION_THREADS,
+                self.attention_smem,
+            ),
+            args![
+                &self.qkv,
+                &mut self.kcache[l],
+                &mut self.vcache[l],
+                &self.pos,
+                &self.cos,
+                &self.sin,
+                &mut self.attn,
+                nq,
+                nkv,
+                hd,
+                self.max_ctx as i32,
+                scale
+            ],
+        )
+    }
+
+    /// Five kernels per layer: q/k/v with the input norm, attention, o with the residual,
+    /// gate/up with the post-attention norm, down with SwiGLU and the residual; then lm_head
+    /// with the final norm.
+    fn issue_layers_gemv(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
+        let c = self.config.clone();
+        let eps = c.rms_norm_eps;
+        let (h, f, q) = (c.hidden_size, c.intermediate_size, c.q_dim());
+        let sms = (self.sm_count, self.gemv_max_rows);
+        for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));
+            let lw = &self.weights.layers[l];
+            gemv(
+                stream,
+                "gemv q/k/v + input norm",
+                &self.kernels.gemv_norm,
+                sms,
+                (&self.hidden, &lw.input_norm, &lw.qkv),
+                &mut self.qkv,
+                rows,
+                c.qkv_dim(),
+                h,
+                eps,
+            )?;
+            self.attention(stream, l, rows)?;
+            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
+            gemv(
+                stream,
+                "gemv o + residual",
+                &k.gemv_res,
+                sms,
+                (&self.attn, &lw.o, &lw.o),
+                &mut self.hidden,
+                rows,
+                h,
+                q,
+                eps,
+            )?;
+            gemv(
+                stream,
+                "gemv gate/up + post-attention norm",
+                &k.gemv_norm,
+                sms,
+                (&self.hidden, &lw.post_norm, &lw.gate_up),
+                &mut self.gate_up,
+                rows,
+                2 * f,
+                h,
+                eps,
+            )?;
+            gemv(
+                stream,
+                "gemv down + swiglu + residual",
+                &k.gemv_swiglu_res,
+                sms,
+                (&self.gate_up, &lw.down, &lw.down),
+                &mut self.hidden,
+                rows,
+                h,
+                f,
+                eps,
+            )?;
+            drop(range);
+        }
+        let w = &self.weights;
+        gemv(
+            stream,
+            "gemv lm_head + final norm",
+            &self.kernels.gemv_norm_f32,
+            sms,
+            (&self.hidden, &w.final_norm, w.head()),
+            &mut self.logits,
+            rows,
+            c.vocab_size,
+            h,
+            eps,
+        )
+    }
+
+    /// The cuBLAS path: norm kernels, cuBLAS GEMMs (residual added by beta = 1), SwiGLU.
+    fn issue_layers_cublas(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
+        let c = self.config.clone();
+        let (h, f) = (c.hidden_size as i32, c.intermediate_size as i32);
+        let eps = c.rms_norm_eps;
+        let r = rows as u32;
+        for l in 0..c.num_hidden_layers {
+            let range = graphsmith::range(format!("layer {l}"));
+            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
             stream.launch(
                 "input norm",
                 &k.rmsnorm,
@@ -259,25 +391,8 @@ impl Decoder {
                 false,
                 false,
             )?;
-            stream.launch(
-                "rope + kv append + attention",
-                &k.attention,
-                grid(r, nkv as u32, ATTENTION_THREADS, self.attention_smem),
-                args![
-                    &self.qkv,
-                    &mut self.kcache[l],
-                    &mut self.vcache[l],
-                    &self.pos,
-                    &self.cos,
-                    &self.sin,
-                    &mut self.attn,
-                    nq,
-                    nkv,
-                    hd,
-                    max_ctx,
-                    scale
-                ],
-            )?;
+            self.attention(stream, l, rows)?;
+            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
             self.cublas.gemm(
                 stream,
                 "gemm o + residual",
@@ -329,9 +444,10 @@ impl Decoder {
             )?;
             drop(range);
         }
+        let w = &self.weights;
         stream.launch(
             "final norm",
-            &k.rmsnorm,
+            &self.kernels.rmsnorm,
             grid(r, 1, 256, 0),
             args![&self.hidden, &w.final_norm, &mut self.xn, h, eps],
         )?;
@@ -346,26 +462,7 @@ impl Decoder {
             c.hidden_size,
             false,
             true,
-        )?;
-        stream.launch(
-            "argmax",
-            &k.argmax,
-            grid(r, 1, 1024, 0),
-            args![&mut self.logits, &mut self.next, v],
-        )?;
-        stream.launch(
-            "advance",
-            &k.advance,
-            grid(r.div_ceil(256), 1, 256, 0),
-            args![
-                &self.next,
-                &mut self.tokens,
-                &mut self.pos,
-                rows as i32,
-                max_ctx
-            ],
-        )?;
-        Ok(())
+        )
     }
 }
 

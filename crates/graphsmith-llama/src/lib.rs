@@ -10,13 +10,17 @@ pub mod config;
 pub mod cublas;
 pub mod decoder;
 pub mod error;
+pub mod kernels;
 pub mod model;
 pub mod reference;
 pub mod run;
 pub mod tokenizer;
+pub mod tolerance;
 pub mod weights;
 
 pub use config::{Config, RopeScaling};
+pub use decoder::Gemm;
 pub use error::{LlamaError, Result};
 pub use model::{Mode, Model};
 pub use run::{tour_decode, TourDecode};
+pub use tolerance::Tolerance;

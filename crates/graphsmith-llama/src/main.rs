@@ -12,7 +12,7 @@ use graphsmith::Context;
 use graphsmith_llama::model::Mode;
 use graphsmith_llama::run::{self, Source};
 use graphsmith_llama::tokenizer::Codec;
-use graphsmith_llama::LlamaError;
+use graphsmith_llama::{Gemm, LlamaError, Tolerance};
 
 #[derive(Parser)]
 #[command(
@@ -68,10 +68,14 @@ enum Command {
         swap_model: Option<PathBuf>,
         #[arg(long, requires = "swap_model")]
         swap_reference: Option<PathBuf>,
-        /// Largest absolute logit difference allowed, and the top-2 margin above which argmax
-        /// must agree.
-        #[arg(long, default_value_t = 0.0625)]
-        tolerance: f32,
+        /// One absolute tolerance for every step (the largest logit difference allowed, and
+        /// the top-2 margin above which argmax must agree). Default: per step, 8 bf16 ulps of
+        /// the step's largest |reference logit| (see the crate's README).
+        #[arg(long)]
+        tolerance: Option<f32>,
+        /// The projections' kernels: auto (own GEMV up to 8 rows, cuBLAS above), cublas, gemv.
+        #[arg(long, default_value = "auto")]
+        gemm: Gemm,
         #[arg(long)]
         json: bool,
     },
@@ -90,6 +94,9 @@ enum Command {
         runs: usize,
         #[arg(long, value_delimiter = ',', default_value = "eager,graphs")]
         mode: Vec<Mode>,
+        /// The projections' kernels: auto (own GEMV up to 8 rows, cuBLAS above), cublas, gemv.
+        #[arg(long, default_value = "auto")]
+        gemm: Gemm,
         #[arg(long)]
         json: bool,
     },
@@ -147,18 +154,32 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             swap_model,
             swap_reference,
             tolerance,
+            gemm,
             json,
         } => {
             let swap = swap_model.as_deref().zip(swap_reference.as_deref());
-            let out = run::check(context, &model, &reference, mode, swap, tolerance, tty)?;
+            let tolerance = match tolerance {
+                Some(t) if t.is_finite() && t >= 0.0 => Tolerance::Absolute(t),
+                Some(t) => {
+                    return Err(LlamaError::Input(format!(
+                        "--tolerance {t}: want a finite number >= 0"
+                    )))
+                }
+                None => Tolerance::default(),
+            };
+            let out = run::check(
+                context, &model, &reference, mode, swap, tolerance, gemm, tty,
+            )?;
             if json {
                 println!("{}", serde_json::to_string(&out).unwrap_or_default());
             } else {
                 for c in &out.checks {
                     println!(
-                        "{}: max |logit diff| {:.4} (tolerance {tolerance}) -> {}",
+                        "{}: max |logit diff| {:.4}, worst diff/tolerance {:.3} (tolerance: {}) -> {}",
                         c.reference,
                         c.max_abs_diff,
+                        c.worst_ratio,
+                        out.tolerance_rule,
                         if c.pass { "ok" } else { "FAILED" }
                     );
                     for s in &c.sequences {
@@ -194,6 +215,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             warmup,
             runs,
             mode,
+            gemm,
             json,
         } => {
             let source = model.source()?;
@@ -207,6 +229,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 &source,
                 &batch,
                 &mode,
+                gemm,
                 steps,
                 warmup,
                 runs,

@@ -9,7 +9,7 @@ use graphsmith::{CacheConfig, CaptureMode, Context, GraphCache, Oversize, Path, 
 
 use crate::checkpoint::HostWeights;
 use crate::config::Config;
-use crate::decoder::Decoder;
+use crate::decoder::{Decoder, Gemm};
 use crate::error::{LlamaError, Result};
 use crate::weights::DeviceWeights;
 
@@ -155,6 +155,24 @@ impl Model {
             Runner::Eager { stream, .. } => stream,
             Runner::Graphs(cache) => cache.stream(),
         }
+    }
+
+    /// Chooses the kernels that run the projections ([`Gemm`]); held graphs are captured
+    /// again so that every bucket follows the choice.
+    pub fn set_gemm(&mut self, gemm: Gemm) -> Result<()> {
+        match &mut self.runner {
+            Runner::Eager { work, .. } => work.gemm = gemm,
+            Runner::Graphs(cache) => {
+                let (stream, work) = cache.parts();
+                stream.synchronize()?;
+                work.gemm = gemm;
+                if !cache.held_buckets().is_empty() {
+                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
+                    cache.stream().synchronize()?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The config.

@@ -9,9 +9,11 @@ use serde::Serialize;
 
 use crate::checkpoint::{load_weights, random_weights, HostWeights};
 use crate::config::Config;
+use crate::decoder::Gemm;
 use crate::error::{LlamaError, Result};
 use crate::model::{Mode, Model, StepPath, SwapReport};
 use crate::reference::{load_reference, top2, RefSequence};
+use crate::tolerance::Tolerance;
 
 /// Where weights come from: an HF directory, or a named config with random weights.
 #[derive(Clone, Debug)]
@@ -94,6 +96,8 @@ pub struct SequenceCheck {
     pub sequence: usize,
     pub prompt_len: usize,
     pub max_abs_diff: f32,
+    /// The largest ratio of a step's logit difference to that step's tolerance (pass: <= 1).
+    pub worst_ratio: f32,
     /// Steps whose reference top-2 margin exceeds the tolerance.
     pub argmax_checked: usize,
     /// Of those, steps whose argmax differs from the reference's.
@@ -118,16 +122,20 @@ pub struct CheckReport {
     pub reference: String,
     pub sequences: Vec<SequenceCheck>,
     pub max_abs_diff: f32,
+    /// The largest ratio of a step's logit difference to that step's tolerance (pass: <= 1).
+    pub worst_ratio: f32,
     pub pass: bool,
 }
 
 /// Decodes every sequence of `refs` together in one batch, teacher-forced on the reference
-/// tokens, comparing logits at each generated step.
+/// tokens, comparing logits at each generated step: the difference must stay within the step's
+/// tolerance ([`Tolerance::at`]), and the argmax must agree wherever the reference's top-2 margin
+/// exceeds it.
 pub fn check_against(
     model: &mut Model,
     refs: &[RefSequence],
     name: &str,
-    tolerance: f32,
+    tolerance: Tolerance,
 ) -> Result<CheckReport> {
     let vocab = model.config().vocab_size;
     let steps = refs
@@ -142,6 +150,7 @@ pub fn check_against(
             sequence: s,
             prompt_len: r.prompt_len,
             max_abs_diff: 0.0,
+            worst_ratio: 0.0,
             argmax_checked: 0,
             argmax_mismatches: 0,
             first_divergence: None,
@@ -183,9 +192,12 @@ pub fn check_against(
                     |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
                 );
             c.max_abs_diff = c.max_abs_diff.max(diff);
+            let tol = tolerance.at(theirs);
+            let ratio = if diff == 0.0 { 0.0 } else { diff / tol };
+            c.worst_ratio = c.worst_ratio.max(ratio);
             let (our_top, _) = top2(ours);
             let (ref_top, margin) = top2(theirs);
-            if margin > tolerance {
+            if margin > tol {
                 c.argmax_checked += 1;
                 if our_top != ref_top {
                     c.argmax_mismatches += 1;
@@ -203,11 +215,13 @@ pub fn check_against(
         }
     }
     let max_abs_diff = checks.iter().map(|c| c.max_abs_diff).fold(0.0, f32::max);
-    let pass = max_abs_diff <= tolerance && checks.iter().all(|c| c.argmax_mismatches == 0);
+    let worst_ratio = checks.iter().map(|c| c.worst_ratio).fold(0.0, f32::max);
+    let pass = worst_ratio <= 1.0 && checks.iter().all(|c| c.argmax_mismatches == 0);
     Ok(CheckReport {
         reference: name.to_string(),
         sequences: checks,
         max_abs_diff,
+        worst_ratio,
         pass,
     })
 }
@@ -217,7 +231,12 @@ pub fn check_against(
 pub struct CheckOutcome {
     pub model: String,
     pub mode: Mode,
-    pub tolerance: f32,
+    /// The projections' kernels asked for (`auto`: GEMV up to 8 rows, cuBLAS above).
+    pub gemm: Gemm,
+    /// The tolerance ([`Tolerance`]): the rule or the absolute value.
+    pub tolerance: Tolerance,
+    /// The tolerance in words.
+    pub tolerance_rule: String,
     pub checks: Vec<CheckReport>,
     /// Hazards found in the captured graphs, per bucket (graphs mode): all zero when clean.
     pub hazards: Vec<(usize, usize)>,
@@ -229,13 +248,15 @@ pub struct CheckOutcome {
 
 /// The `check` command. `ctx` is called once every input has been read and checked (so bad
 /// input is reported before any device work).
+#[allow(clippy::too_many_arguments)]
 pub fn check(
     ctx: impl FnOnce() -> Result<Context>,
     model_dir: &Path,
     reference: &Path,
     mode: Mode,
     swap: Option<(&Path, &Path)>,
-    tolerance: f32,
+    tolerance: Tolerance,
+    gemm: Gemm,
     progress: bool,
 ) -> Result<CheckOutcome> {
     let source = Source::Dir(model_dir.to_path_buf());
@@ -269,6 +290,7 @@ pub fn check(
     let rows = refs.len().max(swap_data.as_ref().map_or(0, |s| s.1.len()));
     let ctx = &ctx()?;
     let mut model = build_model(ctx, config, &host, rows, max_ctx, mode, progress)?;
+    model.set_gemm(gemm)?;
     let mut checks = vec![check_against(
         &mut model,
         &refs,
@@ -282,6 +304,9 @@ pub fn check(
         .collect();
     let (mut swap_report, mut recapture_ms) = (None, None);
     if let Some((h2, refs2, name2)) = swap_data {
+        // Every bucket is held before the switch, so that switching in place and re-capturing
+        // every bucket (timed after the second check) compare the same work.
+        model.capture_all()?;
         swap_report = Some(model.swap_weights(&h2)?);
         checks.push(check_against(&mut model, &refs2, &name2, tolerance)?);
         hazards.extend(
@@ -298,7 +323,9 @@ pub fn check(
     Ok(CheckOutcome {
         model: model_dir.display().to_string(),
         mode,
+        gemm,
         tolerance,
+        tolerance_rule: tolerance.describe(),
         checks,
         hazards,
         swap: swap_report,
@@ -325,6 +352,8 @@ pub struct BenchLine {
     pub graph_nodes: Option<usize>,
     /// How the timed steps ran: "graph", "eager", or the fallback reason.
     pub path: String,
+    /// Which kernels ran the projections: "gemv" (the decoder's own, fused) or "cublas".
+    pub projections: String,
 }
 
 /// The prompt the bench decodes from (ids below 512, valid for every config).
@@ -371,6 +400,7 @@ pub fn bench(
     source: &Source,
     batches: &[usize],
     modes: &[Mode],
+    gemm: Gemm,
     steps: usize,
     warmup: usize,
     runs: usize,
@@ -399,6 +429,7 @@ pub fn bench(
             mode,
             progress,
         )?;
+        model.set_gemm(gemm)?;
         let mut peak = model.device_used_bytes()?.saturating_sub(base);
         for &batch in batches {
             let pb = bar(
@@ -430,6 +461,15 @@ pub fn bench(
             pb.finish_and_clear();
             peak = peak.max(model.device_used_bytes()?.saturating_sub(base));
             let ms = median(times) / steps as f64;
+            let rows = match &path {
+                StepPath::Graph { bucket } => *bucket,
+                _ => batch,
+            };
+            let projections = if model.decoder().uses_gemv(rows) {
+                "gemv"
+            } else {
+                "cublas"
+            };
             let (implementation, nodes, path) = match (mode, path) {
                 (Mode::Eager, _) => ("graphsmith-eager", None, "eager".to_string()),
                 (Mode::Graphs, StepPath::Graph { bucket }) => (
@@ -455,6 +495,7 @@ pub fn bench(
                 floor_ms: weight_bytes as f64 / (copy_tb_s * 1e12) * 1e3,
                 graph_nodes: nodes,
                 path,
+                projections: projections.to_string(),
             });
         }
     }

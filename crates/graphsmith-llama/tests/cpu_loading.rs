@@ -13,6 +13,7 @@ use graphsmith_llama::model::{bucket_for, BUCKETS};
 use graphsmith_llama::run::check_request;
 use graphsmith_llama::tokenizer::{parse_ids, Codec};
 use graphsmith_llama::Config;
+use graphsmith_llama::{Gemm, Tolerance};
 use safetensors::Dtype;
 
 fn with_field(field: &str, value: &str) -> String {
@@ -444,9 +445,18 @@ fn check_refuses_bad_references_before_touching_the_device() {
         panic!("bad input must be found before the device is used")
     };
     let run = |r: &Path| {
-        graphsmith_llama::run::check(no_device, dir.path(), r, Mode::Graphs, None, 0.0625, false)
-            .expect_err("must fail")
-            .to_string()
+        graphsmith_llama::run::check(
+            no_device,
+            dir.path(),
+            r,
+            Mode::Graphs,
+            None,
+            Tolerance::default(),
+            Gemm::Auto,
+            false,
+        )
+        .expect_err("must fail")
+        .to_string()
     };
     write_reference(&reference, 100, &[1, 2, 3], 4, 0);
     let shown = reference.display();
@@ -478,7 +488,8 @@ fn check_refuses_bad_references_before_touching_the_device() {
         &missing,
         Mode::Eager,
         None,
-        0.0625,
+        Tolerance::Absolute(0.0625),
+        Gemm::Cublas,
         false,
     )
     .err()

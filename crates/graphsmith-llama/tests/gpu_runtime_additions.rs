@@ -135,3 +135,77 @@ fn relocate_moves_an_executable_onto_new_buffers_and_frees_the_old() {
     let err = Relocation::new(&b, &small).err().unwrap().to_string();
     assert!(err.contains("same size"), "{err}");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn relocate_finds_each_move_among_many_and_leaves_other_pointers() {
+    // A chain of adds over 40 buffers, half of them moved (given in shuffled order), including
+    // pointers to the middle of a buffer: each moved pointer lands at the same offset of its
+    // own new buffer, and the unmoved ones stay.
+    let ctx = Context::new(0).unwrap();
+    let stream = ctx.stream("main").unwrap();
+    let add = ctx.builtin_kernels().unwrap().kernel("gs_add_f32").unwrap();
+    let n = 256usize;
+    let count = 40;
+    let mut bufs: Vec<_> = (0..count)
+        .map(|i| ctx.alloc::<f32>(&format!("in{i}"), 2 * n).unwrap())
+        .collect();
+    for (i, b) in bufs.iter_mut().enumerate() {
+        stream.upload(b, &vec![i as f32; 2 * n]).unwrap();
+    }
+    let mut outs: Vec<_> = (0..count / 2)
+        .map(|i| ctx.alloc::<f32>(&format!("out{i}"), n).unwrap())
+        .collect();
+    let (graph, ()) = stream
+        .capture(CaptureMode::Global, "adds", |s| {
+            for (i, out) in outs.iter_mut().enumerate() {
+                // in[2i] (its second half) + in[2i + 1] (its first half).
+                s.launch(
+                    &format!("add{i}"),
+                    &add,
+                    LaunchConfig::for_elements(n as u32),
+                    args![
+                        bufs[2 * i].slice(n..2 * n),
+                        bufs[2 * i + 1].slice(0..n),
+                        &mut *out,
+                        n as u32
+                    ],
+                )?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let mut exec = graph.into_exec().unwrap();
+    // Move the buffers whose index is a multiple of 3, in an order unrelated to their addresses.
+    let mut moved_idx: Vec<usize> = (0..count).filter(|i: &usize| i.is_multiple_of(3)).collect();
+    moved_idx.reverse();
+    moved_idx.rotate_left(3);
+    let mut fresh = Vec::new();
+    for &i in &moved_idx {
+        let mut b = ctx.alloc::<f32>(&format!("new{i}"), 2 * n).unwrap();
+        stream
+            .upload(&mut b, &vec![100.0 + i as f32; 2 * n])
+            .unwrap();
+        fresh.push((i, b));
+    }
+    let moves: Vec<_> = fresh
+        .iter()
+        .map(|(i, b)| Relocation::new(&bufs[*i], b).unwrap())
+        .collect();
+    exec.relocate(&moves).unwrap();
+    for out in outs.iter_mut() {
+        stream.upload(out, &vec![f32::NAN; n]).unwrap();
+    }
+    exec.launch(&stream).unwrap();
+    let value = |i: usize| {
+        if i.is_multiple_of(3) {
+            100.0 + i as f32
+        } else {
+            i as f32
+        }
+    };
+    for (i, out) in outs.iter().enumerate() {
+        let want = value(2 * i) + value(2 * i + 1);
+        assert_eq!(stream.download(out).unwrap(), vec![want; n], "add{i}");
+    }
+}

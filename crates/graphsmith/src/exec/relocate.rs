@@ -56,6 +56,47 @@ impl Relocation {
     }
 }
 
+/// The moves sorted by old address, for finding the move of a word in O(log moves): a kernel's
+/// arguments may be a kilobyte (hundreds of words, as cuBLAS's are) and a model moves hundreds of
+/// buffers, so a linear search per word is what relocation would spend its time on.
+struct MoveIndex<'a> {
+    sorted: Vec<&'a Relocation>,
+    /// The lowest old address and one past the highest old byte: most words (sizes, strides,
+    /// flags) fall outside and are rejected by two comparisons.
+    lo: u64,
+    hi: u64,
+}
+
+impl<'a> MoveIndex<'a> {
+    fn new(moves: &'a [Relocation]) -> MoveIndex<'a> {
+        let mut sorted: Vec<&Relocation> = moves.iter().collect();
+        sorted.sort_by_key(|m| m.old.ptr);
+        let lo = sorted.first().map_or(u64::MAX, |m| m.old.ptr);
+        let hi = sorted
+            .iter()
+            .map(|m| m.old.ptr + m.old.bytes as u64)
+            .max()
+            .unwrap_or(0);
+        MoveIndex { sorted, lo, hi }
+    }
+
+    /// The new value of a word that points into an old allocation.
+    fn moved(&self, value: u64) -> Option<u64> {
+        if value < self.lo || value >= self.hi {
+            return None;
+        }
+        // The last move starting at or below `value` (allocations do not overlap).
+        let i = self.sorted.partition_point(|m| m.old.ptr <= value);
+        self.sorted[i.checked_sub(1)?].moved(value)
+    }
+
+    /// The move of the allocation that starts at `ptr`.
+    fn exact(&self, ptr: u64) -> Option<&'a Relocation> {
+        let i = self.sorted.partition_point(|m| m.old.ptr < ptr);
+        self.sorted.get(i).copied().filter(|m| m.old.ptr == ptr)
+    }
+}
+
 /// What [`Exec::relocate`] changed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Relocated {
@@ -83,6 +124,7 @@ impl Exec {
         self.template.ctx.bind().map_err(fail)?;
         let current = self.current();
         let mut model = (*current.model).clone();
+        let index_of_moves = MoveIndex::new(moves);
         let mut changed = Vec::new();
         let mut words = 0;
         for (index, node) in model.nodes.iter_mut().enumerate() {
@@ -96,7 +138,7 @@ impl Exec {
                     let mut word = [0u8; 8];
                     word.copy_from_slice(&arg.bytes[j..j + 8]);
                     let value = u64::from_le_bytes(word);
-                    if let Some(new) = moves.iter().find_map(|m| m.moved(value)) {
+                    if let Some(new) = index_of_moves.moved(value) {
                         arg.bytes[j..j + 8].copy_from_slice(&new.to_le_bytes());
                         words += 1;
                         any = true;
@@ -121,7 +163,7 @@ impl Exec {
                 ));
             }
             for access in &mut node.accesses {
-                if let Some(m) = moves.iter().find(|m| m.old.ptr == access.buffer) {
+                if let Some(m) = index_of_moves.exact(access.buffer) {
                     access.buffer = m.new.ptr;
                     access.label = m.new.label.clone();
                 }
@@ -180,7 +222,7 @@ impl Exec {
             list.retain(|k| {
                 let old = k
                     .downcast_ref::<Allocation>()
-                    .is_some_and(|a| moves.iter().any(|m| m.old.ptr == a.ptr));
+                    .is_some_and(|a| index_of_moves.exact(a.ptr).is_some());
                 if old {
                     released.push(k.clone());
                 }

@@ -1,0 +1,263 @@
+//! The decoder's kernels (`kernels/llama_kernels.cu`, PTX compiled ahead of time): loading
+//! them, choosing an instantiation, their launch geometry, and the GEMV launcher.
+
+use graphsmith::model::Dim3;
+use graphsmith::{args, sys, Context, DeviceBuffer, Kernel, LaunchConfig, Module, Stream};
+
+use crate::error::{LlamaError, Result};
+
+/// PTX of the decoder's kernels (`kernels/llama_kernels.cu`), compiled ahead of time.
+pub const LLAMA_PTX: &str = include_str!("../../../kernels/llama_kernels.ptx");
+
+/// Threads per block of the attention kernel (8 warps share out the positions).
+pub const ATTENTION_THREADS: u32 = 256;
+/// Threads per block of the GEMV kernels (one warp per output column).
+pub const GEMV_THREADS: u32 = 256;
+/// Threads per block of the argmax kernel.
+pub const ARGMAX_THREADS: u32 = 256;
+/// Vocabulary entries per argmax block.
+pub const ARGMAX_CHUNK: u32 = ARGMAX_THREADS * 8;
+
+/// Dynamic shared memory of one attention block (`ll_attention`) for `group` query heads per
+/// key/value head of `head_dim`: the roped queries, each warp's partial output, max and sum.
+pub fn attention_smem(group: usize, head_dim: usize) -> usize {
+    let warps = (ATTENTION_THREADS / 32) as usize;
+    (group * head_dim * (warps + 1) + 2 * warps * group) * 4
+}
+/// Row counts the GEMV kernels are instantiated for (a batch runs in the smallest that holds it;
+/// more rows run in chunks of the largest).
+pub(crate) const GEMV_ROWS: [usize; 4] = [1, 2, 4, 8];
+/// With [`Gemm::Auto`], batches of at most this many rows use the GEMV kernels.
+pub const GEMV_AUTO_MAX_ROWS: usize = 8;
+
+/// Which kernels run the projections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Gemm {
+    /// The decoder's own GEMV kernels (norm, SwiGLU and residual fused) for batches of at most
+    /// [`GEMV_AUTO_MAX_ROWS`] rows, cuBLAS above.
+    #[default]
+    Auto,
+    /// cuBLAS for every batch (separate norm and SwiGLU kernels).
+    Cublas,
+    /// The GEMV kernels for every batch (in chunks of 8 rows above 8).
+    Gemv,
+}
+
+impl std::str::FromStr for Gemm {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Gemm, String> {
+        match s {
+            "auto" => Ok(Gemm::Auto),
+            "cublas" => Ok(Gemm::Cublas),
+            "gemv" => Ok(Gemm::Gemv),
+            other => Err(format!(
+                "unknown GEMM path {other:?} (want auto, cublas or gemv)"
+            )),
+        }
+    }
+}
+
+/// One GEMV variant (prologue, epilogue), instantiated for 1, 2, 4 and 8 rows.
+pub struct GemvKernels {
+    pub(crate) by_rows: [Kernel; 4],
+}
+
+impl GemvKernels {
+    fn load(module: &Module, name: &str) -> Result<GemvKernels> {
+        Ok(GemvKernels {
+            by_rows: [
+                module.kernel(&format!("{name}_1"))?,
+                module.kernel(&format!("{name}_2"))?,
+                module.kernel(&format!("{name}_4"))?,
+                module.kernel(&format!("{name}_8"))?,
+            ],
+        })
+    }
+
+    /// The instantiations for 1, 2, 4 and 8 rows.
+    pub fn by_rows(&self) -> &[Kernel; 4] {
+        &self.by_rows
+    }
+
+    /// The instantiation for `rows` rows (at most 8) and its row capacity.
+    fn for_rows(&self, rows: usize) -> (&Kernel, usize) {
+        let i = GEMV_ROWS.iter().position(|&r| rows <= r).unwrap_or(3);
+        (&self.by_rows[i], GEMV_ROWS[i])
+    }
+}
+/// Dynamic shared memory a kernel may use without opting in.
+pub(crate) const DEFAULT_SMEM: usize = 48 << 10;
+
+/// The decoder's kernels.
+pub struct Kernels {
+    pub embed: Kernel,
+    pub rmsnorm: Kernel,
+    /// `ll_attention_{1,2,4,8}`: by head_dim elements per lane, groups of up to 16 query heads
+    /// (see [`Kernels::attention_for`]).
+    pub attention: [Kernel; 4],
+    /// `ll_attention_{1,2,4,8}_g4`: the same for groups of up to 4 (fewer registers).
+    pub attention_g4: [Kernel; 4],
+    pub swiglu: Kernel,
+    pub argmax: Kernel,
+    pub advance: Kernel,
+    /// GEMV with the RMSNorm as prologue, bf16 out (q/k/v, gate/up).
+    pub gemv_norm: GemvKernels,
+    /// GEMV with the residual add as epilogue (o).
+    pub gemv_res: GemvKernels,
+    /// GEMV with SwiGLU as prologue and the residual add as epilogue (down).
+    pub gemv_swiglu_res: GemvKernels,
+    /// GEMV with the final norm as prologue, f32 out (lm_head).
+    pub gemv_norm_f32: GemvKernels,
+    _module: Module,
+}
+
+impl Kernels {
+    /// Loads the embedded PTX.
+    pub fn load(ctx: &Context) -> Result<Kernels> {
+        let module = ctx.load_ptx("llama_kernels", LLAMA_PTX)?;
+        Ok(Kernels {
+            embed: module.kernel("ll_embed")?,
+            rmsnorm: module.kernel("ll_rmsnorm")?,
+            attention: [
+                module.kernel("ll_attention_1")?,
+                module.kernel("ll_attention_2")?,
+                module.kernel("ll_attention_4")?,
+                module.kernel("ll_attention_8")?,
+            ],
+            attention_g4: [
+                module.kernel("ll_attention_1_g4")?,
+                module.kernel("ll_attention_2_g4")?,
+                module.kernel("ll_attention_4_g4")?,
+                module.kernel("ll_attention_8_g4")?,
+            ],
+            swiglu: module.kernel("ll_swiglu")?,
+            argmax: module.kernel("ll_argmax")?,
+            advance: module.kernel("ll_advance")?,
+            gemv_norm: GemvKernels::load(&module, "ll_gemv_norm")?,
+            gemv_res: GemvKernels::load(&module, "ll_gemv_res")?,
+            gemv_swiglu_res: GemvKernels::load(&module, "ll_gemv_swiglu_res")?,
+            gemv_norm_f32: GemvKernels::load(&module, "ll_gemv_norm_f32")?,
+            _module: module,
+        })
+    }
+}
+
+impl Kernels {
+    /// The attention instantiation for `head_dim` (at most 256) and `group` query heads per
+    /// key/value head (at most 16): lanes hold head_dim / 32 elements each, rounded up to 1, 2,
+    /// 4 or 8; groups of up to 4 take the smaller `_g4` kernels.
+    pub fn attention_for(&self, head_dim: usize, group: usize) -> &Kernel {
+        let i = match head_dim {
+            0..=32 => 0,
+            33..=64 => 1,
+            65..=128 => 2,
+            _ => 3,
+        };
+        if group <= 4 {
+            &self.attention_g4[i]
+        } else {
+            &self.attention[i]
+        }
+    }
+}
+
+pub(crate) fn grid(x: u32, y: u32, block: u32, smem: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid: Dim3 { x, y, z: 1 },
+        block: Dim3 {
+            x: block,
+            y: 1,
+            z: 1,
+        },
+        shared_mem_bytes: smem,
+    }
+}
+
+/// Launches one GEMV variant `y[rows, n] (op)= prologue(x)[rows, k] @ w[n, k]^T` for `rows`
+/// rows, in chunks of at most `max_rows` (1 to 8: the largest instantiation whose shared memory
+/// the kernels were allowed); `inputs` is (x, norm weight, w)
+/// (the norm weight is only read by the norm variants; others pass any buffer). The grid covers
+/// the `n` columns with one warp each, capped at a few blocks per multiprocessor (each block
+/// stages its rows' input once, then strides over columns).
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+pub fn gemv<T: graphsmith::Element>(
+    stream: &Stream,
+    label: &str,
+    kernels: &GemvKernels,
+    (sm_count, max_rows): (u32, usize),
+    inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
+    y: &mut DeviceBuffer<T>,
+    rows: usize,
+    n: usize,
+    k: usize,
+    eps: f32,
+) -> graphsmith::Result<()> {
+    let (x, nw, w) = inputs;
+    let warps = (GEMV_THREADS / 32) as usize;
+    let mut row0 = 0;
+    while row0 < rows {
+        let chunk = (rows - row0).min(max_rows.clamp(1, 8));
+        let (kernel, cap) = kernels.for_rows(chunk);
+        let smem = cap * k.next_multiple_of(8) * 2;
+        // Resident blocks per multiprocessor: at most 4 (64 registers x 256 threads), fewer
+        // when the staged rows take more shared memory; the grid is one wave of them.
+        let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
+        let blocks = (n.div_ceil(warps) as u32).min(sm_count * per_sm).max(1);
+        stream.launch(
+            label,
+            kernel,
+            grid(blocks, 1, GEMV_THREADS, smem as u32),
+            args![
+                x,
+                nw,
+                w,
+                &mut *y,
+                row0 as i32,
+                chunk as i32,
+                n as i32,
+                k as i32,
+                eps
+            ],
+        )?;
+        row0 += chunk;
+    }
+    Ok(())
+}
+
+/// An attribute of the context's device.
+pub(crate) fn device_attribute(
+    ctx: &Context,
+    attr: sys::CUdevice_attribute,
+    name: &str,
+) -> Result<i32> {
+    let mut value = 0i32;
+    // SAFETY: the device handle is the context's; value is a valid out pointer.
+    let rc = unsafe { sys::cuDeviceGetAttribute(&mut value, attr, ctx.device()) };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(LlamaError::Input(format!(
+            "cuDeviceGetAttribute({name}) failed: {rc:?}"
+        )));
+    }
+    Ok(value)
+}
+
+/// Lets `kernel` use `bytes` of dynamic shared memory (above the 48 KiB default).
+pub fn allow_smem(kernel: &Kernel, bytes: usize, name: &str) -> Result<()> {
+    // SAFETY: the function belongs to a loaded module (alive in the decoder's `Kernels`); the
+    // context is current (the module load bound it on this thread).
+    let rc = unsafe {
+        sys::cuFuncSetAttribute(
+            kernel.raw(),
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(LlamaError::Input(format!(
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {bytes}) on {name} failed: {rc:?}"
+        )));
+    }
+    Ok(())
+}

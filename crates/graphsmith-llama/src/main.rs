@@ -73,7 +73,7 @@ enum Command {
         /// the step's largest |reference logit| (see the crate's README).
         #[arg(long)]
         tolerance: Option<f32>,
-        /// The projections' kernels: auto (own GEMV up to 8 rows, cuBLAS above), cublas, gemv.
+        /// The projections' kernels: auto (own GEMV at one row, cuBLAS above), cublas, gemv.
         #[arg(long, default_value = "auto")]
         gemm: Gemm,
         #[arg(long)]
@@ -94,7 +94,7 @@ enum Command {
         runs: usize,
         #[arg(long, value_delimiter = ',', default_value = "eager,graphs")]
         mode: Vec<Mode>,
-        /// The projections' kernels: auto (own GEMV up to 8 rows, cuBLAS above), cublas, gemv.
+        /// The projections' kernels: auto (own GEMV at one row, cuBLAS above), cublas, gemv.
         #[arg(long, default_value = "auto")]
         gemm: Gemm,
         #[arg(long)]

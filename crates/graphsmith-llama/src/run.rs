@@ -231,7 +231,7 @@ pub fn check_against(
 pub struct CheckOutcome {
     pub model: String,
     pub mode: Mode,
-    /// The projections' kernels asked for (`auto`: GEMV up to 8 rows, cuBLAS above).
+    /// The projections' kernels asked for (`auto`: GEMV at one row, cuBLAS above).
     pub gemm: Gemm,
     /// The tolerance ([`Tolerance`]): the rule or the absolute value.
     pub tolerance: Tolerance,

@@ -166,7 +166,11 @@ fn a_missing_driver_or_device_is_a_typed_error_not_a_panic() {
     if crate::gpu_available() {
         // With a driver: a device that does not exist is a typed error naming it.
         let e = crate::Context::new(4096).unwrap_err();
-        assert_eq!(e.object, ObjectRef::new(ObjectKind::Context, "gpu4096"), "{e}");
+        assert_eq!(
+            e.object,
+            ObjectRef::new(ObjectKind::Context, "gpu4096"),
+            "{e}"
+        );
         assert!(e.to_string().contains("gpu4096"), "{e}");
         return;
     }

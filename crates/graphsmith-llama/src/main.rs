@@ -69,7 +69,7 @@ enum Command {
         #[arg(long, requires = "swap_model")]
         swap_reference: Option<PathBuf>,
         /// One absolute tolerance for every step (the largest logit difference allowed, and
-        /// the top-2 margin above which argmax must agree). Default: per step, 8 bf16 ulps of
+        /// the top-2 margin above which argmax must agree). Default: per step, 16 bf16 ulps of
         /// the step's largest |reference logit| (see the crate's README).
         #[arg(long)]
         tolerance: Option<f32>,

@@ -3,14 +3,14 @@
 # transformers (no network needed). From the repository root:
 #
 #   bash bench/llama/run.sh smoke OUTDIR   # tiny config: model, reference, torch_bench at batch 1 (< 2 min)
-#   bash bench/llama/run.sh check OUTDIR   # small-a, small-b, 1b: references, graphsmith-llama check (7 checks)
+#   bash bench/llama/run.sh check OUTDIR   # small-a, small-b, 1b: references, graphsmith-llama check (9 checks)
 #   bash bench/llama/run.sh bench OUTDIR   # graphsmith-llama bench + torch_bench, batch 1,8,64, then the report
 #   bash bench/llama/run.sh report OUTDIR  # the report again from OUTDIR/bench-*.jsonl
 #
 # Models and references go to $LLAMA_MODELS (/tmp/llama-models), made once and reused; JSON and
 # logs go to OUTDIR (a few files; per-check JSON bundled in check-json.tgz).
 # Environment: GRAPHSMITH_LLAMA (gpu-bin/graphsmith-llama), LLAMA_MODELS, PYTHON (python3),
-# BENCH_CONFIGS (small,1b: run one per call to stay under 10 minutes a call), BENCH_BATCH (1,8,64),
+# BENCH_CONFIGS (small,1b; one per call keeps each call to several minutes), BENCH_BATCH (1,8,64),
 # BENCH_STEPS (128), BENCH_WARMUP (16), BENCH_RUNS (5), BENCH_IMPLS (the three PyTorch contenders),
 # BENCH_TUNE (empty; 1: inductor's coordinate-descent tuning for the compiled contenders),
 # BENCH_RUST (1; 0: skip graphsmith-llama bench, e.g. when only re-running a PyTorch contender),

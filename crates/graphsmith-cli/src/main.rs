@@ -33,8 +33,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// A guided run: probe, then eager launches against a replayed graph, measured.
-    /// Without a GPU it runs what needs none and says what it skipped.
+    /// A guided run: a planted race found; probe; a short decode of a SmolLM2-135M-shaped model
+    /// (random weights), eager against graphs; eager launches against a replayed graph,
+    /// measured; an in-place update; a planted capture failure. Without a GPU it runs what needs
+    /// none and says what it skipped.
     Tour {
         /// Device ordinal.
         #[arg(long, default_value_t = 0)]

@@ -1,8 +1,9 @@
-//! `graphsmith tour`: the main job. On a GPU: probe; the centrepiece, a short decode of a
-//! SmolLM2-135M-shaped Llama model (random weights) eager against graphs, with tokens/s;
-//! eager launches against a replayed graph, measured; an in-place update; a planted capture
-//! failure, diagnosed; a planted race, found; a closing summary. Without a GPU: the parts that
-//! need none, and a list of what was skipped (the decode among them).
+//! `graphsmith tour`: the main job. First a planted race, found (no GPU needed). Then, on a
+//! GPU: probe; the centrepiece, a short decode of a SmolLM2-135M-shaped Llama model (random
+//! weights) eager against graphs, with tokens/s; eager launches against a replayed graph,
+//! measured; an in-place update; a planted capture failure, diagnosed. A closing summary.
+//! Without a GPU: the parts that need none, and a list of what was skipped (the decode among
+//! them).
 //! Exits 0 unless something that ran gave a wrong result.
 
 use std::process::ExitCode;

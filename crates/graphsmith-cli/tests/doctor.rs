@@ -17,7 +17,7 @@ struct Run {
 
 /// Runs `graphsmith doctor ARGS` in folder `dir`, with `PATH` when given.
 fn doctor_with_path(dir: &Path, args: &[&str], path: Option<&Path>) -> Run {
-    // GRAPHSMITH_BIN: the binary when the tests run away from the build tree (the GPU machine).
+    // GRAPHSMITH_BIN: the binary when the tests run away from the build tree (a machine with an NVIDIA GPU that got the staged binaries).
     let bin = std::env::var("GRAPHSMITH_BIN")
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_graphsmith").to_string());
     let mut cmd = Command::new(bin);

@@ -8,7 +8,7 @@ use common::{graph, kernel};
 use graphsmith_model::{Access, AccessMode, Edge, Graph, HazardKind, ModelError, NodeId, NodeKind};
 
 /// The read-back graphs (tests/fixtures/driver-dot/*.json), compiled in so that the test binary
-/// runs anywhere (the GPU machine gets test binaries without the source tree).
+/// runs anywhere (a machine with an NVIDIA GPU gets test binaries without the source tree).
 fn fixture_json(name: &str) -> Graph {
     let text = match name {
         "attention-racy" => include_str!("fixtures/driver-dot/attention-racy.json"),

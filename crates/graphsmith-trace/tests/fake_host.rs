@@ -150,7 +150,7 @@ fn the_library_loads_attaches_to_nvtx_and_reports_cupti_missing() {
     );
     let p = &report["processes"][0];
     // The CUPTI named to the library does not exist. The library then tries the library path:
-    // on a machine with CUDA's CUPTI there (a GPU machine) it attaches through that one, else it
+    // on a machine with CUDA's CUPTI there (a machine with an NVIDIA GPU) it attaches through that one, else it
     // reports CUPTI missing. Both outcomes are checked, whichever this machine gives.
     if cupti_on_library_path() {
         assert_eq!(p["attached"]["state"], "yes", "{report:#}");

@@ -4,7 +4,7 @@
 //! most 1.2x capturing without it. Exits 1 when over the limit.
 //!
 //! ```text
-//! cargo run --release -p graphsmith --example journal_overhead   # on a GPU machine
+//! cargo run --release -p graphsmith --example journal_overhead   # on a machine with an NVIDIA GPU
 //! ```
 
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 use graphsmith::catalogue::{self, ENTRIES};
 
 /// docs/failures.md as it was when the test was built, so that the test binary checks it
-/// wherever it runs (the GPU machine gets test binaries without the source tree).
+/// wherever it runs (a machine with an NVIDIA GPU gets test binaries without the source tree).
 const DOC: &str = include_str!("../../../docs/failures.md");
 /// Where `GRAPHSMITH_BLESS` rewrites it.
 const DOC_PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/failures.md");

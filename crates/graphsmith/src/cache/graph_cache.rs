@@ -76,6 +76,7 @@ pub struct Scope<'a> {
 }
 
 impl Scope<'_> {
+    #[track_caller]
     fn take<T: Element>(
         ctx: &Context,
         slots: &mut Slots,
@@ -85,8 +86,12 @@ impl Scope<'_> {
     ) -> Result<DeviceBuffer<T>> {
         let i = *next;
         *next += 1;
-        let bytes = len * std::mem::size_of::<T>();
-        if slots.slots.get(i).is_none_or(|a| a.bytes < bytes) {
+        // A slot is reused only when it holds `len` elements; a size that overflows never fits,
+        // so `alloc` refuses it with a typed error.
+        let fits = len
+            .checked_mul(std::mem::size_of::<T>())
+            .is_some_and(|bytes| slots.slots.get(i).is_some_and(|a| a.bytes >= bytes));
+        if !fits {
             let fresh = ctx.alloc::<T>(label, len)?;
             if i < slots.slots.len() {
                 slots.slots[i] = fresh.alloc.clone();

@@ -165,3 +165,12 @@ def test_check_of_a_null_handle_is_a_value_error():
         graphsmith.check(Null(), device=0)
     with pytest.raises(ValueError, match="null"):
         graphsmith._native.check_raw_graph(0, 0)
+
+
+def test_check_of_something_that_is_not_a_handle_is_a_type_error():
+    class Odd:
+        def raw_cuda_graph(self):
+            return "graph"
+
+    with pytest.raises(TypeError, match="not a cudaGraph_t handle"):
+        graphsmith.check(Odd(), device=0)

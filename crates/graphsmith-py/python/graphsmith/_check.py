@@ -40,7 +40,14 @@ def check(graph, device: Optional[int] = None) -> Report:
         handle = raw()
     except RuntimeError as e:
         raise ValueError(f"{_NOT_KEPT} ({e})") from e
-    if not isinstance(handle, int) or handle == 0:
+    try:
+        # An int in PyTorch's binding; cuda-python's handle objects convert with int() too.
+        handle = int(handle)
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"raw_cuda_graph() returned {type(handle).__name__}, not a cudaGraph_t handle"
+        ) from e
+    if handle == 0:
         raise ValueError(_NOT_KEPT)
     if device is None:
         if torch is None:

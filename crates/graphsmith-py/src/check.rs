@@ -1,0 +1,47 @@
+//! `check_raw_graph`: a live `CUgraph` (from `torch.cuda.CUDAGraph.raw_cuda_graph()`, through
+//! `graphsmith.check` in Python) read back into the model with the runtime's read-back, the one
+//! `graphsmith trace --hazards` uses, and checked for hazards.
+
+use graphsmith::Context;
+use graphsmith_model::HazardOptions;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::report::{self, Format, Report};
+
+/// Reads the `CUgraph` whose handle is `handle` (an integer, as PyTorch's
+/// `CUDAGraph.raw_cuda_graph()` returns it) on device `device` and checks it for hazards.
+///
+/// The graph is only read, never changed or destroyed. The caller keeps the graph alive and
+/// unchanged during the call (`graphsmith.check` holds the `CUDAGraph` and runs with the GIL
+/// held). Raises `ValueError` for a null handle and `RuntimeError` (naming the driver call and
+/// the CUDA code) when the driver cannot read it.
+#[pyfunction]
+#[pyo3(signature = (handle, device, label = "torch.cuda.CUDAGraph"))]
+pub(crate) fn check_raw_graph(handle: usize, device: usize, label: &str) -> PyResult<Report> {
+    if handle == 0 {
+        return Err(PyValueError::new_err(format!(
+            "{label}: the CUgraph handle is null (no graph was kept: capture with \
+             torch.cuda.CUDAGraph(keep_graph=True))"
+        )));
+    }
+    let ctx = Context::new(device).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let raw = handle as graphsmith::sys::CUgraph;
+    // SAFETY: `raw` is non-null and, by this function's contract (upheld by graphsmith.check,
+    // which holds the CUDAGraph object and the GIL), a live CUgraph that no other thread uses
+    // during the call; the read-back only queries it.
+    let graph = unsafe { graphsmith::read_raw_graph(&ctx, raw, label) }
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let bad = |e: graphsmith_model::ModelError| PyValueError::new_err(format!("{label}: {e}"));
+    let summary = graph.summary().map_err(bad)?;
+    let hazards = graph.hazards_with(&HazardOptions::default()).map_err(bad)?;
+    let notes = report::notes(&graph, Format::Live);
+    Ok(Report {
+        path: label.to_string(),
+        format: Format::Live,
+        graph,
+        summary,
+        hazards,
+        notes,
+    })
+}

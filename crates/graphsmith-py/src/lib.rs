@@ -1,0 +1,84 @@
+//! `graphsmith._native`, the extension module behind the `graphsmith` Python package
+//! (`python/graphsmith/__init__.py` re-exports it): `doctor` reads a graph file (graphsmith JSON
+//! or a `cudaGraphDebugDotPrint` dump) and reports its shape and hazards, `explain` looks a CUDA
+//! error up in the failure catalogue. Both are the pure model and analysis crates, as in
+//! `graphsmith doctor` and `graphsmith explain`, and need no CUDA. `check_raw_graph` reads a live
+//! `CUgraph` (a `torch.cuda.CUDAGraph` kept after capture; `graphsmith.check` in Python) back
+//! through the runtime's read-back and checks it the same way.
+//!
+//! Every failure is a Python exception (`ValueError` for input that is not a graph or not a
+//! known code, `OSError` for a file that cannot be read); nothing panics across the FFI (PyO3
+//! turns a panic into `PanicException` in any case).
+
+use std::path::PathBuf;
+
+use graphsmith_model::{Graph, HazardOptions};
+use pyo3::exceptions::{PyOSError, PyValueError};
+use pyo3::prelude::*;
+
+mod check;
+mod report;
+
+use report::{Format, Report};
+
+/// Reads a graph file (graphsmith JSON or a `cudaGraphDebugDotPrint` dump) and reports its shape
+/// and hazards, as `graphsmith doctor FILE` does. Raises `OSError` when the file cannot be read
+/// and `ValueError` (naming the line) when it is not a graph.
+#[pyfunction]
+fn doctor(path: PathBuf) -> PyResult<Report> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| PyOSError::new_err(format!("{shown}: cannot read: {e}")))?;
+    let bad = |message: String| PyValueError::new_err(format!("{shown}: {message}"));
+    let format = Format::detect(&text).map_err(bad)?;
+    // `detect` finds one of the two file formats, never `Live`.
+    let graph = if format == Format::DriverDot {
+        Graph::from_driver_dot(&text).map_err(|e| bad(e.to_string()))?
+    } else {
+        Graph::from_json(&text).map_err(|e| bad(e.to_string()))?
+    };
+    let summary = graph.summary().map_err(|e| bad(e.to_string()))?;
+    // A dump holds no kernel arguments: its kernels may touch any byte.
+    let options = HazardOptions {
+        unknown_kernel_memory: format == Format::DriverDot,
+    };
+    let hazards = graph
+        .hazards_with(&options)
+        .map_err(|e| bad(e.to_string()))?;
+    let notes = report::notes(&graph, format);
+    Ok(Report {
+        path: shown,
+        format,
+        graph,
+        summary,
+        hazards,
+        notes,
+    })
+}
+
+/// The failure catalogue's entries for a CUDA error: a code (`900`), its driver or runtime name
+/// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED`, `cudaErrorStreamCaptureUnsupported`) or an entry
+/// id, as `graphsmith explain` prints them. Raises `ValueError` for anything the catalogue does
+/// not know.
+#[pyfunction]
+fn explain(query: &Bound<'_, PyAny>) -> PyResult<String> {
+    let query = match query.extract::<i64>() {
+        Ok(code) => code.to_string(),
+        Err(_) => query.extract::<String>().map_err(|_| {
+            PyValueError::new_err("explain() takes a CUDA error code (int) or a name (str)")
+        })?,
+    };
+    graphsmith_analysis::catalogue::explain(&query)
+        .map(|found| found.to_string())
+        .map_err(|message| PyValueError::new_err(format!("{query:?}: {message}")))
+}
+
+/// The extension module `graphsmith._native`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(doctor, m)?)?;
+    m.add_function(wrap_pyfunction!(explain, m)?)?;
+    m.add_function(wrap_pyfunction!(check::check_raw_graph, m)?)?;
+    m.add_class::<Report>()?;
+    Ok(())
+}

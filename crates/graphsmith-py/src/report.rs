@@ -1,0 +1,197 @@
+//! What `doctor` and `check` report: the graph, its summary, its hazards and notes on what could
+//! not be checked, as the Python class `graphsmith.Report`.
+
+use graphsmith_model::{Graph, HazardReport, NodeKind, Summary};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// The two file formats `doctor` reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    Json,
+    DriverDot,
+    /// A live graph read back from the driver.
+    Live,
+}
+
+impl Format {
+    fn key(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::DriverDot => "driver_dot",
+            Format::Live => "live",
+        }
+    }
+
+    /// The format of `text`, or the line where it is neither.
+    pub(crate) fn detect(text: &str) -> Result<Format, String> {
+        let start = text.trim_start();
+        if start.starts_with('{') {
+            Ok(Format::Json)
+        } else if ["digraph", "strict", "graph", "//", "/*"]
+            .iter()
+            .any(|w| start.starts_with(w))
+        {
+            Ok(Format::DriverDot)
+        } else {
+            let line = text[..text.len() - start.len()].matches('\n').count() + 1;
+            Err(format!(
+                "line {line}: neither graphsmith JSON (starts with '{{') nor a \
+                 cudaGraphDebugDotPrint dump (starts with 'digraph')"
+            ))
+        }
+    }
+}
+
+/// What `graphsmith.doctor` found in one graph file.
+#[pyclass(frozen, module = "graphsmith")]
+pub(crate) struct Report {
+    pub path: String,
+    pub format: Format,
+    pub graph: Graph,
+    pub summary: Summary,
+    pub hazards: HazardReport,
+    pub notes: Vec<String>,
+}
+
+#[pymethods]
+impl Report {
+    /// The file that was read, or the label of a live graph.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// `"json"` (graphsmith JSON), `"driver_dot"` (a `cudaGraphDebugDotPrint` dump) or `"live"`
+    /// (a graph read back from the driver by `check`).
+    #[getter]
+    fn format(&self) -> &'static str {
+        self.format.key()
+    }
+
+    /// The graph's shape as text: nodes, edges, kinds, depth, width, roots, leaves.
+    #[getter]
+    fn summary(&self) -> String {
+        self.summary.to_string()
+    }
+
+    /// Number of nodes.
+    #[getter]
+    fn nodes(&self) -> usize {
+        self.summary.nodes
+    }
+
+    /// Number of (distinct) edges.
+    #[getter]
+    fn edges(&self) -> usize {
+        self.summary.edges
+    }
+
+    /// The hazards (pairs of nodes that no path orders and that touch the same bytes, one of
+    /// them writing), one line each, naming both nodes and the buffer.
+    #[getter]
+    fn hazards(&self) -> Vec<String> {
+        self.hazards.hazards.iter().map(|h| h.to_string()).collect()
+    }
+
+    /// True when no hazard was found.
+    #[getter]
+    fn clean(&self) -> bool {
+        self.hazards.is_clean()
+    }
+
+    /// What could not be checked (kernels whose memory is unknown, copies without operands).
+    #[getter]
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
+    }
+
+    /// The graph in DOT, hazards drawn in red (render it with Graphviz's `dot -Tsvg`).
+    fn to_dot(&self) -> String {
+        self.graph.to_dot_with(&self.hazards.dot_options())
+    }
+
+    /// The report as JSON: path, format, summary and the hazard report.
+    fn to_json(&self) -> PyResult<String> {
+        let value = serde_json::json!({
+            "path": self.path,
+            "format": self.format.key(),
+            "summary": self.summary,
+            "hazards": self.hazards,
+            "notes": self.notes,
+        });
+        serde_json::to_string_pretty(&value)
+            .map_err(|e| PyValueError::new_err(format!("cannot write the report as JSON: {e}")))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<graphsmith.Report {} ({}): {} nodes, {} edges, {} hazard(s)>",
+            self.path,
+            self.format.key(),
+            self.summary.nodes,
+            self.summary.edges,
+            self.hazards.hazards.len()
+        )
+    }
+
+    fn __str__(&self) -> String {
+        let mut text = format!("{}\n{}", self.path, self.summary);
+        if self.hazards.is_clean() {
+            text.push_str("\nhazards: none");
+        } else {
+            text.push_str(&format!("\nhazards: {}", self.hazards.hazards.len()));
+            for h in &self.hazards.hazards {
+                text.push_str(&format!("\n  {h}"));
+            }
+        }
+        for note in &self.notes {
+            text.push_str(&format!("\nnote: {note}"));
+        }
+        text
+    }
+}
+
+/// Notes on what the hazard check of `graph` could not see.
+pub(crate) fn notes(graph: &Graph, format: Format) -> Vec<String> {
+    let (kernels, without) = count_kernels(graph);
+    let mut notes = Vec::new();
+    if without > 0 {
+        let why = match format {
+            Format::DriverDot => {
+                "a DOT dump does not hold kernel arguments: a kernel that no path orders with a \
+                 copy or set is reported as a possible hazard on the copy's or set's bytes"
+            }
+            Format::Json => "the JSON lists none: their hazards cannot be checked",
+            Format::Live => {
+                "no argument of theirs points into a device allocation (pointers passed inside \
+                 struct parameters are not read yet): their hazards cannot be checked"
+            }
+        };
+        notes.push(format!(
+            "{without} of {kernels} kernel node(s) have no known memory accesses ({why})"
+        ));
+    }
+    notes
+}
+
+/// Kernel nodes, and those without accesses, child graphs included.
+fn count_kernels(graph: &Graph) -> (usize, usize) {
+    let (mut all, mut without) = (0, 0);
+    let mut todo = vec![graph];
+    while let Some(g) = todo.pop() {
+        for n in &g.nodes {
+            match &n.kind {
+                NodeKind::Kernel(_) => {
+                    all += 1;
+                    if n.accesses.is_empty() {
+                        without += 1;
+                    }
+                }
+                NodeKind::ChildGraph { graph } => todo.push(graph),
+                _ => {}
+            }
+        }
+    }
+    (all, without)
+}

@@ -1,0 +1,176 @@
+"""Tests of the installed graphsmith package (pytest; needs no GPU).
+
+Run them against an installed wheel (scripts/build-wheel.sh --test does) or after
+`maturin develop`; the graph files are the model crate's fixtures in this checkout.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import graphsmith
+
+FIXTURES = (
+    Path(__file__).resolve().parents[2] / "graphsmith-model" / "tests" / "fixtures" / "driver-dot"
+)
+
+
+def test_racy_json_names_both_hazards():
+    report = graphsmith.doctor(FIXTURES / "attention-racy.json")
+    assert report.format == "json"
+    assert (report.nodes, report.edges) == (4, 1)
+    assert not report.clean
+    assert len(report.hazards) == 2
+    assert "read-after-write on 'q'" in report.hazards[0]
+    assert "'q-proj' (n0) writes, 'attention' (n3) reads" in report.hazards[0]
+    assert "read-after-write on 'k'" in report.hazards[1]
+    assert "hazards: 2" in str(report)
+    assert "2 hazard(s)" in repr(report)
+    data = json.loads(report.to_json())
+    assert data["format"] == "json"
+    assert data["summary"]["nodes"] == 4
+    assert len(data["hazards"]["hazards"]) == 2
+    dot = report.to_dot()
+    assert dot.startswith("digraph") and "q-proj" in dot
+
+
+def test_fixed_json_is_clean():
+    report = graphsmith.doctor(str(FIXTURES / "attention-fixed.json"))
+    assert report.clean
+    assert report.hazards == []
+    assert "hazards: none" in str(report)
+
+
+def test_pytorch_dump_race_is_found_and_fix_is_clean():
+    racy = graphsmith.doctor(FIXTURES / "torch" / "torch-copy-dtod-racy.dot")
+    fixed = graphsmith.doctor(FIXTURES / "torch" / "torch-copy-dtod-fixed.dot")
+    assert racy.format == fixed.format == "driver_dot"
+    assert not racy.clean
+    assert fixed.clean
+
+
+def test_not_a_dump_is_a_value_error_naming_the_line(tmp_path):
+    bad = tmp_path / "notes.txt"
+    bad.write_text("\n\nhello\n")
+    with pytest.raises(ValueError, match=r"notes\.txt: line 3: neither graphsmith JSON"):
+        graphsmith.doctor(bad)
+
+
+def test_broken_json_and_dot_are_value_errors(tmp_path):
+    broken_json = tmp_path / "g.json"
+    broken_json.write_text('{"label": ')
+    with pytest.raises(ValueError, match=r"g\.json"):
+        graphsmith.doctor(broken_json)
+    broken_dot = tmp_path / "g.dot"
+    broken_dot.write_text("digraph { a -> ")
+    with pytest.raises(ValueError, match=r"g\.dot"):
+        graphsmith.doctor(broken_dot)
+
+
+def test_missing_file_is_an_os_error(tmp_path):
+    with pytest.raises(OSError, match="cannot read"):
+        graphsmith.doctor(tmp_path / "absent.json")
+
+
+def test_explain_by_code_and_name():
+    by_code = graphsmith.explain(900)
+    assert by_code == graphsmith.explain("900")
+    assert "900" in by_code
+    assert by_code == graphsmith.explain("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED")
+    assert by_code == graphsmith.explain("cudaErrorStreamCaptureUnsupported")
+
+
+@pytest.mark.parametrize("query", ["", "42", "CUDA_ERROR_NOPE", 1.5])
+def test_explain_unknown_is_a_value_error(query):
+    with pytest.raises(ValueError):
+        graphsmith.explain(query)
+
+
+def _run(*args):
+    return subprocess.run(
+        ["graphsmith", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_binary_and_injection_library_are_installed():
+    assert graphsmith.binary().is_file()
+    assert os.access(graphsmith.binary(), os.X_OK)
+    assert graphsmith.injection_library().is_file()
+    assert graphsmith.injection_library().parent == graphsmith.binary().parent
+
+
+def test_command_help_doctor_explain():
+    help_text = _run("--help")
+    assert help_text.returncode == 0, help_text.stderr
+    for command in ["trace", "doctor", "explain"]:
+        assert command in help_text.stdout
+    racy = _run("doctor", str(FIXTURES / "attention-racy.json"))
+    assert racy.returncode == 1, racy.stderr
+    assert "hazards: 2" in racy.stdout
+    fixed = _run("doctor", "--json", str(FIXTURES / "attention-fixed.json"))
+    assert fixed.returncode == 0, fixed.stderr
+    assert json.loads(fixed.stdout)["hazards"] == []
+    explained = _run("explain", "900")
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.strip() == graphsmith.explain(900).strip()
+
+
+def test_python_dash_m_runs_the_command():
+    out = subprocess.run(
+        [sys.executable, "-m", "graphsmith", "explain", "900"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "900" in out.stdout
+
+
+def test_trace_finds_its_injection_library():
+    # No GPU is needed: the traced command is Python itself, which makes no CUDA call. The
+    # tracer must be found (no "not found ... runs untraced" note) and the command's exit
+    # code passed on.
+    out = _run("trace", "--", sys.executable, "-c", "import sys; sys.exit(3)")
+    assert out.returncode == 3, out.stderr
+    assert "libgraphsmith_trace.so not found" not in out.stderr
+
+
+def test_check_refuses_what_is_not_a_cuda_graph():
+    with pytest.raises(TypeError, match=r"torch\.cuda\.CUDAGraph"):
+        graphsmith.check(object())
+
+
+def test_check_on_a_graph_not_kept_is_a_value_error():
+    class NotKept:
+        """What PyTorch's CUDAGraph does without keep_graph=True."""
+
+        def raw_cuda_graph(self):
+            raise RuntimeError("the graph was not kept")
+
+    with pytest.raises(ValueError, match=r"keep_graph=True.*the graph was not kept"):
+        graphsmith.check(NotKept(), device=0)
+
+
+def test_check_of_a_null_handle_is_a_value_error():
+    class Null:
+        def raw_cuda_graph(self):
+            return 0
+
+    with pytest.raises(ValueError, match="keep_graph=True"):
+        graphsmith.check(Null(), device=0)
+    with pytest.raises(ValueError, match="null"):
+        graphsmith._native.check_raw_graph(0, 0)
+
+
+def test_check_of_something_that_is_not_a_handle_is_a_type_error():
+    class Odd:
+        def raw_cuda_graph(self):
+            return "graph"
+
+    with pytest.raises(TypeError, match="not a cudaGraph_t handle"):
+        graphsmith.check(Odd(), device=0)

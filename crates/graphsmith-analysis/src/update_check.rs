@@ -77,15 +77,10 @@ fn shape_into(graph: &Graph, h: &mut impl Hasher) -> Option<()> {
     Some(())
 }
 
-/// Whether both graphs list the same edges in the same order (the usual case for graphs built
-/// or captured by the same code), which needs no set comparison.
+/// Whether both graphs list the same edges (with their types) in the same order (the usual case
+/// for graphs built or captured by the same code), which needs no set comparison.
 fn same_edge_list(old: &Graph, new: &Graph) -> bool {
-    old.edges.len() == new.edges.len()
-        && old
-            .edges
-            .iter()
-            .zip(&new.edges)
-            .all(|(a, b)| a.from == b.from && a.to == b.to)
+    old.edges.len() == new.edges.len() && old.edges.iter().zip(&new.edges).all(|(a, b)| a == b)
 }
 
 fn check(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>) {
@@ -116,13 +111,13 @@ fn edge_differences(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incomp
     let edges = |g: &Graph| {
         g.edges
             .iter()
-            .map(|e| (e.from.index(), e.to.index()))
+            .map(|e| (e.from.index(), e.to.index(), e.ty))
             .collect::<BTreeSet<_>>()
     };
     let (old_edges, new_edges) = (edges(old), edges(new));
     let label = |g: &Graph, i: usize| g.nodes[i].label.clone();
     let mut edge_reasons = 0;
-    for (&(a, b), which) in new_edges
+    for (&(a, b, ty), which) in new_edges
         .difference(&old_edges)
         .map(|e| (e, "only in the new graph"))
         .chain(
@@ -136,9 +131,14 @@ fn edge_differences(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incomp
             out.push(Incompatibility {
                 node: Some(label(new, b)),
                 reason: format!(
-                    "{prefix}topology changed: edge '{}' -> '{}' is {which}",
+                    "{prefix}topology changed: edge '{}' -> '{}'{} is {which}",
                     label(new, a),
-                    label(new, b)
+                    label(new, b),
+                    if ty.is_full() {
+                        String::new()
+                    } else {
+                        format!(" ({})", ty.name().replace('_', "-"))
+                    }
                 ),
             });
         }
@@ -274,6 +274,24 @@ mod tests {
         );
         // A graph compared with itself needs no work and is compatible.
         assert!(update_compatibility(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn a_changed_edge_type_is_a_topology_change() {
+        let nodes = [("a", kernel("k")), ("b", kernel("k"))];
+        let old = graph("g", &nodes, &[(0, 1)]);
+        let mut new = graph("g", &nodes, &[]);
+        let (a, b) = (graphsmith_model::NodeId(0), graphsmith_model::NodeId(1));
+        new.add_typed_edge(a, b, graphsmith_model::EdgeType::Programmatic)
+            .unwrap();
+        assert_eq!(
+            texts(&update_compatibility(&old, &new)),
+            [
+                "node 'b': topology changed: edge 'a' -> 'b' (programmatic) is only in the new graph",
+                "node 'b': topology changed: edge 'a' -> 'b' is only in the executable",
+            ]
+        );
+        assert_ne!(shape_key(&old), shape_key(&new));
     }
 
     #[test]

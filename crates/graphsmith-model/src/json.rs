@@ -124,8 +124,8 @@ fn validate(graph: &Graph) -> Result<(), JsonError> {
             }
         }
         let count = g.nodes.len();
-        let mut seen: HashSet<Edge> = HashSet::with_capacity(g.edges.len());
-        for &Edge { from, to } in &g.edges {
+        let mut seen: HashSet<(NodeId, NodeId)> = HashSet::with_capacity(g.edges.len());
+        for &Edge { from, to, .. } in &g.edges {
             for missing in [from, to] {
                 if missing.index() >= count {
                     return Err(JsonError::UnknownNode {
@@ -144,7 +144,7 @@ fn validate(graph: &Graph) -> Result<(), JsonError> {
                     label: g.nodes[from.index()].label.clone(),
                 });
             }
-            if !seen.insert(Edge { from, to }) {
+            if !seen.insert((from, to)) {
                 return Err(JsonError::DuplicateEdge { location, from, to });
             }
         }

@@ -319,7 +319,14 @@ pub struct Node {
     /// Where it was made, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<Provenance>,
-    /// The memory it touches, when known.
+    /// The memory it touches, when known. For a kernel that opted into programmatic dependent
+    /// launch, what it touches after its wait (`cudaGridDependencySynchronize`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accesses: Vec<Access>,
+    /// The memory a kernel that opted into programmatic dependent launch touches *before* its
+    /// wait (e.g. weights it prefetches while its predecessor still runs). An incoming
+    /// [`crate::EdgeType::Programmatic`] edge does not order these; a full edge does. Empty for
+    /// every other node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accesses_before_wait: Vec<Access>,
 }

@@ -233,10 +233,7 @@ impl UnknownMemory {
                     },
                     offset: lo,
                     len: hi - lo,
-                    fix: Edge {
-                        from: first,
-                        to: second,
-                    },
+                    fix: Edge::full(first, second),
                 });
             }
         }

@@ -41,10 +41,7 @@ pub fn ids(raw: &[u32]) -> Vec<NodeId> {
 
 /// An edge from plain numbers.
 pub fn edge(from: u32, to: u32) -> Edge {
-    Edge {
-        from: NodeId(from),
-        to: NodeId(to),
-    }
+    Edge::full(NodeId(from), NodeId(to))
 }
 
 /// A graph with every node kind, a nested child graph (two levels), provenance with ranges and

@@ -66,8 +66,18 @@ fn shape_into(graph: &Graph, h: &mut impl Hasher) -> Option<()> {
         match &node.kind {
             NodeKind::Memcpy(c) => (c.src.space, c.dst.space).hash(h),
             NodeKind::Memset(m) if m.height > 1 => return None,
-            NodeKind::Conditional { .. } | NodeKind::MemAlloc { .. } | NodeKind::MemFree { .. } => {
+            NodeKind::MemAlloc { .. } | NodeKind::MemFree { .. } => {
                 format!("{:?}", node.kind).hash(h)
+            }
+            NodeKind::Conditional {
+                conditional,
+                bodies,
+                body_graphs,
+            } => {
+                (conditional, bodies, body_graphs.len()).hash(h);
+                for body in body_graphs {
+                    shape_into(body, h)?;
+                }
             }
             NodeKind::ChildGraph { graph } => shape_into(graph, h)?,
             _ => {}
@@ -155,6 +165,7 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
     for (o, n) in old.nodes.iter().zip(&new.nodes) {
         let mut reasons = Vec::new();
         let mut child = None;
+        let mut bodies = None;
         match (&o.kind, &n.kind) {
             (a, b) if a.name() != b.name() => reasons.push(format!(
                 "node type changed: the executable has a {} node here ('{}'), the new graph a {} node",
@@ -173,8 +184,19 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
             (NodeKind::Memset(a), NodeKind::Memset(b)) if a.height > 1 || b.height > 1 => {
                 reasons.push(format!("only 1-D memsets can be updated (height {} -> {})", a.height, b.height))
             }
-            (NodeKind::Conditional { .. }, _) if o.kind != n.kind => {
-                reasons.push("conditional nodes cannot be changed by an update".to_string())
+            (
+                NodeKind::Conditional { conditional: ca, bodies: ba, body_graphs: ga },
+                NodeKind::Conditional { conditional: cb, bodies: bb, body_graphs: gb },
+            ) => {
+                if (ca, ba) != (cb, bb) {
+                    reasons.push(format!(
+                        "conditional nodes cannot be changed by an update ({ca:?} with {ba} bodies -> {cb:?} with {bb} bodies)"
+                    ))
+                } else if ga.len() == gb.len() {
+                    // Bodies follow the rules of child graphs; where only one side models
+                    // them, nothing more can be compared.
+                    bodies = Some((ga, gb));
+                }
             }
             (NodeKind::MemAlloc { .. } | NodeKind::MemFree { .. }, _) if o.kind != n.kind => {
                 reasons.push("memory alloc/free nodes cannot be changed by an update".to_string())
@@ -191,6 +213,18 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
                 a,
                 b,
                 &format!("{prefix}in child graph '{}': ", n.label),
+                out,
+            );
+        }
+        for (i, (a, b)) in bodies
+            .into_iter()
+            .flat_map(|(a, b)| a.iter().zip(b))
+            .enumerate()
+        {
+            check(
+                a,
+                b,
+                &format!("{prefix}in body {i} of conditional '{}': ", n.label),
                 out,
             );
         }
@@ -292,6 +326,39 @@ mod tests {
             ]
         );
         assert_ne!(shape_key(&old), shape_key(&new));
+    }
+
+    #[test]
+    fn conditional_bodies_follow_the_rules_of_child_graphs() {
+        use graphsmith_model::ConditionalKind;
+        let body = |k: &str, edges: &[(u32, u32)]| {
+            graph("body", &[("x", kernel(k)), ("y", memset(1))], edges)
+        };
+        let with = |kind, bodies: Vec<Graph>| {
+            let mut g = Graph::new("g");
+            g.add_conditional("loop", kind, bodies);
+            g
+        };
+        let old = with(ConditionalKind::While, vec![body("k1", &[(0, 1)])]);
+        // New kernel parameters inside the body: compatible.
+        let new = with(ConditionalKind::While, vec![body("k2", &[(0, 1)])]);
+        assert!(update_compatibility(&old, &new).is_empty());
+        assert_eq!(shape_key(&old), shape_key(&new));
+        // A body whose topology changed is named.
+        let new = with(ConditionalKind::While, vec![body("k1", &[])]);
+        assert_eq!(
+            texts(&update_compatibility(&old, &new)),
+            ["node 'y': in body 0 of conditional 'loop': topology changed: edge 'x' -> 'y' is only in the executable"]
+        );
+        // Another flavour or number of bodies cannot be updated.
+        let new = with(
+            ConditionalKind::If,
+            vec![body("k1", &[(0, 1)]), body("k1", &[])],
+        );
+        assert_eq!(
+            texts(&update_compatibility(&old, &new)),
+            ["node 'loop': conditional nodes cannot be changed by an update (While with 1 bodies -> If with 2 bodies)"]
+        );
     }
 
     #[test]

@@ -176,8 +176,7 @@ fn count_kernels_without_accesses(graph: &Graph) -> usize {
         for n in &g.nodes {
             match &n.kind {
                 NodeKind::Kernel(_) if n.accesses.is_empty() => count += 1,
-                NodeKind::ChildGraph { graph } => todo.push(graph),
-                _ => {}
+                kind => todo.extend(kind.nested_graphs()),
             }
         }
     }
@@ -197,8 +196,7 @@ fn count_copies_without_accesses(graph: &Graph) -> (usize, usize) {
                         without += 1;
                     }
                 }
-                NodeKind::ChildGraph { graph } => todo.push(graph),
-                _ => {}
+                kind => todo.extend(kind.nested_graphs()),
             }
         }
     }

@@ -157,13 +157,23 @@ fn describe(kind: &NodeKind) -> Vec<String> {
         NodeKind::Conditional {
             conditional,
             bodies,
+            body_graphs,
         } => {
             let flavour = match conditional {
                 ConditionalKind::If => "if",
                 ConditionalKind::While => "while",
                 ConditionalKind::Switch => "switch",
             };
-            vec![format!("conditional {flavour}, {bodies} bodies")]
+            let mut lines = vec![format!("conditional {flavour}, {bodies} bodies")];
+            for (i, body) in body_graphs.iter().enumerate() {
+                lines.push(format!(
+                    "body {i} '{}': {} nodes, {} edges",
+                    body.label,
+                    body.nodes.len(),
+                    body.edges.len()
+                ));
+            }
+            lines
         }
         NodeKind::Other { name } => vec![named("other", name)],
     }

@@ -285,11 +285,17 @@ impl Graph {
         while let Some((graph, path, location)) = todo.pop() {
             check_graph(graph, &path, &location, options, &mut report)?;
             for node in graph.nodes.iter().rev() {
-                if let NodeKind::ChildGraph { graph: child } = &node.kind {
+                let body = matches!(node.kind, NodeKind::Conditional { .. });
+                for (i, child) in node.kind.nested_graphs().iter().enumerate().rev() {
                     let mut inner = path.clone();
                     inner.push(node.id);
+                    let part = if body {
+                        format!("body {i} graph")
+                    } else {
+                        "graph".to_string()
+                    };
                     let where_ = format!(
-                        "{location} > node '{}' ({}) > graph '{}'",
+                        "{location} > node '{}' ({}) > {part} '{}'",
                         node.label, node.id, child.label
                     );
                     todo.push((child, inner, where_));

@@ -149,9 +149,15 @@ fn validate(graph: &Graph) -> Result<(), JsonError> {
             }
         }
         for node in g.nodes.iter().rev() {
-            if let NodeKind::ChildGraph { graph: child } = &node.kind {
+            let body = matches!(node.kind, NodeKind::Conditional { .. });
+            for (i, child) in node.kind.nested_graphs().iter().enumerate().rev() {
+                let part = if body {
+                    format!("body {i} graph")
+                } else {
+                    "graph".to_string()
+                };
                 let inner = format!(
-                    "{location} > node '{}' ({}) > graph '{}'",
+                    "{location} > node '{}' ({}) > {part} '{}'",
                     node.label, node.id, child.label
                 );
                 todo.push((child, inner));

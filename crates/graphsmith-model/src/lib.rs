@@ -15,6 +15,8 @@
 //!   (full, programmatic, launch order), [`ModelError`].
 //! - `topo`: [`Adjacency`] (CSR predecessors and successors), topological order, levels, depth,
 //!   width, roots, leaves, critical path. All O(N + E) and iterative.
+//! - `conditional`: [`Graph::add_conditional`], a conditional node with its body graphs
+//!   ([`NodeKind::Conditional`]), whose accesses are those of its bodies.
 //! - `summary`: [`Summary`], the numbers a person wants first about a graph.
 //! - `dot`: Graphviz output, [`Graph::to_dot`], with highlights ([`DotOptions`]).
 //! - `driver_dot`: [`Graph::from_driver_dot`], reading `cudaGraphDebugDotPrint` dumps (default
@@ -56,6 +58,7 @@
 
 #![warn(missing_docs)]
 
+mod conditional;
 mod dot;
 mod driver_dot;
 mod graph;

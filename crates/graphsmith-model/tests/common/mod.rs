@@ -143,6 +143,7 @@ pub fn every_kind() -> Graph {
             NodeKind::Conditional {
                 conditional: ConditionalKind::If,
                 bodies: 1,
+                body_graphs: vec![],
             },
         ),
         g.add_node(
@@ -150,6 +151,7 @@ pub fn every_kind() -> Graph {
             NodeKind::Conditional {
                 conditional: ConditionalKind::While,
                 bodies: 1,
+                body_graphs: vec![],
             },
         ),
         g.add_node(
@@ -157,6 +159,7 @@ pub fn every_kind() -> Graph {
             NodeKind::Conditional {
                 conditional: ConditionalKind::Switch,
                 bodies: 3,
+                body_graphs: vec![],
             },
         ),
         g.add_node(

@@ -418,3 +418,20 @@ proptest! {
         prop_assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
     }
 }
+
+#[test]
+fn the_summary_counts_edge_types() {
+    let mut g = common::graph("g", 4, &[(2, 3)]);
+    g.add_typed_edge(NodeId(0), NodeId(1), EdgeType::Programmatic)
+        .unwrap();
+    g.add_typed_edge(NodeId(1), NodeId(2), EdgeType::LaunchOrder)
+        .unwrap();
+    let summary = g.summary().unwrap();
+    assert_eq!(summary.edges, 3);
+    assert!(summary
+        .to_string()
+        .contains("\n  edges   3 (launch_order 1, programmatic 1)\n  depth   4\n"));
+    let plain = common::graph("g", 2, &[(0, 1)]).summary().unwrap();
+    assert!(plain.edge_types.is_empty());
+    assert!(plain.to_string().contains("\n  edges   1\n  depth   2\n"));
+}

@@ -56,8 +56,8 @@ pub struct Edge {
     pub from: NodeId,
     /// The node that waits for `from`.
     pub to: NodeId,
-    /// What the edge orders; [`EdgeType::Full`] when absent from JSON.
-    #[serde(default, skip_serializing_if = "EdgeType::is_full")]
+    /// What the edge orders; `type` in JSON, [`EdgeType::Full`] when absent.
+    #[serde(rename = "type", default, skip_serializing_if = "EdgeType::is_full")]
     pub ty: EdgeType,
 }
 

@@ -207,11 +207,11 @@ fn typed_edges_in_json_and_dot() {
     let json = g.to_json();
     let compact: String = json.split_whitespace().collect();
     assert!(
-        compact.contains(r#"{"from":0,"to":1,"ty":"programmatic"}"#),
+        compact.contains(r#"{"from":0,"to":1,"type":"programmatic"}"#),
         "{json}"
     );
     assert!(
-        compact.contains(r#"{"from":1,"to":2,"ty":"launch_order"}"#),
+        compact.contains(r#"{"from":1,"to":2,"type":"launch_order"}"#),
         "{json}"
     );
     assert!(
@@ -241,7 +241,7 @@ fn typed_edges_in_json_and_dot() {
 fn json_with_two_edges_between_the_same_nodes_is_refused() {
     let text = r#"{"label":"g","nodes":[{"id":0,"label":"a","kind":"empty"},
         {"id":1,"label":"b","kind":"empty"}],
-        "edges":[{"from":0,"to":1},{"from":0,"to":1,"ty":"programmatic"}]}"#;
+        "edges":[{"from":0,"to":1},{"from":0,"to":1,"type":"programmatic"}]}"#;
     assert!(Graph::from_json(text).is_err());
 }
 

@@ -17,6 +17,13 @@
 //! byte range cannot overlap `x` and those whose root reaches `b`. Read-only accesses only look
 //! at may-write accesses, so many readers of one buffer cost O(1) each.
 //!
+//! ## Programmatic and launch-order edges
+//!
+//! When a graph has edges other than full ones ([`EdgeType`]), the sweep runs over two moments
+//! per node, its start and its wait (see `check_events`): accesses before a kernel's wait sit
+//! at its start, the others at its wait, and every access is over at its node's wait. The
+//! same forest works on moments; a graph of full edges only takes the one-moment sweep.
+//!
 //! ## Cost
 //!
 //! For well-ordered buffers (each access ordered after the previous writer, readers between
@@ -102,11 +109,12 @@ pub struct Hazard {
     /// How the accesses conflict (the most certain kind among the conflicting access pairs:
     /// write-after-write, then read-after-write, then write-after-read, then possible write).
     pub kind: HazardKind,
-    /// The child-graph nodes that lead from the analysed graph to the graph holding both nodes;
-    /// empty when they are in the analysed graph itself.
+    /// The child-graph and conditional nodes that lead from the analysed graph to the graph
+    /// holding both nodes (for a conditional, [`Hazard::graph`] names the body); empty when they
+    /// are in the analysed graph itself.
     pub path: Vec<NodeId>,
-    /// Where the nodes are, e.g. `graph 'step'` or `graph 'step' > node 'body' (n3) > graph
-    /// 'inner'`.
+    /// Where the nodes are, e.g. `graph 'step'`, `graph 'step' > node 'body' (n3) > graph
+    /// 'inner'` or `graph 'step' > node 'loop' (n2) > body 0 graph 'decode'`.
     pub graph: String,
     /// The node that comes first in topological order: the fix edge starts here.
     pub first: HazardNode,
@@ -400,8 +408,11 @@ fn check_events(
     }
     let start = |v: NodeId| NodeId(2 * v.0);
     let wait = |v: NodeId| NodeId(2 * v.0 + 1);
+    // Edges first, then each node's start -> wait: a wait then lists the waits of its
+    // programmatic predecessors before its own start, and the sweep extends their chain
+    // (`reach.rs` extends the chain of the first predecessor that ends one), so a programmatic
+    // chain takes two chains (starts, waits), not one per node.
     let mut pairs = Vec::with_capacity(n + 2 * graph.edges.len());
-    pairs.extend((0..n as u32).map(|i| (start(NodeId(i)), wait(NodeId(i)))));
     for e in &graph.edges {
         match e.ty {
             EdgeType::Full => pairs.push((wait(e.from), start(e.to))),
@@ -412,6 +423,7 @@ fn check_events(
             EdgeType::LaunchOrder => pairs.push((start(e.from), start(e.to))),
         }
     }
+    pairs.extend((0..n as u32).map(|i| (start(NodeId(i)), wait(NodeId(i)))));
     let events = Adjacency::from_pairs(2 * n, pairs.iter().copied());
     let mut clocks = Clocks::new(&events);
     // Start before wait, nodes in topological order: a topological order of the moments.

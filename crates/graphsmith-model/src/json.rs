@@ -59,7 +59,8 @@ pub enum JsonError {
         /// The node's label.
         label: String,
     },
-    /// The same edge is listed twice (CUDA graphs have no multi-edges).
+    /// The same edge is listed twice, of the same type or not (CUDA graphs have no
+    /// multi-edges).
     #[error("graph JSON, {location}: edge {from} -> {to} is listed more than once")]
     DuplicateEdge {
         /// Which graph.

@@ -361,9 +361,20 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
             if !h.path.is_empty() {
                 let _ = writeln!(out, "     in {}", h.graph);
             }
+            // CUDA has no multi-edges: a weaker edge between the two is made full, not doubled.
+            let existing = h.path.is_empty()
+                && f.graph
+                    .edges
+                    .iter()
+                    .any(|e| (e.from, e.to) == (h.fix.from, h.fix.to) && !e.ty.is_full());
+            let verb = if existing {
+                "make the edge full:"
+            } else {
+                "add edge"
+            };
             let _ = writeln!(
                 out,
-                "     fix: add edge {} -> {} ({} -> {})",
+                "     fix: {verb} {} -> {} ({} -> {})",
                 h.first.label, h.second.label, h.fix.from, h.fix.to
             );
         }

@@ -668,7 +668,7 @@ fn a_read_before_the_wait_is_named_as_what_a_programmatic_edge_leaves_unordered(
         run.stdout.contains(
             "     'producer' (n0) writes, 'consumer' (n1) reads; only programmatic or \
              launch-order paths join them, which do not order these accesses\n     \
-             fix: add edge producer -> consumer (n0 -> n1)\n"
+             fix: make the edge full: producer -> consumer (n0 -> n1)\n"
         ),
         "{}",
         run.stdout

@@ -22,8 +22,8 @@
 use std::collections::HashMap;
 
 use graphsmith_model::{
-    demangled_name, Access, AccessMode, Graph, KernelParams, MemRef, MemcpyParams, MemorySpace,
-    MemsetParams, NodeId, NodeKind,
+    demangled_name, Access, AccessMode, EdgeType, Graph, KernelParams, MemRef, MemcpyParams,
+    MemorySpace, MemsetParams, NodeId, NodeKind,
 };
 
 /// Child graphs nest at most this deep: a filler reads no child graph at depth `MAX_DEPTH` (the
@@ -101,13 +101,30 @@ impl RawEdge {
     ///   touch what their predecessor wrote, so the check takes such an edge as ordering;
     /// - an edge from the launch-order port orders only the start of `to`, nothing in memory.
     pub fn orders(&self) -> bool {
+        matches!(
+            self.edge_type(),
+            Some(EdgeType::Full | EdgeType::Programmatic)
+        )
+    }
+
+    /// The model's type of the edge: a default edge from port 0 is [`EdgeType::Full`]; a
+    /// programmatic one from the programmatic port [`EdgeType::Programmatic`]; any edge from the
+    /// launch-order port [`EdgeType::LaunchOrder`] (it orders starts, no memory). `None` for
+    /// other combinations (an incoming port other than 0, unknown types or ports), which the
+    /// model leaves out.
+    pub fn edge_type(&self) -> Option<EdgeType> {
         const DEFAULT: u8 = 0;
         const PROGRAMMATIC: u8 = 1;
-        self.to_port == 0
-            && matches!(
-                (self.ty, self.from_port),
-                (DEFAULT, 0) | (PROGRAMMATIC, PROGRAMMATIC)
-            )
+        const LAUNCH_ORDER_PORT: u8 = 2;
+        if self.to_port != 0 {
+            return None;
+        }
+        match (self.ty, self.from_port) {
+            (DEFAULT, 0) => Some(EdgeType::Full),
+            (PROGRAMMATIC, PROGRAMMATIC) => Some(EdgeType::Programmatic),
+            (DEFAULT | PROGRAMMATIC, LAUNCH_ORDER_PORT) => Some(EdgeType::LaunchOrder),
+            _ => None,
+        }
     }
 }
 
@@ -428,11 +445,14 @@ fn build_at(
         stats.edges += 1;
         if !e.orders() {
             stats.weak_edges += 1;
-            continue;
         }
+        let Some(ty) = e.edge_type() else {
+            continue;
+        };
         if e.from < count && e.to < count && e.from != e.to {
-            // Both ends exist and differ, so add_edge cannot fail.
-            let _ = graph.add_edge(NodeId(e.from as u32), NodeId(e.to as u32));
+            // Both ends exist and differ; the driver has no multi-edges, so a second edge
+            // between the same nodes (which add_typed_edge refuses) cannot come from it.
+            let _ = graph.add_typed_edge(NodeId(e.from as u32), NodeId(e.to as u32), ty);
         }
     }
     graph

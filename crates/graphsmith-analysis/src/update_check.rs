@@ -66,8 +66,18 @@ fn shape_into(graph: &Graph, h: &mut impl Hasher) -> Option<()> {
         match &node.kind {
             NodeKind::Memcpy(c) => (c.src.space, c.dst.space).hash(h),
             NodeKind::Memset(m) if m.height > 1 => return None,
-            NodeKind::Conditional { .. } | NodeKind::MemAlloc { .. } | NodeKind::MemFree { .. } => {
+            NodeKind::MemAlloc { .. } | NodeKind::MemFree { .. } => {
                 format!("{:?}", node.kind).hash(h)
+            }
+            NodeKind::Conditional {
+                conditional,
+                bodies,
+                body_graphs,
+            } => {
+                (conditional, bodies, body_graphs.len()).hash(h);
+                for body in body_graphs {
+                    shape_into(body, h)?;
+                }
             }
             NodeKind::ChildGraph { graph } => shape_into(graph, h)?,
             _ => {}
@@ -77,15 +87,10 @@ fn shape_into(graph: &Graph, h: &mut impl Hasher) -> Option<()> {
     Some(())
 }
 
-/// Whether both graphs list the same edges in the same order (the usual case for graphs built
-/// or captured by the same code), which needs no set comparison.
+/// Whether both graphs list the same edges (with their types) in the same order (the usual case
+/// for graphs built or captured by the same code), which needs no set comparison.
 fn same_edge_list(old: &Graph, new: &Graph) -> bool {
-    old.edges.len() == new.edges.len()
-        && old
-            .edges
-            .iter()
-            .zip(&new.edges)
-            .all(|(a, b)| a.from == b.from && a.to == b.to)
+    old.edges.len() == new.edges.len() && old.edges.iter().zip(&new.edges).all(|(a, b)| a == b)
 }
 
 fn check(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>) {
@@ -116,13 +121,13 @@ fn edge_differences(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incomp
     let edges = |g: &Graph| {
         g.edges
             .iter()
-            .map(|e| (e.from.index(), e.to.index()))
+            .map(|e| (e.from.index(), e.to.index(), e.ty))
             .collect::<BTreeSet<_>>()
     };
     let (old_edges, new_edges) = (edges(old), edges(new));
     let label = |g: &Graph, i: usize| g.nodes[i].label.clone();
     let mut edge_reasons = 0;
-    for (&(a, b), which) in new_edges
+    for (&(a, b, ty), which) in new_edges
         .difference(&old_edges)
         .map(|e| (e, "only in the new graph"))
         .chain(
@@ -136,9 +141,14 @@ fn edge_differences(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incomp
             out.push(Incompatibility {
                 node: Some(label(new, b)),
                 reason: format!(
-                    "{prefix}topology changed: edge '{}' -> '{}' is {which}",
+                    "{prefix}topology changed: edge '{}' -> '{}'{} is {which}",
                     label(new, a),
-                    label(new, b)
+                    label(new, b),
+                    if ty.is_full() {
+                        String::new()
+                    } else {
+                        format!(" ({})", ty.name().replace('_', "-"))
+                    }
                 ),
             });
         }
@@ -155,6 +165,7 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
     for (o, n) in old.nodes.iter().zip(&new.nodes) {
         let mut reasons = Vec::new();
         let mut child = None;
+        let mut bodies = None;
         match (&o.kind, &n.kind) {
             (a, b) if a.name() != b.name() => reasons.push(format!(
                 "node type changed: the executable has a {} node here ('{}'), the new graph a {} node",
@@ -173,8 +184,19 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
             (NodeKind::Memset(a), NodeKind::Memset(b)) if a.height > 1 || b.height > 1 => {
                 reasons.push(format!("only 1-D memsets can be updated (height {} -> {})", a.height, b.height))
             }
-            (NodeKind::Conditional { .. }, _) if o.kind != n.kind => {
-                reasons.push("conditional nodes cannot be changed by an update".to_string())
+            (
+                NodeKind::Conditional { conditional: ca, bodies: ba, body_graphs: ga },
+                NodeKind::Conditional { conditional: cb, bodies: bb, body_graphs: gb },
+            ) => {
+                if (ca, ba) != (cb, bb) {
+                    reasons.push(format!(
+                        "conditional nodes cannot be changed by an update ({ca:?} with {ba} bodies -> {cb:?} with {bb} bodies)"
+                    ))
+                } else if ga.len() == gb.len() {
+                    // Bodies follow the rules of child graphs; where only one side models
+                    // them, nothing more can be compared.
+                    bodies = Some((ga, gb));
+                }
             }
             (NodeKind::MemAlloc { .. } | NodeKind::MemFree { .. }, _) if o.kind != n.kind => {
                 reasons.push("memory alloc/free nodes cannot be changed by an update".to_string())
@@ -191,6 +213,18 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
                 a,
                 b,
                 &format!("{prefix}in child graph '{}': ", n.label),
+                out,
+            );
+        }
+        for (i, (a, b)) in bodies
+            .into_iter()
+            .flat_map(|(a, b)| a.iter().zip(b))
+            .enumerate()
+        {
+            check(
+                a,
+                b,
+                &format!("{prefix}in body {i} of conditional '{}': ", n.label),
                 out,
             );
         }
@@ -274,6 +308,57 @@ mod tests {
         );
         // A graph compared with itself needs no work and is compatible.
         assert!(update_compatibility(&old, &old).is_empty());
+    }
+
+    #[test]
+    fn a_changed_edge_type_is_a_topology_change() {
+        let nodes = [("a", kernel("k")), ("b", kernel("k"))];
+        let old = graph("g", &nodes, &[(0, 1)]);
+        let mut new = graph("g", &nodes, &[]);
+        let (a, b) = (graphsmith_model::NodeId(0), graphsmith_model::NodeId(1));
+        new.add_typed_edge(a, b, graphsmith_model::EdgeType::Programmatic)
+            .unwrap();
+        assert_eq!(
+            texts(&update_compatibility(&old, &new)),
+            [
+                "node 'b': topology changed: edge 'a' -> 'b' (programmatic) is only in the new graph",
+                "node 'b': topology changed: edge 'a' -> 'b' is only in the executable",
+            ]
+        );
+        assert_ne!(shape_key(&old), shape_key(&new));
+    }
+
+    #[test]
+    fn conditional_bodies_follow_the_rules_of_child_graphs() {
+        use graphsmith_model::ConditionalKind;
+        let body = |k: &str, edges: &[(u32, u32)]| {
+            graph("body", &[("x", kernel(k)), ("y", memset(1))], edges)
+        };
+        let with = |kind, bodies: Vec<Graph>| {
+            let mut g = Graph::new("g");
+            g.add_conditional("loop", kind, bodies);
+            g
+        };
+        let old = with(ConditionalKind::While, vec![body("k1", &[(0, 1)])]);
+        // New kernel parameters inside the body: compatible.
+        let new = with(ConditionalKind::While, vec![body("k2", &[(0, 1)])]);
+        assert!(update_compatibility(&old, &new).is_empty());
+        assert_eq!(shape_key(&old), shape_key(&new));
+        // A body whose topology changed is named.
+        let new = with(ConditionalKind::While, vec![body("k1", &[])]);
+        assert_eq!(
+            texts(&update_compatibility(&old, &new)),
+            ["node 'y': in body 0 of conditional 'loop': topology changed: edge 'x' -> 'y' is only in the executable"]
+        );
+        // Another flavour or number of bodies cannot be updated.
+        let new = with(
+            ConditionalKind::If,
+            vec![body("k1", &[(0, 1)]), body("k1", &[])],
+        );
+        assert_eq!(
+            texts(&update_compatibility(&old, &new)),
+            ["node 'loop': conditional nodes cannot be changed by an update (While with 1 bodies -> If with 2 bodies)"]
+        );
     }
 
     #[test]

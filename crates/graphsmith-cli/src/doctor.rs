@@ -176,8 +176,7 @@ fn count_kernels_without_accesses(graph: &Graph) -> usize {
         for n in &g.nodes {
             match &n.kind {
                 NodeKind::Kernel(_) if n.accesses.is_empty() => count += 1,
-                NodeKind::ChildGraph { graph } => todo.push(graph),
-                _ => {}
+                kind => todo.extend(kind.nested_graphs()),
             }
         }
     }
@@ -197,8 +196,7 @@ fn count_copies_without_accesses(graph: &Graph) -> (usize, usize) {
                         without += 1;
                     }
                 }
-                NodeKind::ChildGraph { graph } => todo.push(graph),
-                _ => {}
+                kind => todo.extend(kind.nested_graphs()),
             }
         }
     }
@@ -245,6 +243,42 @@ fn render_svg(drawn: &str, svg: &Path) -> Result<String, String> {
         ));
     }
     Ok(format!("wrote SVG to {}", svg.display()))
+}
+
+/// Whether a path of any edges leads from the hazard's first node to its second (in the graph
+/// that holds them): then the race comes from what programmatic or launch-order edges leave
+/// unordered, e.g. a read before the second kernel's grid-dependency wait.
+fn joined_by_weaker_edges(root: &Graph, h: &Hazard) -> bool {
+    let mut graph = root;
+    for id in &h.path {
+        let Some(node) = graph.node(*id) else {
+            return false;
+        };
+        // The bodies of a conditional share one path entry: with several, the plainer wording.
+        match node.kind.nested_graphs() {
+            [inner] => graph = inner,
+            _ => return false,
+        }
+    }
+    if graph.edges.iter().all(|e| e.ty.is_full()) {
+        return false;
+    }
+    let Ok(adj) = graph.adjacency() else {
+        return false;
+    };
+    let mut seen = vec![false; graph.len()];
+    let mut stack = vec![h.first.id];
+    while let Some(v) = stack.pop() {
+        if v == h.second.id {
+            return true;
+        }
+        if let Some(flag) = seen.get_mut(v.index()) {
+            if !std::mem::replace(flag, true) {
+                stack.extend_from_slice(adj.successors(v));
+            }
+        }
+    }
+    false
 }
 
 fn label(graph: &Graph, id: NodeId) -> &str {
@@ -305,9 +339,15 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
                 h.offset,
                 h.offset.saturating_add(h.len)
             );
+            let why = if joined_by_weaker_edges(&f.graph, h) {
+                "only programmatic or launch-order paths join them, which do not order these \
+                 accesses"
+            } else {
+                "no path orders them"
+            };
             let _ = writeln!(
                 out,
-                "     '{}' ({}) {}, '{}' ({}) {}; no path orders them",
+                "     '{}' ({}) {}, '{}' ({}) {}; {why}",
                 h.first.label,
                 h.first.id,
                 h.first.mode.verb(),
@@ -321,9 +361,20 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
             if !h.path.is_empty() {
                 let _ = writeln!(out, "     in {}", h.graph);
             }
+            // CUDA has no multi-edges: a weaker edge between the two is made full, not doubled.
+            let existing = h.path.is_empty()
+                && f.graph
+                    .edges
+                    .iter()
+                    .any(|e| (e.from, e.to) == (h.fix.from, h.fix.to) && !e.ty.is_full());
+            let verb = if existing {
+                "make the edge full:"
+            } else {
+                "add edge"
+            };
             let _ = writeln!(
                 out,
-                "     fix: add edge {} -> {} ({} -> {})",
+                "     fix: {verb} {} -> {} ({} -> {})",
                 h.first.label, h.second.label, h.fix.from, h.fix.to
             );
         }

@@ -646,3 +646,31 @@ conditionals holding kernels) cannot be judged from a dump: not counted as hazar
 ",
     );
 }
+
+#[test]
+fn a_read_before_the_wait_is_named_as_what_a_programmatic_edge_leaves_unordered() {
+    let json = r#"{"label": "pdl", "nodes": [
+        {"id": 0, "label": "producer", "kind": "empty",
+         "accesses": [{"buffer": 4096, "label": "x", "offset": 0, "len": 64, "mode": "write"}]},
+        {"id": 1, "label": "consumer", "kind": "empty",
+         "accesses_before_wait": [{"buffer": 4096, "label": "x", "offset": 0, "len": 64, "mode": "read"}]}
+      ], "edges": [{"from": 0, "to": 1, "type": "programmatic"}]}"#;
+    let file = temp("pdl", "pdl.json");
+    std::fs::write(&file, json).expect("write");
+    let run = doctor(file.parent().expect("dir"), &["pdl.json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("  edges   1 (programmatic 1)\n"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(
+            "     'producer' (n0) writes, 'consumer' (n1) reads; only programmatic or \
+             launch-order paths join them, which do not order these accesses\n     \
+             fix: make the edge full: producer -> consumer (n0 -> n1)\n"
+        ),
+        "{}",
+        run.stdout
+    );
+}

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::fmt::Write;
 
-use crate::graph::Graph;
+use crate::graph::{EdgeType, Graph};
 use crate::node::{ConditionalKind, MemorySpace, Node, NodeId, NodeKind};
 
 /// What to draw on top of the plain graph, e.g. the findings of a hazard check.
@@ -35,6 +35,9 @@ impl Graph {
     /// assert!(dot.contains(r#"n1 [label="b \"quoted\"\nempty""#));
     /// assert!(dot.contains("n0 -> n1;"));
     /// ```
+    ///
+    /// A full edge is a plain arrow; a programmatic edge is bold blue and labelled
+    /// `programmatic`, a launch-order edge dotted grey and labelled `launch order`.
     pub fn to_dot(&self) -> String {
         self.to_dot_with(&DotOptions::default())
     }
@@ -69,8 +72,23 @@ impl Graph {
         }
         for e in &self.edges {
             let _ = write!(out, "  {} -> {}", e.from, e.to);
-            if red_edges.contains(&(e.from, e.to)) {
-                out.push_str(" [color=red, penwidth=2]");
+            let red = red_edges.contains(&(e.from, e.to));
+            match (e.ty, red) {
+                (EdgeType::Full, false) => {}
+                (EdgeType::Full, true) => out.push_str(" [color=red, penwidth=2]"),
+                (ty, red) => {
+                    let (color, style) = match ty {
+                        EdgeType::Programmatic => ("blue", "bold"),
+                        _ => ("gray40", "dotted"),
+                    };
+                    let color = if red { "red" } else { color };
+                    let _ = write!(
+                        out,
+                        " [label=\"{}\", color={color}, fontcolor={color}, style={style}{}]",
+                        ty.name().replace('_', " "),
+                        if red { ", penwidth=2" } else { "" }
+                    );
+                }
             }
             out.push_str(";\n");
         }
@@ -139,13 +157,23 @@ fn describe(kind: &NodeKind) -> Vec<String> {
         NodeKind::Conditional {
             conditional,
             bodies,
+            body_graphs,
         } => {
             let flavour = match conditional {
                 ConditionalKind::If => "if",
                 ConditionalKind::While => "while",
                 ConditionalKind::Switch => "switch",
             };
-            vec![format!("conditional {flavour}, {bodies} bodies")]
+            let mut lines = vec![format!("conditional {flavour}, {bodies} bodies")];
+            for (i, body) in body_graphs.iter().enumerate() {
+                lines.push(format!(
+                    "body {i} '{}': {} nodes, {} edges",
+                    body.label,
+                    body.nodes.len(),
+                    body.edges.len()
+                ));
+            }
+            lines
         }
         NodeKind::Other { name } => vec![named("other", name)],
     }

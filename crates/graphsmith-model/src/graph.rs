@@ -6,13 +6,70 @@ use serde::{Deserialize, Serialize};
 
 use crate::node::{Access, Node, NodeId, NodeKind, Provenance};
 
-/// An edge: `to` may start only after `from` has finished.
+/// What an edge orders: the type and outgoing port of its `CUgraphEdgeData`.
+///
+/// The hazard checker models a node as two moments, its *start* and its *wait* (for a kernel
+/// that opted into programmatic dependent launch, the return of its
+/// `cudaGridDependencySynchronize` / `griddepcontrol.wait`; for any other node the wait is its
+/// start). [`crate::Node::accesses_before_wait`] happen between the two, [`crate::Node::accesses`]
+/// after the wait.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeType {
+    /// `CU_GRAPH_DEPENDENCY_TYPE_DEFAULT` from the default port: `to` starts only after `from`
+    /// has finished, so everything `from` does is ordered before everything `to` does.
+    #[default]
+    Full,
+    /// `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC` from `CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC`
+    /// (what a launch with the programmatic stream-serialization attribute captures): `to` may
+    /// start once `from` triggers (`cudaTriggerProgrammaticLaunchCompletion`) or finishes, but
+    /// its wait returns only after `from` has finished and flushed its memory. It orders
+    /// `from` before what `to` does after its wait, and nothing `to` does before it.
+    Programmatic,
+    /// An edge from `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`: `to` starts after every block of
+    /// `from` has started. It orders the starts only, no memory.
+    LaunchOrder,
+}
+
+impl EdgeType {
+    /// Whether this is a [`EdgeType::Full`] edge (JSON leaves the type out then).
+    pub fn is_full(&self) -> bool {
+        *self == EdgeType::Full
+    }
+
+    /// A short lowercase name: `full`, `programmatic`, `launch_order`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EdgeType::Full => "full",
+            EdgeType::Programmatic => "programmatic",
+            EdgeType::LaunchOrder => "launch_order",
+        }
+    }
+}
+
+/// An edge: by default (`ty` [`EdgeType::Full`]) `to` may start only after `from` has finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Edge {
-    /// The node that must finish first.
+    /// The node that must finish (or, for weaker types, start or trigger) first.
     pub from: NodeId,
     /// The node that waits for `from`.
     pub to: NodeId,
+    /// What the edge orders; `type` in JSON, [`EdgeType::Full`] when absent.
+    #[serde(rename = "type", default, skip_serializing_if = "EdgeType::is_full")]
+    pub ty: EdgeType,
+}
+
+impl Edge {
+    /// A full edge `from -> to`.
+    pub const fn full(from: NodeId, to: NodeId) -> Edge {
+        Edge {
+            from,
+            to,
+            ty: EdgeType::Full,
+        }
+    }
 }
 
 /// Errors of model construction.
@@ -51,6 +108,25 @@ pub enum ModelError {
         id: NodeId,
         /// That node's label.
         label: String,
+    },
+    /// An edge joins two nodes that another edge of a different type already joins (CUDA has
+    /// no multi-edges).
+    #[error("graph '{graph}': edge '{from_label}' -> '{to_label}' ({from} -> {to}) is already a {existing} edge; it cannot also be a {requested} edge")]
+    EdgeTypeConflict {
+        /// The graph's label.
+        graph: String,
+        /// The edge's source.
+        from: NodeId,
+        /// The source's label.
+        from_label: String,
+        /// The edge's target.
+        to: NodeId,
+        /// The target's label.
+        to_label: String,
+        /// The type the graph holds (its [`EdgeType::name`]).
+        existing: &'static str,
+        /// The type asked for.
+        requested: &'static str,
     },
     /// The graph would have more nodes than a [`NodeId`] can number.
     #[error("graph '{graph}': too many nodes (the limit is {limit})")]
@@ -109,7 +185,7 @@ impl std::fmt::Debug for Graph {
 /// place, it lets a duplicate through.
 #[derive(Default)]
 struct EdgeIndex {
-    positions: HashMap<Edge, usize>,
+    positions: HashMap<(NodeId, NodeId), usize>,
     /// `edges.len()` when the index was last in step with it.
     seen: usize,
 }
@@ -126,29 +202,31 @@ impl EdgeIndex {
         self.positions.clear();
         self.positions.reserve(edges.len());
         for (i, &e) in edges.iter().enumerate() {
-            self.positions.entry(e).or_insert(i);
+            self.positions.entry((e.from, e.to)).or_insert(i);
         }
         self.seen = edges.len();
     }
 
-    /// Whether `edges` holds `edge`.
-    fn contains(&mut self, edges: &[Edge], edge: Edge) -> bool {
+    /// The edge of `edges` from `from` to `to`, of any type.
+    fn find(&mut self, edges: &[Edge], from: NodeId, to: NodeId) -> Option<Edge> {
         if self.seen != edges.len() {
             self.rebuild(edges);
         }
-        match self.positions.get(&edge) {
-            None => false,
-            Some(&i) if edges.get(i) == Some(&edge) => true,
+        let same = |e: &&Edge| e.from == from && e.to == to;
+        match self.positions.get(&(from, to)) {
+            None => None,
+            Some(&i) if edges.get(i).filter(same).is_some() => edges.get(i).copied(),
             Some(_) => {
                 self.rebuild(edges);
-                self.positions.contains_key(&edge)
+                let i = *self.positions.get(&(from, to))?;
+                edges.get(i).copied()
             }
         }
     }
 
     /// Records that `edge` was just pushed at position `at`.
     fn pushed(&mut self, edge: Edge, at: usize) {
-        self.positions.insert(edge, at);
+        self.positions.insert((edge.from, edge.to), at);
         self.seen = at + 1;
     }
 }
@@ -177,6 +255,7 @@ impl Graph {
             kind,
             provenance: None,
             accesses: Vec::new(),
+            accesses_before_wait: Vec::new(),
         });
         id
     }
@@ -196,9 +275,30 @@ impl Graph {
         id
     }
 
-    /// Adds the edge `from -> to`. Unknown nodes and self-loops are errors; a duplicate edge is
-    /// accepted once (CUDA has no multi-edges) and ignored after. Amortized O(1).
+    /// Adds the full edge `from -> to`. Unknown nodes and self-loops are errors; a duplicate edge
+    /// is accepted once (CUDA has no multi-edges) and ignored after. Amortized O(1).
     pub fn add_edge(&mut self, from: NodeId, to: NodeId) -> Result<(), ModelError> {
+        self.add_typed_edge(from, to, EdgeType::Full)
+    }
+
+    /// Adds the edge `from -> to` of type `ty`, as [`Graph::add_edge`] does; an edge that
+    /// already joins the two nodes with another type is an [`ModelError::EdgeTypeConflict`].
+    ///
+    /// ```
+    /// # use graphsmith_model::{EdgeType, Graph, NodeKind};
+    /// let mut g = Graph::new("pdl");
+    /// let a = g.add_node("a", NodeKind::Empty);
+    /// let b = g.add_node("b", NodeKind::Empty);
+    /// g.add_typed_edge(a, b, EdgeType::Programmatic).unwrap();
+    /// assert_eq!(g.edges[0].ty, EdgeType::Programmatic);
+    /// assert!(g.add_edge(a, b).is_err());
+    /// ```
+    pub fn add_typed_edge(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        ty: EdgeType,
+    ) -> Result<(), ModelError> {
         let count = self.nodes.len();
         for id in [from, to] {
             if id.index() >= count {
@@ -218,12 +318,24 @@ impl Graph {
                 label: self.nodes[from.index()].label.clone(),
             });
         }
-        let edge = Edge { from, to };
-        if !self.edge_index.contains(&self.edges, edge) {
-            self.edge_index.pushed(edge, self.edges.len());
-            self.edges.push(edge);
+        match self.edge_index.find(&self.edges, from, to) {
+            Some(existing) if existing.ty == ty => Ok(()),
+            Some(existing) => Err(ModelError::EdgeTypeConflict {
+                graph: self.label.clone(),
+                from,
+                from_label: self.nodes[from.index()].label.clone(),
+                to,
+                to_label: self.nodes[to.index()].label.clone(),
+                existing: existing.ty.name(),
+                requested: ty.name(),
+            }),
+            None => {
+                let edge = Edge { from, to, ty };
+                self.edge_index.pushed(edge, self.edges.len());
+                self.edges.push(edge);
+                Ok(())
+            }
         }
-        Ok(())
     }
 
     /// The node with this id, if it exists.

@@ -17,6 +17,13 @@
 //! byte range cannot overlap `x` and those whose root reaches `b`. Read-only accesses only look
 //! at may-write accesses, so many readers of one buffer cost O(1) each.
 //!
+//! ## Programmatic and launch-order edges
+//!
+//! When a graph has edges other than full ones ([`EdgeType`]), the sweep runs over two moments
+//! per node, its start and its wait (see `check_events`): accesses before a kernel's wait sit
+//! at its start, the others at its wait, and every access is over at its node's wait. The
+//! same forest works on moments; a graph of full edges only takes the one-moment sweep.
+//!
 //! ## Cost
 //!
 //! For well-ordered buffers (each access ordered after the previous writer, readers between
@@ -30,10 +37,10 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::dot::DotOptions;
-use crate::graph::{Edge, Graph, ModelError};
+use crate::graph::{Edge, EdgeType, Graph, ModelError};
 use crate::node::{AccessMode, NodeId, NodeKind};
 use crate::reach::Clocks;
-use crate::topo;
+use crate::topo::{self, Adjacency};
 use crate::unknown_memory::UnknownMemory;
 
 /// How two unordered accesses conflict, named for the order the fix edge imposes: the second
@@ -102,11 +109,12 @@ pub struct Hazard {
     /// How the accesses conflict (the most certain kind among the conflicting access pairs:
     /// write-after-write, then read-after-write, then write-after-read, then possible write).
     pub kind: HazardKind,
-    /// The child-graph nodes that lead from the analysed graph to the graph holding both nodes;
-    /// empty when they are in the analysed graph itself.
+    /// The child-graph and conditional nodes that lead from the analysed graph to the graph
+    /// holding both nodes (for a conditional, [`Hazard::graph`] names the body); empty when they
+    /// are in the analysed graph itself.
     pub path: Vec<NodeId>,
-    /// Where the nodes are, e.g. `graph 'step'` or `graph 'step' > node 'body' (n3) > graph
-    /// 'inner'`.
+    /// Where the nodes are, e.g. `graph 'step'`, `graph 'step' > node 'body' (n3) > graph
+    /// 'inner'` or `graph 'step' > node 'loop' (n2) > body 0 graph 'decode'`.
     pub graph: String,
     /// The node that comes first in topological order: the fix edge starts here.
     pub first: HazardNode,
@@ -285,11 +293,17 @@ impl Graph {
         while let Some((graph, path, location)) = todo.pop() {
             check_graph(graph, &path, &location, options, &mut report)?;
             for node in graph.nodes.iter().rev() {
-                if let NodeKind::ChildGraph { graph: child } = &node.kind {
+                let body = matches!(node.kind, NodeKind::Conditional { .. });
+                for (i, child) in node.kind.nested_graphs().iter().enumerate().rev() {
                     let mut inner = path.clone();
                     inner.push(node.id);
+                    let part = if body {
+                        format!("body {i} graph")
+                    } else {
+                        "graph".to_string()
+                    };
                     let where_ = format!(
-                        "{location} > node '{}' ({}) > graph '{}'",
+                        "{location} > node '{}' ({}) > {part} '{}'",
                         node.label, node.id, child.label
                     );
                     todo.push((child, inner, where_));
@@ -330,41 +344,162 @@ fn check_graph(
     let adj = graph.adjacency()?;
     let order = topo::topological_order(graph, &adj)?;
     report.graphs += 1;
-    let mut clocks = Clocks::new(&adj);
-    let mut index: HashMap<u64, u32> = HashMap::new();
-    let mut buffers: Vec<BufferState> = Vec::new();
-    let mut conflicts = Vec::new();
+    let mut sweep = Sweep::default();
     let mut unknown = UnknownMemory::new(options);
-    for &v in &order {
-        clocks.visit(v);
-        unknown.visit(graph, v, &clocks);
+    if graph.edges.iter().all(|e| e.ty.is_full()) {
+        // Every edge orders everything: one moment per node.
+        let mut clocks = Clocks::new(&adj);
+        for &v in &order {
+            clocks.visit(v);
+            unknown.visit(graph, v, &clocks);
+            let node = &graph.nodes[v.index()];
+            sweep.count(node, report);
+            let accesses = node.accesses.iter().chain(&node.accesses_before_wait);
+            sweep.add(accesses, v, v, &clocks, report);
+            clocks.finish(v);
+        }
+    } else {
+        check_events(graph, &order, &mut sweep, report)?;
+        if options.unknown_kernel_memory {
+            // Kernels whose memory is unknown are taken to touch it after their wait: only
+            // launch-order edges, which order no memory, are left out.
+            let pairs = graph.edges.iter().filter(|e| e.ty != EdgeType::LaunchOrder);
+            let ordering = Adjacency::from_pairs(graph.len(), pairs.map(|e| (e.from, e.to)));
+            let mut clocks = Clocks::new(&ordering);
+            for &v in &order {
+                clocks.visit(v);
+                unknown.visit(graph, v, &clocks);
+                clocks.finish(v);
+            }
+        }
+    }
+    report.hazards.extend(merge(
+        graph,
+        path,
+        location,
+        &sweep.buffers,
+        sweep.conflicts,
+    ));
+    unknown.finish(graph, path, location, report);
+    Ok(())
+}
+
+/// The sweep of a graph with programmatic or launch-order edges, over two moments per node `v`:
+/// its start `2v` and its wait `2v + 1` (see [`EdgeType`]). A full edge `u -> v` orders the wait
+/// of `u` (after which `u` runs to its end) before the start of `v`; a programmatic edge orders
+/// the start of `u` before the start of `v` and the wait of `u` before the wait of `v` (the wait
+/// of `v` returns once `u` has finished); a launch-order edge orders the starts only.
+/// `accesses_before_wait` happen at the start, `accesses` at the wait; an access is over once
+/// its node's wait is reached and its node has finished, so every access is ordered before an
+/// access at moment `m` exactly when the wait of its node reaches `m`.
+fn check_events(
+    graph: &Graph,
+    order: &[NodeId],
+    sweep: &mut Sweep,
+    report: &mut HazardReport,
+) -> Result<(), ModelError> {
+    let n = graph.len();
+    let limit = u32::MAX as usize / 2;
+    if n > limit {
+        return Err(ModelError::TooManyNodes {
+            graph: graph.label.clone(),
+            limit: limit as u64,
+        });
+    }
+    let start = |v: NodeId| NodeId(2 * v.0);
+    let wait = |v: NodeId| NodeId(2 * v.0 + 1);
+    // Edges first, then each node's start -> wait: a wait then lists the waits of its
+    // programmatic predecessors before its own start, and the sweep extends their chain
+    // (`reach.rs` extends the chain of the first predecessor that ends one), so a programmatic
+    // chain takes two chains (starts, waits), not one per node.
+    let mut pairs = Vec::with_capacity(n + 2 * graph.edges.len());
+    for e in &graph.edges {
+        match e.ty {
+            EdgeType::Full => pairs.push((wait(e.from), start(e.to))),
+            EdgeType::Programmatic => {
+                pairs.push((start(e.from), start(e.to)));
+                pairs.push((wait(e.from), wait(e.to)));
+            }
+            EdgeType::LaunchOrder => pairs.push((start(e.from), start(e.to))),
+        }
+    }
+    pairs.extend((0..n as u32).map(|i| (start(NodeId(i)), wait(NodeId(i)))));
+    let events = Adjacency::from_pairs(2 * n, pairs.iter().copied());
+    let mut clocks = Clocks::new(&events);
+    // Start before wait, nodes in topological order: a topological order of the moments.
+    for &v in order {
         let node = &graph.nodes[v.index()];
-        let mut touched = false;
-        for access in node.accesses.iter().filter(|a| a.len > 0) {
-            touched = true;
+        sweep.count(node, report);
+        for (moment, accesses) in [
+            (start(v), &node.accesses_before_wait),
+            (wait(v), &node.accesses),
+        ] {
+            clocks.visit(moment);
+            sweep.add(accesses.iter(), wait(v), moment, &clocks, report);
+            clocks.finish(moment);
+        }
+    }
+    for c in &mut sweep.conflicts {
+        c.a = NodeId(c.a.0 / 2);
+        c.b = NodeId(c.b.0 / 2);
+    }
+    // A node's accesses before and after its own wait are not a race between nodes.
+    sweep.conflicts.retain(|c| c.a != c.b);
+    Ok(())
+}
+
+/// The buffers seen by a sweep and the conflicts found.
+#[derive(Default)]
+struct Sweep {
+    index: HashMap<u64, u32>,
+    buffers: Vec<BufferState>,
+    conflicts: Vec<Conflict>,
+}
+
+impl Sweep {
+    /// Counts a node with accesses.
+    fn count(&mut self, node: &crate::Node, report: &mut HazardReport) {
+        let all = node.accesses.iter().chain(&node.accesses_before_wait);
+        if all.clone().any(|a| a.len > 0) {
+            report.nodes_with_accesses += 1;
+        }
+    }
+
+    /// Adds the accesses of one moment: each is ordered after the earlier accesses whose
+    /// `source` reaches `target`, and is itself over at `source`.
+    fn add<'a>(
+        &mut self,
+        accesses: impl Iterator<Item = &'a crate::Access>,
+        source: NodeId,
+        target: NodeId,
+        clocks: &Clocks,
+        report: &mut HazardReport,
+    ) {
+        for access in accesses.filter(|a| a.len > 0) {
             report.accesses += 1;
-            let b = *index.entry(access.buffer).or_insert_with(|| {
+            let buffers = &mut self.buffers;
+            let b = *self.index.entry(access.buffer).or_insert_with(|| {
                 buffers.push(BufferState::new(access.buffer));
                 (buffers.len() - 1) as u32
             });
-            let state = &mut buffers[b as usize];
+            let state = &mut self.buffers[b as usize];
             if state.label.is_empty() && !access.label.is_empty() {
                 state.label = access.label.clone();
             }
             let lo = access.offset;
             let hi = access.offset.saturating_add(access.len);
-            state.add(v, lo, hi, access.mode, &clocks, b, &mut conflicts);
+            let at = Moment { source, target };
+            state.add(at, lo, hi, access.mode, clocks, b, &mut self.conflicts);
         }
-        if touched {
-            report.nodes_with_accesses += 1;
-        }
-        clocks.finish(v);
     }
-    report
-        .hazards
-        .extend(merge(graph, path, location, &buffers, conflicts));
-    unknown.finish(graph, path, location, report);
-    Ok(())
+}
+
+/// Where an access sits in the sweep: queries end at `target`; later accesses ask whether
+/// `source` reaches them. Both are the node itself when every edge is full.
+#[derive(Clone, Copy)]
+struct Moment {
+    source: NodeId,
+    target: NodeId,
 }
 
 /// One [`Hazard`] per pair of nodes and buffer, from the access-level conflicts.
@@ -416,7 +551,7 @@ fn merge(
             },
             offset: c.lo,
             len: c.hi - c.lo,
-            fix: Edge { from: c.a, to: c.b },
+            fix: Edge::full(c.a, c.b),
         });
     }
     out
@@ -487,12 +622,12 @@ impl BufferState {
         }
     }
 
-    /// Adds the access `[lo, hi)` of node `b` (the node being visited) and records its
-    /// conflicts with every earlier access that does not reach `b`.
+    /// Adds the access `[lo, hi)` at `at` (its target is the moment being visited) and records
+    /// its conflicts with every earlier access that does not reach it.
     #[allow(clippy::too_many_arguments)]
     fn add(
         &mut self,
-        b: NodeId,
+        at: Moment,
         lo: u64,
         hi: u64,
         mode: AccessMode,
@@ -500,6 +635,7 @@ impl BufferState {
         buffer: u32,
         out: &mut Vec<Conflict>,
     ) {
+        let (b, target) = (at.source, at.target);
         let x = self.entries.len() as u32;
         self.entries.push(Entry {
             node: b,
@@ -532,7 +668,7 @@ impl BufferState {
         self.keep.clear();
         for &r in &roots {
             let node = self.entries[r as usize].node;
-            if clocks.reaches(node, b) {
+            if clocks.reaches(node, target) {
                 if writes {
                     self.adopt(x, r, true);
                 } else {
@@ -559,7 +695,8 @@ impl BufferState {
                     let mut c = entry.read_child;
                     while c != NONE {
                         let child = &self.entries[c as usize];
-                        if overlaps((child.lo, child.hi), lo, hi) && !clocks.reaches(child.node, b)
+                        if overlaps((child.lo, child.hi), lo, hi)
+                            && !clocks.reaches(child.node, target)
                         {
                             report(child, out);
                         }
@@ -570,7 +707,7 @@ impl BufferState {
                 while c != NONE {
                     let child = &self.entries[c as usize];
                     let span = if writes { child.hull } else { child.write_hull };
-                    if overlaps(span, lo, hi) && !clocks.reaches(child.node, b) {
+                    if overlaps(span, lo, hi) && !clocks.reaches(child.node, target) {
                         self.stack.push(c);
                     }
                     c = child.next;
@@ -588,7 +725,7 @@ impl BufferState {
         self.keep.clear();
         for &r in &roots {
             let entry = &self.entries[r as usize];
-            if clocks.reaches(entry.node, b) {
+            if clocks.reaches(entry.node, target) {
                 self.adopt(x, r, false);
             } else {
                 report(entry, out);

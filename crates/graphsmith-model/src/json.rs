@@ -59,7 +59,8 @@ pub enum JsonError {
         /// The node's label.
         label: String,
     },
-    /// The same edge is listed twice (CUDA graphs have no multi-edges).
+    /// The same edge is listed twice, of the same type or not (CUDA graphs have no
+    /// multi-edges).
     #[error("graph JSON, {location}: edge {from} -> {to} is listed more than once")]
     DuplicateEdge {
         /// Which graph.
@@ -124,8 +125,8 @@ fn validate(graph: &Graph) -> Result<(), JsonError> {
             }
         }
         let count = g.nodes.len();
-        let mut seen: HashSet<Edge> = HashSet::with_capacity(g.edges.len());
-        for &Edge { from, to } in &g.edges {
+        let mut seen: HashSet<(NodeId, NodeId)> = HashSet::with_capacity(g.edges.len());
+        for &Edge { from, to, .. } in &g.edges {
             for missing in [from, to] {
                 if missing.index() >= count {
                     return Err(JsonError::UnknownNode {
@@ -144,14 +145,20 @@ fn validate(graph: &Graph) -> Result<(), JsonError> {
                     label: g.nodes[from.index()].label.clone(),
                 });
             }
-            if !seen.insert(Edge { from, to }) {
+            if !seen.insert((from, to)) {
                 return Err(JsonError::DuplicateEdge { location, from, to });
             }
         }
         for node in g.nodes.iter().rev() {
-            if let NodeKind::ChildGraph { graph: child } = &node.kind {
+            let body = matches!(node.kind, NodeKind::Conditional { .. });
+            for (i, child) in node.kind.nested_graphs().iter().enumerate().rev() {
+                let part = if body {
+                    format!("body {i} graph")
+                } else {
+                    "graph".to_string()
+                };
                 let inner = format!(
-                    "{location} > node '{}' ({}) > graph '{}'",
+                    "{location} > node '{}' ({}) > {part} '{}'",
                     node.label, node.id, child.label
                 );
                 todo.push((child, inner));

@@ -11,15 +11,19 @@
 //!
 //! - `node`: [`Node`], [`NodeId`], [`NodeKind`] and the parameters of each kind, [`Provenance`],
 //!   [`Access`].
-//! - `graph`: [`Graph`] (nodes and edges), its construction, [`Edge`], [`ModelError`].
+//! - `graph`: [`Graph`] (nodes and edges), its construction, [`Edge`] and its [`EdgeType`]
+//!   (full, programmatic, launch order), [`ModelError`].
 //! - `topo`: [`Adjacency`] (CSR predecessors and successors), topological order, levels, depth,
 //!   width, roots, leaves, critical path. All O(N + E) and iterative.
+//! - `conditional`: [`Graph::add_conditional`], a conditional node with its body graphs
+//!   ([`NodeKind::Conditional`]), whose accesses are those of its bodies.
 //! - `summary`: [`Summary`], the numbers a person wants first about a graph.
 //! - `dot`: Graphviz output, [`Graph::to_dot`], with highlights ([`DotOptions`]).
 //! - `driver_dot`: [`Graph::from_driver_dot`], reading `cudaGraphDebugDotPrint` dumps (default
 //!   and verbose) into the model ([`DotError`]).
 //! - `hazards`: [`Graph::hazards`], pairs of nodes that no path orders and whose accesses
-//!   conflict ([`HazardReport`], [`Hazard`], [`HazardKind`]).
+//!   conflict ([`HazardReport`], [`Hazard`], [`HazardKind`]); a programmatic edge orders only
+//!   what its target does after its wait ([`Node::accesses_before_wait`] are not ordered).
 //! - `unknown_memory`: with [`HazardOptions::unknown_kernel_memory`], possible hazards between
 //!   kernels whose memory is unknown (read from a dump) and copies or sets, and the count of
 //!   unordered pairs that cannot be judged.
@@ -54,6 +58,7 @@
 
 #![warn(missing_docs)]
 
+mod conditional;
 mod dot;
 mod driver_dot;
 mod graph;
@@ -70,7 +75,7 @@ mod unknown_memory;
 
 pub use dot::DotOptions;
 pub use driver_dot::DotError;
-pub use graph::{Edge, Graph, ModelError};
+pub use graph::{Edge, EdgeType, Graph, ModelError};
 pub use hazards::{Hazard, HazardKind, HazardNode, HazardOptions, HazardReport};
 pub use json::JsonError;
 pub use node::{

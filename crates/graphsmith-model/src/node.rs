@@ -195,12 +195,19 @@ pub enum NodeKind {
         /// The address freed.
         address: u64,
     },
-    /// A conditional node with body graphs that are not modelled.
+    /// A conditional node (`CU_GRAPH_COND_TYPE_*`): runs its bodies as its condition handle,
+    /// set by kernels (`cudaGraphSetConditional`), decides.
     Conditional {
         /// Its flavour.
         conditional: ConditionalKind,
         /// Number of body graphs.
         bodies: u32,
+        /// The body graphs when known, in the driver's order: IF the body run when the
+        /// condition is non-zero, then the ELSE body when there is one; WHILE the loop body;
+        /// SWITCH the body of case 0, 1, .... Empty when they are not modelled (read back from
+        /// a live graph: the driver has no call that returns them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        body_graphs: Vec<crate::Graph>,
     },
     /// A node kind graphsmith does not model in detail (batch memory ops, external semaphores, ...).
     Other {
@@ -210,6 +217,16 @@ pub enum NodeKind {
 }
 
 impl NodeKind {
+    /// The graphs nested in this node: a child graph's graph, a conditional node's modelled
+    /// bodies; empty for other kinds.
+    pub fn nested_graphs(&self) -> &[crate::Graph] {
+        match self {
+            NodeKind::ChildGraph { graph } => std::slice::from_ref(&**graph),
+            NodeKind::Conditional { body_graphs, .. } => body_graphs,
+            _ => &[],
+        }
+    }
+
     /// A short lowercase name of the kind: `kernel`, `memcpy`, ...
     pub fn name(&self) -> &'static str {
         match self {
@@ -319,7 +336,14 @@ pub struct Node {
     /// Where it was made, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provenance: Option<Provenance>,
-    /// The memory it touches, when known.
+    /// The memory it touches, when known. For a kernel that opted into programmatic dependent
+    /// launch, what it touches after its wait (`cudaGridDependencySynchronize`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accesses: Vec<Access>,
+    /// The memory a kernel that opted into programmatic dependent launch touches *before* its
+    /// wait (e.g. weights it prefetches while its predecessor still runs). An incoming
+    /// [`crate::EdgeType::Programmatic`] edge does not order these; a full edge does. Empty for
+    /// every other node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accesses_before_wait: Vec<Access>,
 }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use crate::graph::{Edge, Graph, ModelError};
 use crate::node::NodeId;
 use crate::reach::Clocks;
-use crate::topo;
+use crate::topo::{self, Adjacency};
 
 const NONE: u32 = u32::MAX;
 
@@ -33,12 +33,25 @@ impl Graph {
     /// g.add_edge(a, b).unwrap();
     /// g.add_edge(b, c).unwrap();
     /// g.add_edge(a, c).unwrap(); // implied by a -> b -> c
-    /// assert_eq!(g.redundant_edges().unwrap(), vec![Edge { from: a, to: c }]);
+    /// assert_eq!(g.redundant_edges().unwrap(), vec![Edge::full(a, c)]);
     /// ```
+    ///
+    /// Only full edges ([`crate::EdgeType::Full`]) count, as paths and as candidates: a
+    /// programmatic or launch-order edge orders less than a full one, so it neither implies a
+    /// full edge nor is ever reported.
     pub fn redundant_edges(&self) -> Result<Vec<Edge>, ModelError> {
-        let adj = self.adjacency()?;
-        let order = topo::topological_order(self, &adj)?;
-        let mut clocks = Clocks::new(&adj);
+        let all = self.adjacency()?;
+        // A topological order of the whole graph is one of any subset of its edges.
+        let order = topo::topological_order(self, &all)?;
+        let full;
+        let adj = if self.edges.iter().all(|e| e.ty.is_full()) {
+            &all
+        } else {
+            let pairs = self.edges.iter().filter(|e| e.ty.is_full());
+            full = Adjacency::from_pairs(self.nodes.len(), pairs.map(|e| (e.from, e.to)));
+            &full
+        };
+        let mut clocks = Clocks::new(adj);
         let mut found: HashSet<Edge> = HashSet::new();
         // slot[chain]: index into `tops` while a node's predecessors are examined.
         let mut slot: Vec<u32> = Vec::new();
@@ -91,7 +104,7 @@ impl Graph {
                         top.best
                     };
                     if other >= i {
-                        found.insert(Edge { from: u, to: v });
+                        found.insert(Edge::full(u, v));
                     }
                 }
                 for &u in preds {

@@ -1,6 +1,6 @@
 //! A short numeric summary of a graph: counts, kinds, depth and width.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde::Serialize;
 
@@ -21,6 +21,9 @@ use crate::topo;
 ///   leaves  1
 ///   kinds   kernel 3, memcpy 1
 /// ```
+///
+/// With programmatic or launch-order edges, the edge line counts them:
+/// `edges   4 (programmatic 3)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Summary {
     /// The graph's label.
@@ -29,6 +32,10 @@ pub struct Summary {
     pub nodes: usize,
     /// Number of edges (distinct).
     pub edges: usize,
+    /// Of those, the edges that are not full, by [`crate::EdgeType::name`] (`programmatic`,
+    /// `launch_order`); empty when every edge is full.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub edge_types: BTreeMap<String, usize>,
     /// Number of nodes of each kind, by [`crate::NodeKind::name`]. Child graphs count as one
     /// `child_graph` node; their own nodes are not counted.
     pub by_kind: BTreeMap<String, usize>,
@@ -53,6 +60,13 @@ impl Graph {
         for node in &self.nodes {
             *by_kind.entry(node.kind.name().to_string()).or_insert(0) += 1;
         }
+        let mut edge_types = BTreeMap::new();
+        let mut seen = HashSet::new();
+        for e in self.edges.iter().filter(|e| !e.ty.is_full()) {
+            if seen.insert((e.from, e.to)) {
+                *edge_types.entry(e.ty.name().to_string()).or_insert(0) += 1;
+            }
+        }
         let ids = (0..self.nodes.len() as u32).map(crate::NodeId);
         Ok(Summary {
             label: self.label.clone(),
@@ -60,6 +74,7 @@ impl Graph {
             edges: (0..self.nodes.len() as u32)
                 .map(|i| adj.successors(crate::NodeId(i)).len())
                 .sum(),
+            edge_types,
             by_kind,
             depth: topo::depth(&levels),
             width: topo::width(&levels),
@@ -75,9 +90,18 @@ impl Graph {
 impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "graph '{}'", self.label)?;
+        writeln!(f, "  {:<7} {}", "nodes", self.nodes)?;
+        write!(f, "  {:<7} {}", "edges", self.edges)?;
+        if !self.edge_types.is_empty() {
+            let types: Vec<String> = self
+                .edge_types
+                .iter()
+                .map(|(ty, count)| format!("{ty} {count}"))
+                .collect();
+            write!(f, " ({})", types.join(", "))?;
+        }
+        writeln!(f)?;
         for (name, value) in [
-            ("nodes", self.nodes),
-            ("edges", self.edges),
             ("depth", self.depth),
             ("width", self.width),
             ("roots", self.roots),

@@ -59,6 +59,22 @@ impl Adjacency {
         })
     }
 
+    /// The adjacency of `n` nodes joined by `pairs` (`from`, `to`), all `< n` and acyclic: for
+    /// graphs derived from a checked one (a subset of its edges, the hazard checker's events).
+    pub(crate) fn from_pairs(
+        n: usize,
+        pairs: impl Iterator<Item = (NodeId, NodeId)> + Clone,
+    ) -> Self {
+        let (succ_start, succ) = csr(n, pairs.clone());
+        let (pred_start, pred) = csr(n, pairs.map(|(a, b)| (b, a)));
+        Self {
+            succ_start,
+            succ,
+            pred_start,
+            pred,
+        }
+    }
+
     /// Number of nodes.
     pub fn len(&self) -> usize {
         self.succ_start.len().saturating_sub(1)

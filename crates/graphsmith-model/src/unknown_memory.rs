@@ -44,9 +44,8 @@ fn runs_unknown_kernels(graph: &Graph) -> bool {
         for n in &g.nodes {
             match &n.kind {
                 NodeKind::Kernel(_) if n.accesses.is_empty() => return true,
-                NodeKind::Conditional { .. } => return true,
-                NodeKind::ChildGraph { graph } => todo.push(graph),
-                _ => {}
+                NodeKind::Conditional { body_graphs, .. } if body_graphs.is_empty() => return true,
+                kind => todo.extend(kind.nested_graphs()),
             }
         }
     }
@@ -56,8 +55,8 @@ fn runs_unknown_kernels(graph: &Graph) -> bool {
 fn class(node: &Node) -> Class {
     match &node.kind {
         NodeKind::Kernel(_) if node.accesses.is_empty() => Class::Kernel,
-        NodeKind::Conditional { .. } => Class::Nested,
-        NodeKind::ChildGraph { graph } if runs_unknown_kernels(graph) => Class::Nested,
+        NodeKind::Conditional { body_graphs, .. } if body_graphs.is_empty() => Class::Nested,
+        kind if kind.nested_graphs().iter().any(runs_unknown_kernels) => Class::Nested,
         _ if node.accesses.iter().any(|a| a.len > 0) => Class::Known,
         _ => Class::None,
     }
@@ -233,10 +232,7 @@ impl UnknownMemory {
                     },
                     offset: lo,
                     len: hi - lo,
-                    fix: Edge {
-                        from: first,
-                        to: second,
-                    },
+                    fix: Edge::full(first, second),
                 });
             }
         }

@@ -42,6 +42,21 @@ fn describe(g: &Graph) -> String {
                     todo.push((graph, depth + 1));
                     format!("child_graph '{}'", graph.label)
                 }
+                NodeKind::Conditional {
+                    conditional,
+                    bodies,
+                    body_graphs,
+                } => {
+                    todo.extend(body_graphs.iter().rev().map(|b| (b, depth + 1)));
+                    let labels: Vec<String> = body_graphs
+                        .iter()
+                        .map(|b| format!("'{}'", b.label))
+                        .collect();
+                    format!(
+                        "conditional {conditional:?}, {bodies} bodies: {}",
+                        labels.join(", ")
+                    )
+                }
                 other => format!("{other:?}"),
             };
             let _ = writeln!(out, "{pad}  {} '{}' {kind}", n.id, n.label);
@@ -716,8 +731,9 @@ fn runtime_api_3d_copy_reads_slices() {
 
 #[test]
 fn runtime_api_kinds_host_alloc_free_events_child_and_conditionals() {
-    // A conditional node takes the accesses of its bodies (none here: kernels only), and
-    // counts them; a child graph's node those of the nodes inside.
+    // A conditional node holds its body graphs (the WHILE body's `set_cond` kernel sets its
+    // condition) and takes their accesses (none here: kernels only); a child graph's node
+    // those of the nodes inside.
     check(
         "runtime-api/kinds-racy.dot",
         "graph 'graph_12'
@@ -733,13 +749,19 @@ fn runtime_api_kinds_host_alloc_free_events_child_and_conditionals() {
   n7 'event_wait#7' EventWait { event: \"0x000055801DD5C650\" }
   n8 'child_graph#8' child_graph 'graph_14'
     Write '0x7f990080f000' [0, 4096)
-  n9 'conditional#9' Conditional { conditional: If, bodies: 1 }
-  n10 'conditional#10' Conditional { conditional: While, bodies: 1 }
+  n9 'conditional#9' conditional If, 1 bodies: 'graph_15'
+  n10 'conditional#10' conditional While, 1 bodies: 'graph_16'
   n0 -> n1
   n1 -> n2
   n2 -> n3
   n3 -> n4
   n3 -> n5
+  graph 'graph_16'
+    n0 'touch#0' kernel _Z5touchPfi grid (1,1,1) block (128,1,1) smem 0
+    n1 'set_cond#1' kernel _Z8set_condyj grid (1,1,1) block (1,1,1) smem 0
+    n0 -> n1
+  graph 'graph_15'
+    n0 'touch#0' kernel _Z5touchPfi grid (1,1,1) block (128,1,1) smem 0
   graph 'graph_14'
     n0 'memset#0' memset 0x7f990080f000 value 0 elem 4 width 1024 height 1
       Write '0x7f990080f000' [0, 4096)

@@ -163,10 +163,7 @@ fn brute_hazards(g: &Graph) -> Vec<Hazard> {
                             },
                             offset: lo,
                             len: hi - lo,
-                            fix: Edge {
-                                from: x.id,
-                                to: y.id,
-                            },
+                            fix: Edge::full(x.id, y.id),
                         });
                 }
             }

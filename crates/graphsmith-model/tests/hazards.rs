@@ -138,12 +138,7 @@ fn ordered_through_nodes_without_accesses() {
         &[(0, 1), (1, 2), (0, 3), (3, 4), (4, 5), (2, 5)],
     );
     check(&g, &[]);
-    g.edges.retain(|e| {
-        *e != Edge {
-            from: NodeId(2),
-            to: NodeId(5),
-        }
-    });
+    g.edges.retain(|e| *e != Edge::full(NodeId(2), NodeId(5)));
     check(
         &g,
         &[
@@ -195,13 +190,7 @@ fn fix_goes_along_the_topological_order() {
         (h.first.label.as_str(), h.second.label.as_str()),
         ("b", "a")
     );
-    assert_eq!(
-        h.fix,
-        Edge {
-            from: NodeId(1),
-            to: NodeId(0)
-        }
-    );
+    assert_eq!(h.fix, Edge::full(NodeId(1), NodeId(0)));
     // b -> c -> a orders them.
     g.add_edge(NodeId(1), NodeId(2)).unwrap();
     check(&g, &[]);
@@ -250,10 +239,7 @@ fn counts_and_errors() {
         (1, 4, 13)
     );
     let mut g = graph("cyclic", 2, &[(0, 1)]);
-    g.edges.push(Edge {
-        from: NodeId(1),
-        to: NodeId(0),
-    });
+    g.edges.push(Edge::full(NodeId(1), NodeId(0)));
     assert!(matches!(g.hazards(), Err(ModelError::Cycle { .. })));
     assert!(matches!(g.redundant_edges(), Err(ModelError::Cycle { .. })));
 }

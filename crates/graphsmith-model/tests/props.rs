@@ -203,7 +203,8 @@ fn leaf_kind() -> impl Strategy<Value = NodeKind> {
         any::<u64>().prop_map(|address| NodeKind::MemFree { address }),
         (conditional, any::<u32>()).prop_map(|(conditional, bodies)| NodeKind::Conditional {
             conditional,
-            bodies
+            bodies,
+            body_graphs: vec![],
         }),
         text().prop_map(|name| NodeKind::Other { name }),
     ]

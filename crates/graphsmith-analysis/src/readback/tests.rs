@@ -383,3 +383,44 @@ fn child_graphs_nest_up_to_the_limit_and_edges_keep_order_only_when_full() {
     }
     assert_eq!(depth, MAX_DEPTH + 1);
 }
+
+#[test]
+fn edge_data_becomes_the_model_edge_type() {
+    let mut raw = RawGraph::default();
+    for _ in 0..6 {
+        raw.nodes.push(RawNode::plain(NodeKind::Empty));
+    }
+    let edge = |from, to, from_port, to_port, ty| RawEdge {
+        from,
+        to,
+        from_port,
+        to_port,
+        ty,
+    };
+    raw.edges = vec![
+        edge(0, 1, 0, 0, 0), // full
+        edge(1, 2, 1, 0, 1), // programmatic, from the programmatic port
+        edge(2, 3, 2, 0, 1), // programmatic type, launch-order port
+        edge(3, 4, 2, 0, 0), // default type, launch-order port
+        edge(4, 5, 1, 0, 0), // default type from the programmatic port: left out
+        edge(0, 5, 0, 1, 0), // an incoming port other than 0: left out
+    ];
+    let mut resolve = |_| None;
+    let built = build(&raw, "g", &mut resolve);
+    let types: Vec<_> = built
+        .graph
+        .edges
+        .iter()
+        .map(|e| (e.from.0, e.to.0, e.ty))
+        .collect();
+    assert_eq!(
+        types,
+        [
+            (0, 1, EdgeType::Full),
+            (1, 2, EdgeType::Programmatic),
+            (2, 3, EdgeType::LaunchOrder),
+            (3, 4, EdgeType::LaunchOrder),
+        ]
+    );
+    assert_eq!((built.stats.edges, built.stats.weak_edges), (6, 4));
+}

@@ -85,6 +85,7 @@ fn keyword(word: &str) -> Option<NodeKind> {
         "CONDITIONAL" => NodeKind::Conditional {
             conditional: ConditionalKind::If,
             bodies: 0,
+            body_graphs: Vec::new(),
         },
         other => NodeKind::Other {
             name: other.to_ascii_lowercase(),
@@ -442,9 +443,11 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
                 NodeKind::Conditional {
                     conditional,
                     bodies: 0,
+                    body_graphs,
                 } => NodeKind::Conditional {
                     conditional,
                     bodies: bodies.len().min(u32::MAX as usize) as u32,
+                    body_graphs,
                 },
                 other => other,
             }
@@ -506,6 +509,7 @@ fn with_pairs(kind: NodeKind, pairs: &[(String, String)]) -> NodeKind {
             NodeKind::Conditional {
                 conditional,
                 bodies,
+                body_graphs: Vec::new(),
             }
         }
         other => other,

@@ -393,8 +393,8 @@ fn assemble(
         // Nodes of the model of this graph, embedded child graphs included.
         let mut size = nodes.len();
         for n in nodes {
-            if let Some(m) = n.parsed.child {
-                size = size.saturating_add(sizes.get(&m).copied().unwrap_or(0));
+            for m in n.parsed.child.iter().chain(&n.parsed.bodies) {
+                size = size.saturating_add(sizes.get(m).copied().unwrap_or(0));
             }
             if size > MAX_MODEL_NODES {
                 return Err(DotError::Child {
@@ -435,20 +435,25 @@ fn assemble(
                     }
                 }
             };
-            // The last node to use a graph takes it; the others clone it (a child) or only read
-            // it (a conditional's body, which the model does not hold).
+            // The last node to use a graph takes it; the others clone it.
             let mut last_use = |m: u64| {
                 let left = uses.entry(m).or_default();
                 *left = left.saturating_sub(1);
                 *left == 0
             };
+            let mut bodies = Vec::with_capacity(n.parsed.bodies.len());
             for &m in &n.parsed.bodies {
-                if let Some(body) = built.get(&m) {
-                    add(body, &mut accesses);
+                let body = if last_use(m) {
+                    built.remove(&m)
+                } else {
+                    built.get(&m).cloned()
                 }
-                if last_use(m) {
-                    built.remove(&m);
-                }
+                .unwrap_or_else(|| Graph::new(format!("graph_{m}")));
+                add(&body, &mut accesses);
+                bodies.push(body);
+            }
+            if let NodeKind::Conditional { body_graphs, .. } = &mut kind {
+                *body_graphs = bodies;
             }
             if let Some(m) = n.parsed.child {
                 let child = if last_use(m) {

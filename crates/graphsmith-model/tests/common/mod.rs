@@ -41,10 +41,7 @@ pub fn ids(raw: &[u32]) -> Vec<NodeId> {
 
 /// An edge from plain numbers.
 pub fn edge(from: u32, to: u32) -> Edge {
-    Edge {
-        from: NodeId(from),
-        to: NodeId(to),
-    }
+    Edge::full(NodeId(from), NodeId(to))
 }
 
 /// A graph with every node kind, a nested child graph (two levels), provenance with ranges and
@@ -146,6 +143,7 @@ pub fn every_kind() -> Graph {
             NodeKind::Conditional {
                 conditional: ConditionalKind::If,
                 bodies: 1,
+                body_graphs: vec![],
             },
         ),
         g.add_node(
@@ -153,6 +151,7 @@ pub fn every_kind() -> Graph {
             NodeKind::Conditional {
                 conditional: ConditionalKind::While,
                 bodies: 1,
+                body_graphs: vec![],
             },
         ),
         g.add_node(
@@ -160,6 +159,7 @@ pub fn every_kind() -> Graph {
             NodeKind::Conditional {
                 conditional: ConditionalKind::Switch,
                 bodies: 3,
+                body_graphs: vec![],
             },
         ),
         g.add_node(

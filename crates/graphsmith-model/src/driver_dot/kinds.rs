@@ -352,28 +352,13 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
                     height,
                     depth,
                 );
-                let operand = (space != MemorySpace::Array)
-                    .then(|| Operand::of(ptr, block, mode))
-                    .flatten();
-                (
-                    MemRef {
-                        space,
-                        address: block.start,
-                    },
-                    operand,
-                )
+                copy_side(space, ptr, block, mode)
             };
             let (src, src_operand) = side("srcPtr", "srcPos", src_space, AccessMode::Read);
             let (dst, dst_operand) = side("dstPtr", "dstPos", dst_space, AccessMode::Write);
             operands.extend(src_operand);
             operands.extend(dst_operand);
-            NodeKind::Memcpy(MemcpyParams {
-                src,
-                dst,
-                bytes: width
-                    .saturating_mul(height.max(1))
-                    .saturating_mul(depth.max(1)),
-            })
+            copy_kind(src, dst, (width, height, depth))
         }
         NodeKind::Memcpy(_) => {
             // The driver API's layout (`CUDA_MEMCPY3D`): `{src | dst}` over `MemoryType`,
@@ -410,28 +395,13 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
                     height,
                     depth,
                 );
-                let operand = (space != MemorySpace::Array)
-                    .then(|| Operand::of(base, block, mode))
-                    .flatten();
-                (
-                    MemRef {
-                        space,
-                        address: block.start,
-                    },
-                    operand,
-                )
+                copy_side(space, base, block, mode)
             };
             let (src, src_operand) = side("src", AccessMode::Read);
             let (dst, dst_operand) = side("dst", AccessMode::Write);
             operands.extend(src_operand);
             operands.extend(dst_operand);
-            NodeKind::Memcpy(MemcpyParams {
-                src,
-                dst,
-                bytes: width
-                    .saturating_mul(height.max(1))
-                    .saturating_mul(depth.max(1)),
-            })
+            copy_kind(src, dst, (width, height, depth))
         }
         NodeKind::Conditional { .. } => {
             // `{True | graph_15}`, `{False | graph_16}`, a case per body of a switch.
@@ -461,6 +431,37 @@ fn verbose_record(label: &str) -> Result<Parsed, String> {
 }
 
 /// Fills the parameters a kind can take from `name: value` pairs (verbose details).
+/// One side of a copy in either layout: where it starts, and the device bytes it touches (none
+/// for an array, whose memory is not addressed by pointers).
+fn copy_side(
+    space: MemorySpace,
+    base: u64,
+    block: Block,
+    mode: AccessMode,
+) -> (MemRef, Option<Operand>) {
+    let operand = (space != MemorySpace::Array)
+        .then(|| Operand::of(base, block, mode))
+        .flatten();
+    (
+        MemRef {
+            space,
+            address: block.start,
+        },
+        operand,
+    )
+}
+
+/// A copy node of `width` bytes by `height` rows by `depth` slices.
+fn copy_kind(src: MemRef, dst: MemRef, (width, height, depth): (u64, u64, u64)) -> NodeKind {
+    NodeKind::Memcpy(MemcpyParams {
+        src,
+        dst,
+        bytes: width
+            .saturating_mul(height.max(1))
+            .saturating_mul(depth.max(1)),
+    })
+}
+
 fn with_pairs(kind: NodeKind, pairs: &[(String, String)]) -> NodeKind {
     let find = |pred: &dyn Fn(&str) -> bool| {
         pairs

@@ -4,6 +4,7 @@
 //! random weights, cuBLAS GEMMs captured inside graphs as journaled library calls, one
 //! executable per batch bucket in a [`graphsmith::GraphCache`], positions read from device
 //! buffers, and weights swapped into every executable in place.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod checkpoint;
 pub mod config;

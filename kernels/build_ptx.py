@@ -35,6 +35,11 @@ EXTERN_C_KERNELS = [
     "gs_copy_f32",
     "gs_spin",
     "gs_empty",
+    "gs_pdl_add_scalar_f32",
+    "gs_pdl_add_f32",
+    "gs_pdl_spin_fill_f32",
+    "gs_pdl_copy_early_f32",
+    "gs_pdl_copy_f32",
 ]
 
 # The decoder's kernels (crates/graphsmith-llama): all extern "C", no mangled names.

@@ -67,6 +67,63 @@ extern "C" __global__ void gs_spin(unsigned long long cycles)
 // Does nothing: for launch-overhead benchmarks.
 extern "C" __global__ void gs_empty() {}
 
+// Programmatic dependent launch (compute capability 9.0+; load with Kernel::programmatic).
+// Each kernel lets its dependents start early (launch_dependents) and waits for the kernel
+// before it (wait) before it touches memory; both are no-ops in an ordinary launch.
+#define GS_PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define GS_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+
+extern "C" __global__ void gs_pdl_add_scalar_f32(float* x, float a, unsigned int n)
+{
+    GS_PDL_TRIGGER();
+    GS_PDL_WAIT();
+    GS_GRID_STRIDE_LOOP(i, n) { x[i] += a; }
+}
+
+extern "C" __global__ void gs_pdl_add_f32(const float* a, const float* b, float* out,
+                                          unsigned int n)
+{
+    GS_PDL_TRIGGER();
+    GS_PDL_WAIT();
+    GS_GRID_STRIDE_LOOP(i, n) { out[i] = a[i] + b[i]; }
+}
+
+// Spins for about `cycles` clock cycles, then sets x[i] = value. It lets its dependents start
+// at once, so a dependent that reads x before its wait reads the old values.
+extern "C" __global__ void gs_pdl_spin_fill_f32(float* x, float value, unsigned int n,
+                                                unsigned long long cycles)
+{
+    GS_PDL_TRIGGER();
+    GS_PDL_WAIT();
+    const long long start = clock64();
+    while ((unsigned long long)(clock64() - start) < cycles) {
+        // spin
+    }
+    GS_GRID_STRIDE_LOOP(i, n) { x[i] = value; }
+}
+
+// dst[i] = src[i], with src read BEFORE the wait: a deliberate bug, the race a programmatic
+// edge allows (it orders the producer only before what this kernel does after its wait).
+// One element per thread: launch at least n threads.
+extern "C" __global__ void gs_pdl_copy_early_f32(const float* src, float* dst, unsigned int n)
+{
+    GS_PDL_TRIGGER();
+    const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const float v = i < n ? src[i] : 0.0f;
+    GS_PDL_WAIT();
+    if (i < n) {
+        dst[i] = v;
+    }
+}
+
+// dst[i] = src[i], read after the wait: the correct twin of gs_pdl_copy_early_f32.
+extern "C" __global__ void gs_pdl_copy_f32(const float* src, float* dst, unsigned int n)
+{
+    GS_PDL_TRIGGER();
+    GS_PDL_WAIT();
+    GS_GRID_STRIDE_LOOP(i, n) { dst[i] = src[i]; }
+}
+
 // ---------------------------------------------------------------------------
 // C++-linkage kernels (global scope, NOT extern "C"): their symbol names are
 // Itanium-mangled and encode the parameter types, which tests use for

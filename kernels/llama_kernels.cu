@@ -3,6 +3,12 @@
 // fp32. Rounding to bf16 happens where HF transformers rounds in bf16, so results track it.
 //
 // Every kernel reads positions from device memory: pos[r] < 0 marks an inactive (padded) row.
+//
+// Programmatic dependent launch: every kernel lets its dependents start early (pdl_trigger) and
+// waits for the kernel before it (pdl_wait) before it reads or writes anything that kernel or
+// earlier work touches; only the GEMVs read something before the wait (their weights, which no
+// kernel of a step writes). Both are no-ops when the launch was not programmatic, so the same
+// kernels run with and without it (the decoder's --pdl).
 
 __device__ __forceinline__ float bf2f(unsigned short b) {
     return __uint_as_float(((unsigned int)b) << 16);
@@ -19,6 +25,11 @@ __device__ __forceinline__ unsigned short f2bf(float f) {
 }
 
 __device__ __forceinline__ float rbf(float f) { return bf2f(f2bf(f)); }
+
+__device__ __forceinline__ void pdl_trigger() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); `scratch` holds 32 floats.
 __device__ float block_sum(float v, float* scratch) {
@@ -48,6 +59,8 @@ __device__ float block_max(float v, float* scratch) {
 // out[r, :] = table[tokens[r], :]; one block per row. Ids outside the vocabulary read row 0.
 extern "C" __global__ void ll_embed(const int* tokens, const unsigned short* table,
                                     unsigned short* out, int hidden, int vocab) {
+    pdl_trigger();
+    pdl_wait();
     int r = blockIdx.x;
     int t = tokens[r];
     if (t < 0 || t >= vocab) t = 0;
@@ -60,6 +73,8 @@ extern "C" __global__ void ll_embed(const int* tokens, const unsigned short* tab
 extern "C" __global__ void ll_rmsnorm(const unsigned short* x, const unsigned short* w,
                                       unsigned short* out, int hidden, float eps) {
     __shared__ float scratch[32];
+    pdl_trigger();
+    pdl_wait();
     const unsigned short* xr = x + (size_t)blockIdx.x * hidden;
     unsigned short* yr = out + (size_t)blockIdx.x * hidden;
     float ss = 0.0f;
@@ -118,6 +133,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                                           int max_ctx, float scale) {
     extern __shared__ float smem[];
     const float NEG_INF = __int_as_float(0xff800000);
+    pdl_trigger();
+    pdl_wait();
     int r = blockIdx.x, kvh = blockIdx.y;
     int group = nq / nkv;
     int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -254,6 +271,8 @@ LL_ATTENTION(ll_attention_8_g4, 8, 4)
 // HF LlamaMLP activation: out = bf16(silu(gate)) * up, rounded to bf16. gu row: [gate | up].
 extern "C" __global__ void ll_swiglu(const unsigned short* gu, unsigned short* out, int ffn,
                                      int total) {
+    pdl_trigger();
+    pdl_wait();
     for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += gridDim.x * blockDim.x) {
         int r = idx / ffn, c = idx % ffn;
@@ -278,6 +297,8 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
 // Grid (chunks, rows): the vocabulary is spread over the chunks. best[r] must be 0 before the
 // step (it starts at 0 and ll_advance resets it after reading).
 extern "C" __global__ void ll_argmax(float* logits, unsigned long long* best, int vocab) {
+    pdl_trigger();
+    pdl_wait();
     float* row = logits + (size_t)blockIdx.y * vocab;
     unsigned long long b = 0ull;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
@@ -298,6 +319,8 @@ extern "C" __global__ void ll_argmax(float* logits, unsigned long long* best, in
 // one position on (a row reaching the context's end becomes inactive).
 extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* tokens, int* pos,
                                       int rows, int max_ctx) {
+    pdl_trigger();
+    pdl_wait();
     int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     unsigned long long b = best[r];
@@ -323,8 +346,11 @@ extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* 
 //   EPI 2: y = float(bf16(acc))       (f32 out, logits)
 // One warp per output column n (grid-stride over n), 16-byte weight loads when K % 8 == 0 and w
 // is 16-byte aligned (scalar loads otherwise), fp32 accumulation, warp-shuffle reduction.
+// Weights stream in rounds of GEMV_U 16-byte loads per lane, the next round (the rest of the
+// column, or the warp's next column) issued before the current one is used, so a warp always
+// has a round in flight. The first round is loaded before pdl_wait: weights are read-only.
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
-#define GEMV_U 8
+#define GEMV_U 4
 
 // A 16-byte read-only load when `ok`, zeros otherwise: predicated in PTX (no branch), so the
 // loads of a round issue back to back.
@@ -345,6 +371,23 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                                      int n, int k, float eps) {
     extern __shared__ __align__(16) unsigned short xs[];
     __shared__ float scratch[32];
+    int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    bool vec = (k & 7) == 0 && (((unsigned long long)w) & 15ull) == 0ull;
+    int k8 = k >> 3, stride = gridDim.x * warps;
+    const uint4* w4 = (const uint4*)w;
+    // Round c0 (in 16-byte units) of column o into wv.
+    auto load_round = [&](uint4* wv, int o, int c0) {
+#pragma unroll
+        for (int u = 0; u < GEMV_U; ++u) {
+            int cidx = c0 + lane + 32 * u;
+            wv[u] = ldg_if(w4 + (size_t)o * k8 + cidx, o < n && cidx < k8);
+        }
+    };
+    uint4 wv[GEMV_U];
+    int o_first = blockIdx.x * warps + warp;
+    if (vec) load_round(wv, o_first, 0);
+    pdl_trigger();
+    pdl_wait();
     int kpad = (k + 7) & ~7;
     int xstride = PRO == 2 ? 2 * k : k;
     for (int r = 0; r < R; ++r) {
@@ -378,24 +421,20 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
         }
     }
     __syncthreads();
-    int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    bool vec = (k & 7) == 0 && (((unsigned long long)w) & 15ull) == 0ull;
-    for (int o = blockIdx.x * warps + warp; o < n; o += gridDim.x * warps) {
+    for (int o = o_first; o < n; o += stride) {
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
         const unsigned short* wr = w + (size_t)o * k;
         if (vec) {
-            // GEMV_U guarded 16-byte loads per lane per round, issued together (predicated,
-            // not branched), so a lane has GEMV_U loads in flight however short K is.
-            const uint4* w4 = (const uint4*)wr;
-            int k8 = k >> 3;
+            // wv holds round c0 of column o; the next round is issued before it is used.
             for (int c0 = 0; c0 < k8; c0 += 32 * GEMV_U) {
-                uint4 wv[GEMV_U];
-#pragma unroll
-                for (int u = 0; u < GEMV_U; ++u) {
-                    int cidx = c0 + lane + 32 * u;
-                    wv[u] = ldg_if(w4 + cidx, cidx < k8);
+                uint4 nx[GEMV_U];
+                int nc = c0 + 32 * GEMV_U;
+                if (nc < k8) {
+                    load_round(nx, o, nc);
+                } else {
+                    load_round(nx, o + stride, 0);
                 }
 #pragma unroll
                 for (int u = 0; u < GEMV_U; ++u) {
@@ -416,6 +455,8 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                         acc[r] = a;
                     }
                 }
+#pragma unroll
+                for (int u = 0; u < GEMV_U; ++u) wv[u] = nx[u];
             }
         } else {
             for (int i = lane; i < k; i += 32) {

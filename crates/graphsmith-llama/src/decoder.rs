@@ -10,7 +10,7 @@ use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{allow_smem, device_attribute, grid, DEFAULT_SMEM, GEMV_ROWS};
 pub use crate::kernels::{
-    attention_smem, gemv, Gemm, GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS,
+    attention_smem, gemv, Gemm, GemvKernels, Kernels, Pdl, ARGMAX_CHUNK, ARGMAX_THREADS,
     ATTENTION_THREADS, GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
 };
 use crate::weights::DeviceWeights;
@@ -19,7 +19,12 @@ use crate::weights::DeviceWeights;
 /// for `capacity` rows and `max_ctx` positions.
 pub struct Decoder {
     pub config: Config,
+    /// The kernels steps are issued with: plain, or opted into programmatic dependent launch
+    /// ([`Decoder::set_pdl`]).
     pub kernels: Kernels,
+    /// The other set (plain when `kernels` is programmatic and the reverse); `None` where the
+    /// device has no programmatic dependent launch.
+    other_kernels: Option<Kernels>,
     pub cublas: Cublas,
     pub weights: DeviceWeights,
     pub capacity: usize,
@@ -126,6 +131,11 @@ impl Decoder {
             }
             gemv_max_rows = rows;
         }
+        // Where the device has it, the programmatic set is made now (same module) and used.
+        let (kernels, other_kernels) = match kernels.programmatic() {
+            Ok(pdl) => (pdl, Some(kernels)),
+            Err(_) => (kernels, None),
+        };
         let cublas = Cublas::new(ctx, stream, "cublas")?;
         let (h, f, v) = (
             config.hidden_size,
@@ -166,6 +176,7 @@ impl Decoder {
             act: ctx.alloc::<u16>("act/swiglu", capacity * f)?,
             config,
             kernels,
+            other_kernels,
             cublas,
             weights,
             capacity,
@@ -199,6 +210,34 @@ impl Decoder {
         }
         self.issue_step(stream, rows)
             .map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))
+    }
+
+    /// Chooses plain kernels or kernels opted into programmatic dependent launch for the steps
+    /// issued from now on (captured graphs keep what they were captured with: refresh them).
+    /// [`Pdl::On`] on a device without it is an error naming the feature.
+    pub fn set_pdl(&mut self, pdl: Pdl) -> Result<()> {
+        let want = match pdl {
+            Pdl::Off => false,
+            Pdl::Auto => self.other_kernels.is_some() || self.kernels.is_programmatic(),
+            Pdl::On => {
+                if self.other_kernels.is_none() && !self.kernels.is_programmatic() {
+                    // Ask the runtime for the typed error that names the feature.
+                    self.kernels.embed.clone().programmatic()?;
+                }
+                true
+            }
+        };
+        if want != self.kernels.is_programmatic() {
+            if let Some(other) = self.other_kernels.as_mut() {
+                std::mem::swap(&mut self.kernels, other);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether steps use programmatic dependent launch.
+    pub fn uses_pdl(&self) -> bool {
+        self.kernels.is_programmatic()
     }
 
     /// Whether a step of `rows` rows runs its projections on the GEMV kernels.

@@ -146,6 +146,81 @@ impl Kernels {
     }
 }
 
+impl GemvKernels {
+    fn programmatic(&self) -> graphsmith::Result<GemvKernels> {
+        let [a, b, c, d] = &self.by_rows;
+        Ok(GemvKernels {
+            by_rows: [
+                a.clone().programmatic()?,
+                b.clone().programmatic()?,
+                c.clone().programmatic()?,
+                d.clone().programmatic()?,
+            ],
+        })
+    }
+}
+
+impl Kernels {
+    /// The same kernels opted into programmatic dependent launch (each kernel waits for its
+    /// predecessor with `griddepcontrol.wait` before touching what it wrote: see
+    /// `kernels/llama_kernels.cu`). Fails on a device below compute capability 9.0.
+    pub fn programmatic(&self) -> graphsmith::Result<Kernels> {
+        let all = |ks: &[Kernel; 4]| -> graphsmith::Result<[Kernel; 4]> {
+            let [a, b, c, d] = ks;
+            Ok([
+                a.clone().programmatic()?,
+                b.clone().programmatic()?,
+                c.clone().programmatic()?,
+                d.clone().programmatic()?,
+            ])
+        };
+        Ok(Kernels {
+            embed: self.embed.clone().programmatic()?,
+            rmsnorm: self.rmsnorm.clone().programmatic()?,
+            attention: all(&self.attention)?,
+            attention_g4: all(&self.attention_g4)?,
+            swiglu: self.swiglu.clone().programmatic()?,
+            argmax: self.argmax.clone().programmatic()?,
+            advance: self.advance.clone().programmatic()?,
+            gemv_norm: self.gemv_norm.programmatic()?,
+            gemv_res: self.gemv_res.programmatic()?,
+            gemv_swiglu_res: self.gemv_swiglu_res.programmatic()?,
+            gemv_norm_f32: self.gemv_norm_f32.programmatic()?,
+            _module: self._module.clone(),
+        })
+    }
+
+    /// Whether these kernels are opted into programmatic dependent launch.
+    pub fn is_programmatic(&self) -> bool {
+        self.embed.is_programmatic()
+    }
+}
+
+/// Whether the decoder's kernels use programmatic dependent launch (PDL).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pdl {
+    /// On where the device has it (compute capability 9.0 or newer), off elsewhere.
+    #[default]
+    Auto,
+    /// On; a device without it is an error naming the feature.
+    On,
+    /// Off: every launch waits for its predecessor to finish.
+    Off,
+}
+
+impl std::str::FromStr for Pdl {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Pdl, String> {
+        match s {
+            "auto" => Ok(Pdl::Auto),
+            "on" => Ok(Pdl::On),
+            "off" => Ok(Pdl::Off),
+            other => Err(format!("unknown --pdl {other:?} (want auto, on or off)")),
+        }
+    }
+}
+
 impl Kernels {
     /// The attention instantiation for `head_dim` (at most 256) and `group` query heads per
     /// key/value head (at most 16): lanes hold head_dim / 32 elements each, rounded up to 1, 2,

@@ -20,7 +20,7 @@ pub mod tolerance;
 pub mod weights;
 
 pub use config::{Config, RopeScaling};
-pub use decoder::Gemm;
+pub use decoder::{Gemm, Pdl};
 pub use error::{LlamaError, Result};
 pub use model::{Mode, Model};
 pub use run::{tour_decode, TourDecode};

@@ -12,7 +12,7 @@ use graphsmith::Context;
 use graphsmith_llama::model::Mode;
 use graphsmith_llama::run::{self, Source};
 use graphsmith_llama::tokenizer::Codec;
-use graphsmith_llama::{Gemm, LlamaError, Tolerance};
+use graphsmith_llama::{Gemm, LlamaError, Pdl, Tolerance};
 
 #[derive(Parser)]
 #[command(
@@ -76,6 +76,10 @@ enum Command {
         /// The projections' kernels: auto (own GEMV at one row, cuBLAS above), cublas, gemv.
         #[arg(long, default_value = "auto")]
         gemm: Gemm,
+        /// Programmatic dependent launch between the decoder's kernels: auto (on where the
+        /// device has it, compute capability 9.0+), on, off.
+        #[arg(long, default_value = "auto")]
+        pdl: Pdl,
         #[arg(long)]
         json: bool,
     },
@@ -97,6 +101,10 @@ enum Command {
         /// The projections' kernels: auto (own GEMV at one row, cuBLAS above), cublas, gemv.
         #[arg(long, default_value = "auto")]
         gemm: Gemm,
+        /// Programmatic dependent launch, one or more of auto, on, off (each is measured; a
+        /// line measured with off is named e.g. graphsmith-graphs-nopdl).
+        #[arg(long, value_delimiter = ',', default_value = "auto")]
+        pdl: Vec<Pdl>,
         #[arg(long)]
         json: bool,
     },
@@ -155,6 +163,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             swap_reference,
             tolerance,
             gemm,
+            pdl,
             json,
         } => {
             let swap = swap_model.as_deref().zip(swap_reference.as_deref());
@@ -168,7 +177,14 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 None => Tolerance::default(),
             };
             let out = run::check(
-                context, &model, &reference, mode, swap, tolerance, gemm, tty,
+                context,
+                &model,
+                &reference,
+                mode,
+                swap,
+                tolerance,
+                (gemm, pdl),
+                tty,
             )?;
             if json {
                 println!("{}", serde_json::to_string(&out).unwrap_or_default());
@@ -216,6 +232,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             runs,
             mode,
             gemm,
+            pdl,
             json,
         } => {
             let source = model.source()?;
@@ -230,6 +247,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 &batch,
                 &mode,
                 gemm,
+                &pdl,
                 steps,
                 warmup,
                 runs,

@@ -175,6 +175,24 @@ impl Model {
         Ok(())
     }
 
+    /// Plain kernels or kernels with programmatic dependent launch (held graphs are
+    /// re-instantiated with the new choice).
+    pub fn set_pdl(&mut self, pdl: crate::Pdl) -> Result<()> {
+        match &mut self.runner {
+            Runner::Eager { work, .. } => work.set_pdl(pdl)?,
+            Runner::Graphs(cache) => {
+                let (stream, work) = cache.parts();
+                stream.synchronize()?;
+                work.set_pdl(pdl)?;
+                if !cache.held_buckets().is_empty() {
+                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
+                    cache.stream().synchronize()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The config.
     pub fn config(&self) -> &Config {
         &self.decoder().config

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::checkpoint::{load_weights, random_weights, HostWeights};
 use crate::config::Config;
-use crate::decoder::Gemm;
+use crate::decoder::{Gemm, Pdl};
 use crate::error::{LlamaError, Result};
 use crate::model::{Mode, Model, StepPath, SwapReport};
 use crate::reference::{load_reference, top2, RefSequence};
@@ -233,6 +233,8 @@ pub struct CheckOutcome {
     pub mode: Mode,
     /// The projections' kernels asked for (`auto`: GEMV at one row, cuBLAS above).
     pub gemm: Gemm,
+    /// Whether the decoder's kernels used programmatic dependent launch.
+    pub pdl: bool,
     /// The tolerance ([`Tolerance`]): the rule or the absolute value.
     pub tolerance: Tolerance,
     /// The tolerance in words.
@@ -256,7 +258,7 @@ pub fn check(
     mode: Mode,
     swap: Option<(&Path, &Path)>,
     tolerance: Tolerance,
-    gemm: Gemm,
+    (gemm, pdl): (Gemm, Pdl),
     progress: bool,
 ) -> Result<CheckOutcome> {
     let source = Source::Dir(model_dir.to_path_buf());
@@ -291,6 +293,8 @@ pub fn check(
     let ctx = &ctx()?;
     let mut model = build_model(ctx, config, &host, rows, max_ctx, mode, progress)?;
     model.set_gemm(gemm)?;
+    model.set_pdl(pdl)?;
+    let uses_pdl = model.decoder().uses_pdl();
     let mut checks = vec![check_against(
         &mut model,
         &refs,
@@ -324,6 +328,7 @@ pub fn check(
         model: model_dir.display().to_string(),
         mode,
         gemm,
+        pdl: uses_pdl,
         tolerance,
         tolerance_rule: tolerance.describe(),
         checks,
@@ -354,6 +359,8 @@ pub struct BenchLine {
     pub path: String,
     /// Which kernels ran the projections: "gemv" (the decoder's own, fused) or "cublas".
     pub projections: String,
+    /// Whether the decoder's kernels used programmatic dependent launch.
+    pub pdl: bool,
 }
 
 /// The prompt the bench decodes from (ids below 512, valid for every config).
@@ -401,6 +408,7 @@ pub fn bench(
     batches: &[usize],
     modes: &[Mode],
     gemm: Gemm,
+    pdls: &[Pdl],
     steps: usize,
     warmup: usize,
     runs: usize,
@@ -417,7 +425,10 @@ pub fn bench(
     let prompt = bench_prompt(32, config.vocab_size);
     let max_ctx = prompt.len() + warmup + steps + 1;
     let capacity = batches.iter().copied().max().unwrap_or(1);
-    for &mode in modes {
+    for (&mode, &pdl) in modes
+        .iter()
+        .flat_map(|m| pdls.iter().map(move |p| (m, p)))
+    {
         let (free0, total) = ctx.memory_info()?;
         let base = (total - free0) as u64;
         let mut model = build_model(
@@ -430,12 +441,13 @@ pub fn bench(
             progress,
         )?;
         model.set_gemm(gemm)?;
+        model.set_pdl(pdl)?;
         let mut peak = model.device_used_bytes()?.saturating_sub(base);
         for &batch in batches {
             let pb = bar(
                 progress,
                 (prompt.len() + runs * (warmup + steps)) as u64,
-                &format!("{mode:?} b{batch}"),
+                &format!("{mode:?} b{batch} pdl {pdl:?}"),
             );
             let mut path = StepPath::Eager;
             for (t, &tok) in prompt.iter().enumerate() {
@@ -482,8 +494,10 @@ pub fn bench(
                 }
                 (Mode::Graphs, StepPath::Eager) => ("graphsmith-graphs", None, "eager".to_string()),
             };
+            // A run asked to go without programmatic launch is named apart.
+            let suffix = if pdl == Pdl::Off { "-nopdl" } else { "" };
             emit(&BenchLine {
-                implementation: implementation.to_string(),
+                implementation: format!("{implementation}{suffix}"),
                 config: source.name(),
                 batch,
                 steps_per_s: 1e3 / ms,
@@ -496,6 +510,7 @@ pub fn bench(
                 graph_nodes: nodes,
                 path,
                 projections: projections.to_string(),
+                pdl: model.decoder().uses_pdl(),
             });
         }
     }

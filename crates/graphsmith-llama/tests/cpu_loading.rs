@@ -452,7 +452,7 @@ fn check_refuses_bad_references_before_touching_the_device() {
             Mode::Graphs,
             None,
             Tolerance::default(),
-            Gemm::Auto,
+            (Gemm::Auto, graphsmith_llama::Pdl::Auto),
             false,
         )
         .expect_err("must fail")
@@ -489,7 +489,7 @@ fn check_refuses_bad_references_before_touching_the_device() {
         Mode::Eager,
         None,
         Tolerance::Absolute(0.0625),
-        Gemm::Cublas,
+        (Gemm::Cublas, graphsmith_llama::Pdl::Auto),
         false,
     )
     .err()

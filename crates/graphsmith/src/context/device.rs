@@ -25,6 +25,8 @@ pub(crate) struct Limits {
     pub max_threads_per_block: u32,
     pub max_block: [u32; 3],
     pub max_grid: [u32; 3],
+    /// (major, minor): programmatic dependent launch needs 9.0 or newer.
+    pub compute_capability: (i32, i32),
 }
 
 pub(crate) struct ContextInner {
@@ -164,6 +166,10 @@ impl Context {
                 attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y).map_err(fail)? as u32,
                 attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z).map_err(fail)? as u32,
             ],
+            compute_capability: (
+                attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR).map_err(fail)?,
+                attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR).map_err(fail)?,
+            ),
         };
         // SAFETY: device is valid; the retain is balanced by the release in ContextInner::drop.
         let raw = unsafe { driver::primary_context_retain(device) }.map_err(fail)?;

@@ -111,6 +111,30 @@ pub(crate) unsafe fn add_kernel_node(
     Ok(node)
 }
 
+/// Adds a programmatic edge `from -> to` between two kernel nodes of `graph`
+/// (`cuGraphAddDependencies_v2`, from `CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC`, of type
+/// `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`).
+///
+/// # Safety
+/// `graph` must be live and `from` and `to` live kernel nodes of it; a context current.
+pub(crate) unsafe fn add_programmatic_edge(
+    graph: sys::CUgraph,
+    from: sys::CUgraphNode,
+    to: sys::CUgraphNode,
+) -> Result<(), Failure> {
+    let edge = sys::CUgraphEdgeData {
+        from_port: 1, // CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+        to_port: 0,
+        type_: 1, // CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        reserved: [0; 5],
+    };
+    // SAFETY: forwarded contract; the one-element arrays are locals alive for the call.
+    check(
+        unsafe { sys::cuGraphAddDependencies_v2(graph, &from, &to, &edge, 1) },
+        "cuGraphAddDependencies",
+    )
+}
+
 /// Adds a copy node (`cuGraphAddMemcpyNode`) after `deps`.
 ///
 /// # Safety

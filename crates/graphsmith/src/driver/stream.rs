@@ -84,7 +84,10 @@ pub(crate) unsafe fn stream_wait_event(
     )
 }
 
-/// Launches `func` on `stream` (`cuLaunchKernel`) with one argument pointer per parameter.
+/// Launches `func` on `stream` with one argument pointer per parameter: `cuLaunchKernel`, or
+/// with `programmatic`, `cuLaunchKernelEx` with the programmatic stream serialization attribute
+/// (the launch may start before the stream's previous kernel finishes; the kernel waits for it
+/// with `griddepcontrol.wait`).
 ///
 /// # Safety
 /// `func` must be live; `params` must hold one pointer per parameter of `func`, each to a
@@ -97,7 +100,14 @@ pub(crate) unsafe fn launch_kernel(
     shared_mem_bytes: u32,
     stream: sys::CUstream,
     params: &mut [*mut std::ffi::c_void],
+    programmatic: bool,
 ) -> Result<(), Failure> {
+    if programmatic {
+        // SAFETY: forwarded contract.
+        return unsafe {
+            launch_kernel_programmatic(func, grid, block, shared_mem_bytes, stream, params)
+        };
+    }
     // SAFETY: forwarded contract; no `extra` buffer.
     check(
         unsafe {
@@ -116,6 +126,45 @@ pub(crate) unsafe fn launch_kernel(
             )
         },
         "cuLaunchKernel",
+    )
+}
+
+/// `cuLaunchKernelEx` with `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION` = 1.
+///
+/// # Safety
+/// As [`launch_kernel`].
+unsafe fn launch_kernel_programmatic(
+    func: sys::CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem_bytes: u32,
+    stream: sys::CUstream,
+    params: &mut [*mut std::ffi::c_void],
+) -> Result<(), Failure> {
+    // SAFETY: CUlaunchAttribute is plain data (an id and a union of integers): all zero is a
+    // valid value, then the id and the one union member the id selects are set.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: shared_mem_bytes,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: forwarded contract; `config` and the one attribute it points to are locals alive
+    // for the call; no `extra` buffer.
+    check(
+        unsafe {
+            sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut())
+        },
+        "cuLaunchKernelEx",
     )
 }
 

@@ -85,6 +85,10 @@ impl Graph {
 
     /// Adds a kernel node (`cuGraphAddKernelNode`). Buffers passed by `&` are recorded as
     /// reads, by `&mut` as writes, and kept alive as long as the graph and its executables.
+    ///
+    /// When `kernel` opted into programmatic dependent launch ([`Kernel::programmatic`]), each
+    /// dependency that is a kernel node whose kernel opted in too becomes a programmatic edge
+    /// (`CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`); every other dependency is a full edge.
     #[track_caller]
     pub fn kernel(
         &mut self,
@@ -144,12 +148,40 @@ impl Graph {
         keep.push(Arc::new(kernel.module.clone()));
         let accesses = args.take_accesses();
         let graph = self.raw;
+        // Dependencies on opted-in kernels become programmatic edges when this kernel opted in.
+        let (programmatic, full): (Vec<&NodeRef>, Vec<&NodeRef>) =
+            deps.iter().copied().partition(|d| {
+                kernel.programmatic
+                    && d.graph == self.id
+                    && self
+                        .kernels
+                        .get(d.id.index())
+                        .and_then(|k| k.as_ref())
+                        .is_some_and(|k| k.programmatic)
+            });
         // SAFETY: graph is live; params point into `args`, alive for the call (the driver copies
         // the argument values); argument count and sizes were checked above.
-        let node = self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
+        let node = self.add_node(label, op, at, kind, accesses, keep, &full, |d| unsafe {
             driver::add_kernel_node(graph, d, &params)
         })?;
         self.kernels_mut()[node.id.index()] = Some(function);
+        for dep in programmatic {
+            let (from, to) = (self.handles[dep.id.index()], self.handles[node.id.index()]);
+            let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Node, label), op, at);
+            // SAFETY: both handles are kernel nodes of this live graph; the context was bound
+            // by add_node on this thread.
+            unsafe { driver::add_programmatic_edge(graph, from, to) }.map_err(fail)?;
+            self.model_mut()
+                .add_typed_edge(dep.id, node.id, graphsmith_model::EdgeType::Programmatic)
+                .map_err(|e| {
+                    Error::new(
+                        ErrorKind::InvalidGraph(Box::new(e)),
+                        ObjectRef::new(ObjectKind::Node, label),
+                        op,
+                        at,
+                    )
+                })?;
+        }
         Ok(node)
     }
 

@@ -243,7 +243,15 @@ pub(crate) unsafe fn read_kernel(
         let complete = args.len() == layout.len();
         let layout = std::sync::Arc::new(layout);
         let kern = p.kern;
-        kernel = Some((KernelFn { func, kern, layout }, complete));
+        kernel = Some((
+            KernelFn {
+                func,
+                kern,
+                layout,
+                programmatic: false,
+            },
+            complete,
+        ));
     }
     let params = KernelParams {
         name,

@@ -15,6 +15,8 @@ pub struct Kernel {
     pub(crate) function: KernelFn,
     pub(crate) name: String,
     pub(crate) module: Module,
+    /// Opted into programmatic dependent launch ([`Kernel::programmatic`]).
+    pub(crate) programmatic: bool,
 }
 
 /// A kernel node's kernel and the (offset, size) of each of its parameters: its function in the
@@ -26,6 +28,9 @@ pub(crate) struct KernelFn {
     pub func: sys::CUfunction,
     pub kern: sys::CUkernel,
     pub layout: Arc<Vec<(usize, usize)>>,
+    /// The kernel opted into programmatic dependent launch ([`Kernel::programmatic`]); false
+    /// for kernels read back from the driver, which cannot tell.
+    pub programmatic: bool,
 }
 
 // SAFETY: CUfunction and CUkernel are immutable handles into a loaded module or library, usable
@@ -62,6 +67,47 @@ impl Kernel {
     /// Number of parameters the kernel takes.
     pub fn param_count(&self) -> usize {
         self.function.layout.len()
+    }
+    /// Opts this kernel into programmatic dependent launch (PDL, compute capability 9.0+).
+    ///
+    /// The kernel promises that it waits for the work before it (`griddepcontrol.wait`, or
+    /// `cudaGridDependencySynchronize()` in CUDA C++) before it reads memory that work writes
+    /// and before it writes memory that work reads or writes. It may read other memory (its
+    /// weights, say) before the wait, and may let its own dependents start early
+    /// (`griddepcontrol.launch_dependents`). A kernel that waits for nothing must still execute
+    /// the wait before it finishes: the next kernel's wait counts on it.
+    ///
+    /// A launch of an opted-in kernel right after a launch of another opted-in kernel on the same
+    /// stream then lets the driver start it early (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_
+    /// SERIALIZATION`); captured, the two become kernel nodes joined by a programmatic edge. After
+    /// any other operation (a copy, a memset, an event, a library call, a kernel that did not
+    /// opt in) the launch is an ordinary one. The hazard checker counts a programmatic edge as
+    /// ordering only what the consumer does after its wait (docs/doctor.md).
+    ///
+    /// Fails with [`ErrorKind::FeatureUnsupported`](crate::ErrorKind::FeatureUnsupported) on a
+    /// device below compute capability 9.0.
+    #[track_caller]
+    pub fn programmatic(mut self) -> crate::Result<Kernel> {
+        let (major, minor) = self.module.inner.ctx.inner.limits.compute_capability;
+        if major < 9 {
+            return Err(crate::Error::new(
+                crate::ErrorKind::FeatureUnsupported {
+                    feature: "programmatic dependent launch",
+                    needs: "compute capability 9.0 or newer",
+                    found: format!("the device has {major}.{minor}"),
+                },
+                crate::error::ObjectRef::new(crate::error::ObjectKind::Kernel, &self.name),
+                "Kernel::programmatic",
+                crate::SourceLine::caller(),
+            ));
+        }
+        self.programmatic = true;
+        self.function.programmatic = true;
+        Ok(self)
+    }
+    /// Whether the kernel opted into programmatic dependent launch.
+    pub fn is_programmatic(&self) -> bool {
+        self.programmatic
     }
     /// Checks that `args` fit this kernel's parameters.
     pub(crate) fn check_args(&self, args: &Args<'_>) -> std::result::Result<(), String> {

@@ -19,7 +19,7 @@ use crate::module::{Kernel, KernelFn};
 pub(crate) struct ModuleInner {
     raw: sys::CUlibrary,
     label: String,
-    ctx: Context,
+    pub(crate) ctx: Context,
 }
 
 // SAFETY: a CUlibrary handle may be used from any thread once loaded; graphsmith only reads it.
@@ -157,9 +157,11 @@ impl Module {
                 func,
                 kern,
                 layout: Arc::new(params),
+                programmatic: false,
             },
             name: name.to_string(),
             module: self.clone(),
+            programmatic: false,
         })
     }
 }

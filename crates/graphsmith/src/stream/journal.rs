@@ -54,6 +54,9 @@ impl Stream {
         fail: impl Fn(Failure) -> Error,
         call: impl FnOnce() -> Result<(), Failure>,
     ) -> Result<()> {
+        // Whatever this operation is, the next programmatic launch does not follow a kernel
+        // that opted in (`Stream::launch` sets the flag again after its own call).
+        self.after_programmatic.store(false, Ordering::Release);
         if !self.ctx.captures_active() {
             return call().map_err(fail);
         }

@@ -2,7 +2,7 @@
 //! operation goes through the capture journal (`journal.rs`): while no capture runs in
 //! the context that costs one atomic load.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
@@ -55,6 +55,7 @@ impl Context {
             capture: Mutex::new(None),
             capture_hint: AtomicU64::new(0),
             hint_epoch: AtomicU64::new(0),
+            after_programmatic: AtomicBool::new(false),
             marker: Some(marker),
         })
     }
@@ -92,6 +93,7 @@ impl Context {
             capture: Mutex::new(None),
             capture_hint: AtomicU64::new(0),
             hint_epoch: AtomicU64::new(0),
+            after_programmatic: AtomicBool::new(false),
             marker: Some(marker),
         })
     }
@@ -111,6 +113,10 @@ pub struct Stream {
     /// with the journal bit; valid while no capture has ended since `hint_epoch`.
     pub(crate) capture_hint: AtomicU64,
     pub(crate) hint_epoch: AtomicU64,
+    /// Whether the last operation issued through graphsmith on this stream was a launch of a
+    /// kernel that opted into programmatic dependent launch ([`Kernel::programmatic`]): only
+    /// then may the next opted-in launch use the programmatic attribute.
+    pub(crate) after_programmatic: AtomicBool,
     /// An event used to hand this stream's progress to another stream ([`Stream::join`]).
     marker: Option<Event>,
 }
@@ -237,6 +243,12 @@ impl Stream {
         let fail = |f: Failure| f.on(node(), op, at);
         self.ctx.bind().map_err(fail)?;
         let (g, b) = (cfg.grid, cfg.block);
+        // Programmatic only between two opted-in kernels of this stream; `issue` clears the
+        // flag for every other operation.
+        let programmatic = kernel.programmatic
+            && self
+                .after_programmatic
+                .swap(kernel.programmatic, Ordering::AcqRel);
         // SAFETY: func is alive (kernel holds its module); argument count and sizes were
         // checked against cuFuncGetParamInfo above; the pointers point into `args`, alive and
         // unchanged for the call.
@@ -248,11 +260,15 @@ impl Stream {
                 cfg.shared_mem_bytes,
                 self.raw(),
                 pointers,
+                programmatic,
             )
         };
         if !self.ctx.captures_active() {
             // Eager fast path: nothing to journal, nothing for a graph to keep.
-            return launch(args.pointers().as_mut_slice()).map_err(fail);
+            let result = launch(args.pointers().as_mut_slice()).map_err(fail);
+            self.after_programmatic
+                .store(kernel.programmatic && result.is_ok(), Ordering::Release);
+            return result;
         }
         let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()) as Keep);
@@ -262,7 +278,10 @@ impl Stream {
             ..self.op(op, label, at, Kind::Work)
         };
         let mut pointers = args.pointers();
-        self.issue(journal, fail, || launch(pointers.as_mut_slice()))
+        let result = self.issue(journal, fail, || launch(pointers.as_mut_slice()));
+        self.after_programmatic
+            .store(kernel.programmatic && result.is_ok(), Ordering::Release);
+        result
     }
     /// Sets every element of `dst` to `value` (`cuMemsetD8/D16/D32Async`).
     #[track_caller]

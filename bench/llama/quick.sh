@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The short pass behind bench/results/2026-12-01-llama.md, on a machine with an NVIDIA GPU, in
 # about five minutes: the three models and five transformers references (made in parallel), the
-# eight graphsmith-llama checks, graphsmith-llama bench on both configs (batch 1, 8, 64, eager and
-# graphs), and one PyTorch contender per config at batch 1 (the best per the figures the issue
-# quotes: the lean loop on the small config, generate with a static cache compiled with
+# graphsmith-llama checks (programmatic dependent launch on, and one with it off),
+# graphsmith-llama bench on both configs (batch 1, 8, 64, eager and graphs, each with and without
+# programmatic dependent launch), and, unless QUICK_TORCH=0, one PyTorch contender per config at
+# batch 1 (the lean loop on the small config, generate with a static cache compiled with
 # reduce-overhead on the 1B config). `run.sh check` and `run.sh bench` are the full passes.
 #   bash bench/llama/quick.sh OUTDIR      (GRAPHSMITH_LLAMA: the binary, default gpu-bin/graphsmith-llama)
 set -u
@@ -27,7 +28,9 @@ chk 1b-single-graphs --model $M/1b --reference $M/ref-1b-single.safetensors --mo
 chk 1b-single-graphs-cublas --model $M/1b --reference $M/ref-1b-single.safetensors --mode graphs --gemm cublas
 chk small-batch8-graphs --model $M/small-a --reference $M/ref-small-a-batch8.safetensors --mode graphs
 chk 1b-batch8-graphs --model $M/1b --reference $M/ref-1b-batch8.safetensors --mode graphs
+chk small-single-graphs-nopdl --model $M/small-a --reference $M/ref-small-a-single.safetensors --mode graphs --pdl off
 chk small-swap-graphs --model $M/small-a --reference $M/ref-small-a-single.safetensors --swap-model $M/small-b --swap-reference $M/ref-small-b-single.safetensors --mode graphs
-for c in small-a 1b; do timeout 150 $G bench --model $M/$c --batch 1,8,64 --steps 128 --warmup 16 --mode eager,graphs --json > $R/bench-gs-$c.jsonl 2> $R/bench-gs-$c.err; say "gs bench $c: exit $?"; cut -c1-330 $R/bench-gs-$c.jsonl; done
+for c in small-a 1b; do timeout 150 $G bench --model $M/$c --batch 1,8,64 --steps 128 --warmup 16 --mode eager,graphs --pdl auto,off --json > $R/bench-gs-$c.jsonl 2> $R/bench-gs-$c.err; say "gs bench $c: exit $?"; cut -c1-330 $R/bench-gs-$c.jsonl; done
+[ "${QUICK_TORCH:-1}" = 0 ] && exit 0
 timeout 150 $P $L/torch_bench.py --model $M/small-a --config small --batch 1 --runs 3 --impls lean-compiled > $R/bench-torch-small.jsonl 2> $R/bench-torch-small.err; say "torch small lean: exit $?"; cut -c1-300 $R/bench-torch-small.jsonl
 timeout 150 $P $L/torch_bench.py --model $M/1b --config 1b --batch 1 --runs 3 --impls hf-generate-static-compiled > $R/bench-torch-1b.jsonl 2> $R/bench-torch-1b.err; say "torch 1b static-compiled: exit $?"; cut -c1-300 $R/bench-torch-1b.jsonl

@@ -460,3 +460,98 @@ pub fn read_events(text: &str) -> (Vec<Event>, usize) {
     }
     (events, bad)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_come_from_the_path() {
+        let cases = [
+            (
+                "/venv/lib/python3.12/site-packages/torch/cuda/graphs.py",
+                Origin::Torch,
+            ),
+            (
+                "/usr/local/lib/python3.10/dist-packages/torch/nn/modules/module.py",
+                Origin::Torch,
+            ),
+            (
+                "/venv/lib/python3.12/site-packages/functorch/__init__.py",
+                Origin::Torch,
+            ),
+            (
+                "/venv/lib/python3.12/site-packages/torchvision/ops/boxes.py",
+                Origin::Library,
+            ),
+            (
+                "/venv/lib/python3.12/site-packages/accelerate/utils/operations.py",
+                Origin::Library,
+            ),
+            ("/usr/lib/python3.12/contextlib.py", Origin::Stdlib),
+            (
+                "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py",
+                Origin::Stdlib,
+            ),
+            ("<frozen runpy>", Origin::Stdlib),
+            ("train.py", Origin::User),
+            ("/home/me/project/torch/model.py", Origin::User),
+            ("<string>", Origin::User),
+        ];
+        for (file, origin) in cases {
+            assert_eq!(Origin::of(file), origin, "{file}");
+        }
+    }
+
+    #[test]
+    fn python_frames_round_trip_through_json() {
+        let call = Call {
+            pid: 7,
+            runtime: Some("cudaStreamSynchronize".into()),
+            code: 900,
+            python: vec![PyFrame {
+                file: "train.py".into(),
+                line: 12,
+                function: "step".into(),
+                origin: Origin::User,
+            }],
+            ..Call::default()
+        };
+        let line = serde_json::to_string(&Event::Call(call.clone())).unwrap();
+        assert!(
+            line.contains(
+                r#""python":[{"file":"train.py","line":12,"function":"step","origin":"user"}]"#
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("python_missing"), "{line}");
+        let (events, bad) = read_events(&line);
+        assert_eq!((events, bad), (vec![Event::Call(call)], 0));
+
+        let missing = Call {
+            python_missing: Some(PyMissing::GilBusy),
+            ..Call::default()
+        };
+        let line = serde_json::to_string(&Event::Escape(missing.clone())).unwrap();
+        assert!(line.contains(r#""python_missing":"gil_busy""#), "{line}");
+        assert_eq!(read_events(&line).0, vec![Event::Escape(missing)]);
+    }
+
+    #[test]
+    fn the_users_frame_is_the_innermost_of_the_users_code() {
+        let f = |file: &str, origin| PyFrame {
+            file: file.into(),
+            line: 1,
+            function: "f".into(),
+            origin,
+        };
+        let stack = [
+            f("/v/site-packages/torch/a.py", Origin::Torch),
+            f("/usr/lib/python3.12/b.py", Origin::Stdlib),
+            f("mine.py", Origin::User),
+            f("main.py", Origin::User),
+        ];
+        assert_eq!(user_frame(&stack).unwrap().file, "mine.py");
+        assert!(user_frame(&stack[..2]).is_none());
+    }
+}

@@ -340,7 +340,7 @@ impl Tracer {
         let ranges = nvtx::current_ranges();
         let mode = Mode::from_raw(site.args.mode.unwrap_or(0));
         // Read with no lock held: it may wait for the GIL (see inject/python.rs).
-        let (python, python_missing) = split(python::capture());
+        let (python, python_missing) = split(python::capture(&python::BEGINS));
         lock(&self.state).begin(CaptureTrack {
             id,
             origin: stream,
@@ -631,7 +631,7 @@ fn split(
 
 /// A call with the calling thread's Python stack (read with no lock held).
 fn with_python(call: Call) -> Call {
-    let (python, python_missing) = split(python::capture());
+    let (python, python_missing) = split(python::capture(&python::CALLS));
     Call {
         python,
         python_missing,

@@ -19,7 +19,8 @@
 //!
 //! Every new reference is released (`Py_DecRef`), a Python error raised while reading is
 //! cleared and the one pending before (if any) restored. At most [`MAX_STACKS`] stacks per
-//! process, [`MAX_FRAMES`] frames each.
+//! process for capture begins and as many for calls (so that many captures cannot use up what
+//! the failing call needs), [`MAX_FRAMES`] frames each.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -38,7 +39,10 @@ pub(crate) const WAIT: Duration = Duration::from_millis(500);
 /// Waits that ran out before the helper is given up in the process.
 pub(crate) const MAX_GIVEUPS: u64 = 2;
 
-static TAKEN: AtomicU64 = AtomicU64::new(0);
+/// Stacks read at capture begins.
+pub(crate) static BEGINS: AtomicU64 = AtomicU64::new(0);
+/// Stacks read at failing calls and escapes.
+pub(crate) static CALLS: AtomicU64 = AtomicU64::new(0);
 static GIVEUPS: AtomicU64 = AtomicU64::new(0);
 
 type Obj = *mut c_void;
@@ -337,8 +341,9 @@ fn api() -> Result<&'static Api, PyMissing> {
     API.get_or_init(Api::load).as_ref().map_err(|m| *m)
 }
 
-/// The calling thread's Python stack, innermost first, or why there is none.
-pub(crate) fn capture() -> Result<Vec<PyFrame>, PyMissing> {
+/// The calling thread's Python stack, innermost first, or why there is none; `budget` counts
+/// the stacks read ([`BEGINS`] or [`CALLS`]).
+pub(crate) fn capture(budget: &AtomicU64) -> Result<Vec<PyFrame>, PyMissing> {
     let api = api()?;
     if !api.running() {
         return Err(PyMissing::NotRunning);
@@ -348,7 +353,7 @@ pub(crate) fn capture() -> Result<Vec<PyFrame>, PyMissing> {
     if mine.is_null() {
         return Err(PyMissing::NoThreadState);
     }
-    if TAKEN.fetch_add(1, Ordering::Relaxed) >= MAX_STACKS {
+    if budget.fetch_add(1, Ordering::Relaxed) >= MAX_STACKS {
         return Err(PyMissing::Budget);
     }
     // SAFETY: both may be called without the GIL (they read, never wait).

@@ -19,9 +19,9 @@ fn a_process_without_python_reads_no_frames() {
     if std::env::var_os(CHILD_VAR).is_some() {
         return;
     }
-    assert_eq!(capture(), Err(PyMissing::NotPython));
+    assert_eq!(capture(&CALLS), Err(PyMissing::NotPython));
     // Asked again: the answer is cached, nothing crashes.
-    assert_eq!(capture(), Err(PyMissing::NotPython));
+    assert_eq!(capture(&CALLS), Err(PyMissing::NotPython));
 }
 
 /// The shared libpython of the `python3` on PATH and its prefix, when it has one.
@@ -73,7 +73,7 @@ static SEEN: Mutex<Vec<Seen>> = Mutex::new(Vec::new());
 extern "C" fn from_python() -> c_int {
     // SAFETY: may be called without the GIL.
     let holds = api().is_ok_and(|a| unsafe { (a.gil_check)() } == 1);
-    let got = capture();
+    let got = capture(&CALLS);
     SEEN.lock().unwrap().push((holds, got));
     0
 }

@@ -162,6 +162,99 @@ pub struct Begin {
     pub ranges: Vec<String>,
     pub driver: Option<String>,
     pub runtime: Option<String>,
+    /// The Python stack of the capturing thread at begin, innermost first (see [`PyFrame`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python: Vec<PyFrame>,
+    /// Why no Python stack was read, when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_missing: Option<PyMissing>,
+}
+
+/// Where a Python frame's file lives, from its path ([`Origin::of`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Origin {
+    /// Anything outside the interpreter's library and installed packages: the user's code.
+    #[default]
+    User,
+    /// PyTorch itself (`site-packages/torch/`, `dist-packages/torch/`).
+    Torch,
+    /// Another installed package (`site-packages`, `dist-packages`).
+    Library,
+    /// The interpreter's standard library (`/lib/python3.`, frozen modules).
+    Stdlib,
+}
+
+impl Origin {
+    /// Classifies a code object's `co_filename`.
+    pub fn of(file: &str) -> Origin {
+        let packages = ["/site-packages/", "/dist-packages/"];
+        if packages.iter().any(|p| {
+            file.contains(&format!("{p}torch/")) || file.contains(&format!("{p}functorch/"))
+        }) {
+            Origin::Torch
+        } else if packages.iter().any(|p| file.contains(p)) {
+            Origin::Library
+        } else if file.contains("/lib/python3.")
+            || file.contains("/lib64/python3.")
+            || file.starts_with("<frozen ")
+        {
+            Origin::Stdlib
+        } else {
+            Origin::User
+        }
+    }
+}
+
+/// A Python stack frame, read in the traced process through CPython's C API.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PyFrame {
+    /// The code object's `co_filename`, as Python has it (relative when the script was named
+    /// relative to the working directory).
+    pub file: String,
+    pub line: u32,
+    /// `co_qualname` (Python 3.11 and later) or `co_name`.
+    pub function: String,
+    #[serde(default)]
+    pub origin: Origin,
+}
+
+/// Why a call's Python stack was not read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PyMissing {
+    /// The process has no CPython loaded: nothing to read.
+    NotPython,
+    /// CPython is loaded but lacks a function the reader needs (before Python 3.9).
+    Unsupported,
+    /// CPython is loaded but not initialised, or finalising.
+    NotRunning,
+    /// The calling thread has never run Python code.
+    NoThreadState,
+    /// Past the per-process cap on Python stacks.
+    Budget,
+    /// The thread had released the GIL and it could not be taken in time (another thread held
+    /// it); the tracer never waits long for it.
+    GilBusy,
+    /// The helper thread that reads the stack could not be started.
+    NoHelper,
+}
+
+impl PyMissing {
+    /// The sentence a report prints.
+    pub fn text(self) -> &'static str {
+        match self {
+            PyMissing::NotPython => "not a Python process",
+            PyMissing::Unsupported => "this Python lacks the frame API (needs Python 3.9 or newer)",
+            PyMissing::NotRunning => "the interpreter was not running (not initialised, or exiting)",
+            PyMissing::NoThreadState => "the calling thread has never run Python code",
+            PyMissing::Budget => "past the per-process cap on Python stacks",
+            PyMissing::GilBusy => {
+                "the thread does not hold the GIL and another thread kept it too long to read the stack"
+            }
+            PyMissing::NoHelper => "the thread does not hold the GIL and no helper thread could be started to read the stack",
+        }
+    }
 }
 
 /// A native stack frame.
@@ -223,6 +316,12 @@ pub struct Call {
     /// Innermost frame first, starting at the caller of the CUDA API.
     #[serde(default)]
     pub backtrace: Vec<Frame>,
+    /// The calling thread's Python stack, innermost first, when the call came from Python.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub python: Vec<PyFrame>,
+    /// Why no Python stack was read, when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_missing: Option<PyMissing>,
 }
 
 impl Call {
@@ -236,6 +335,11 @@ impl Call {
         }
     }
 
+    /// The innermost Python frame of the user's own code, when the call came from Python.
+    pub fn user_frame(&self) -> Option<&PyFrame> {
+        user_frame(&self.python)
+    }
+
     /// The outermost function name alone.
     pub fn short_name(&self) -> &str {
         self.runtime
@@ -243,6 +347,18 @@ impl Call {
             .or(self.driver.as_deref())
             .unwrap_or("?")
     }
+}
+
+impl Begin {
+    /// The innermost Python frame of the user's own code, when the begin came from Python.
+    pub fn user_frame(&self) -> Option<&PyFrame> {
+        user_frame(&self.python)
+    }
+}
+
+/// The innermost frame of the user's own code in a Python stack (innermost first).
+pub fn user_frame(stack: &[PyFrame]) -> Option<&PyFrame> {
+    stack.iter().find(|f| f.origin == Origin::User)
 }
 
 /// A stream that took part in a capture.
@@ -343,4 +459,99 @@ pub fn read_events(text: &str) -> (Vec<Event>, usize) {
         }
     }
     (events, bad)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_come_from_the_path() {
+        let cases = [
+            (
+                "/venv/lib/python3.12/site-packages/torch/cuda/graphs.py",
+                Origin::Torch,
+            ),
+            (
+                "/usr/local/lib/python3.10/dist-packages/torch/nn/modules/module.py",
+                Origin::Torch,
+            ),
+            (
+                "/venv/lib/python3.12/site-packages/functorch/__init__.py",
+                Origin::Torch,
+            ),
+            (
+                "/venv/lib/python3.12/site-packages/torchvision/ops/boxes.py",
+                Origin::Library,
+            ),
+            (
+                "/venv/lib/python3.12/site-packages/accelerate/utils/operations.py",
+                Origin::Library,
+            ),
+            ("/usr/lib/python3.12/contextlib.py", Origin::Stdlib),
+            (
+                "/root/.pyenv/versions/3.11.7/lib/python3.11/threading.py",
+                Origin::Stdlib,
+            ),
+            ("<frozen runpy>", Origin::Stdlib),
+            ("train.py", Origin::User),
+            ("/home/me/project/torch/model.py", Origin::User),
+            ("<string>", Origin::User),
+        ];
+        for (file, origin) in cases {
+            assert_eq!(Origin::of(file), origin, "{file}");
+        }
+    }
+
+    #[test]
+    fn python_frames_round_trip_through_json() {
+        let call = Call {
+            pid: 7,
+            runtime: Some("cudaStreamSynchronize".into()),
+            code: 900,
+            python: vec![PyFrame {
+                file: "train.py".into(),
+                line: 12,
+                function: "step".into(),
+                origin: Origin::User,
+            }],
+            ..Call::default()
+        };
+        let line = serde_json::to_string(&Event::Call(call.clone())).unwrap();
+        assert!(
+            line.contains(
+                r#""python":[{"file":"train.py","line":12,"function":"step","origin":"user"}]"#
+            ),
+            "{line}"
+        );
+        assert!(!line.contains("python_missing"), "{line}");
+        let (events, bad) = read_events(&line);
+        assert_eq!((events, bad), (vec![Event::Call(call)], 0));
+
+        let missing = Call {
+            python_missing: Some(PyMissing::GilBusy),
+            ..Call::default()
+        };
+        let line = serde_json::to_string(&Event::Escape(missing.clone())).unwrap();
+        assert!(line.contains(r#""python_missing":"gil_busy""#), "{line}");
+        assert_eq!(read_events(&line).0, vec![Event::Escape(missing)]);
+    }
+
+    #[test]
+    fn the_users_frame_is_the_innermost_of_the_users_code() {
+        let f = |file: &str, origin| PyFrame {
+            file: file.into(),
+            line: 1,
+            function: "f".into(),
+            origin,
+        };
+        let stack = [
+            f("/v/site-packages/torch/a.py", Origin::Torch),
+            f("/usr/lib/python3.12/b.py", Origin::Stdlib),
+            f("mine.py", Origin::User),
+            f("main.py", Origin::User),
+        ];
+        assert_eq!(user_frame(&stack).unwrap().file, "mine.py");
+        assert!(user_frame(&stack[..2]).is_none());
+    }
 }

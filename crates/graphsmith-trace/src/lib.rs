@@ -4,9 +4,10 @@
 //! (`libgraphsmith_trace.so`, loaded through `CUDA_INJECTION64_PATH` and
 //! `NVTX_INJECTION64_PATH`) and, when the command exits, reports every graph capture it made:
 //! its outcome, the first failing call of a failed capture (driver and runtime names, code,
-//! thread, NVTX range stack, native backtrace) with the cascade that followed, the work that
-//! silently escaped a capture, and the graphs instantiated (with `--hazards`, each one read back
-//! and checked for hazards: nodes that no edge orders touching the same memory, see [`hazard`]).
+//! thread, NVTX range stack, Python stack when it came from Python, native backtrace) with the
+//! cascade that followed, the work that silently escaped a capture, and the graphs instantiated
+//! (with `--hazards`, each one read back and checked for hazards: nodes that no edge orders
+//! touching the same memory, see [`hazard`]).
 //!
 //! Two halves, one crate:
 //! - in the traced process ([`inject`], the cdylib): CUPTI callbacks and NVTX hooks append

@@ -4,12 +4,17 @@
 use std::fmt::Write;
 
 use crate::analysis::{Attached, CaptureReport, GraphReport, Outcome, ProcessReport, Report};
-use crate::event::{Call, Frame, Thread};
+use crate::event::{Call, Frame, Origin, PyFrame, PyMissing, Thread};
 use crate::explain::code_label;
 use crate::hazard::render_check;
 
 /// Frames of a backtrace shown in text (the JSON report has them all).
 pub const FRAMES_SHOWN: usize = 12;
+/// Native frames shown in text after a Python stack (the Python frames say where the call
+/// came from; the native ones only how it got to CUDA).
+pub const FRAMES_SHOWN_AFTER_PYTHON: usize = 6;
+/// Lines of a Python stack shown in text (a run of torch frames is one line).
+pub const PY_LINES_SHOWN: usize = 16;
 /// Escapes shown in full per process; the rest are counted.
 pub const ESCAPES_SHOWN: usize = 10;
 /// Failures outside captures listed per process.
@@ -215,12 +220,14 @@ fn capture(out: &mut String, c: &CaptureReport, p: &ProcessReport, hazards: bool
         thread(&b.thread),
         ranges(&b.ranges)
     );
+    python_stack(out, &b.python, b.python_missing, "    ");
     if let Some(first) = &c.first {
         let _ = writeln!(
             out,
-            "  first failing call: {} returned {}",
+            "  first failing call: {} returned {}{}",
             first.name(),
-            code_label(first.code, first.code_name.as_deref())
+            code_label(first.code, first.code_name.as_deref()),
+            called_at(first.user_frame(), ", ", "")
         );
         call_details(out, first, "    ");
         if let Some(e) = &c.explained {
@@ -333,9 +340,10 @@ fn graph(out: &mut String, g: &GraphReport, indent: &str, hazards: bool) {
 fn escape(out: &mut String, e: &Call, p: &ProcessReport, label: &str) {
     let _ = writeln!(
         out,
-        "\n{label}: silent escape: {} on stream {} ran eagerly while a capture was running; the graph does not contain it",
+        "\n{label}: silent escape: {} on stream {}{} ran eagerly while a capture was running; the graph does not contain it",
         e.name(),
-        e.stream.map_or("(none)".to_string(), |s| format!("{s:#x}"))
+        e.stream.map_or("(none)".to_string(), |s| format!("{s:#x}")),
+        called_at(e.user_frame(), " (", ")")
     );
     for id in &e.active {
         if let Some(c) = p.captures.iter().find(|c| c.begin.capture == *id) {
@@ -371,19 +379,99 @@ fn call_details(out: &mut String, c: &Call, indent: &str) {
             ranges(&cr.ranges)
         );
     }
+    python_stack(out, &c.python, c.python_missing, indent);
     if !c.backtrace.is_empty() {
-        let _ = writeln!(out, "{indent}backtrace (innermost first):");
-        for (i, f) in c.backtrace.iter().take(FRAMES_SHOWN).enumerate() {
+        let (label, shown) = if c.python.is_empty() {
+            ("backtrace", FRAMES_SHOWN)
+        } else {
+            ("native backtrace", FRAMES_SHOWN_AFTER_PYTHON)
+        };
+        let _ = writeln!(out, "{indent}{label} (innermost first):");
+        for (i, f) in c.backtrace.iter().take(shown).enumerate() {
             let _ = writeln!(out, "{indent}  #{i:<2} {}", frame(f));
         }
-        if c.backtrace.len() > FRAMES_SHOWN {
+        if c.backtrace.len() > shown {
             let _ = writeln!(
                 out,
-                "{indent}  ... {} more frames",
-                c.backtrace.len() - FRAMES_SHOWN
+                "{indent}  ... {} more frames{}",
+                c.backtrace.len() - shown,
+                if c.python.is_empty() {
+                    ""
+                } else {
+                    " (see the JSON report)"
+                }
             );
         }
     }
+}
+
+/// `called at train.py:12 in step`, for the innermost frame of the user's code, between
+/// `before` and `after`.
+fn called_at(f: Option<&PyFrame>, before: &str, after: &str) -> String {
+    f.map_or(String::new(), |f| {
+        format!(
+            "{before}called at {}:{} in {}{after}",
+            f.file, f.line, f.function
+        )
+    })
+}
+
+/// A Python stack, innermost first: the user's frames marked, each run of torch frames folded
+/// into one line; or why none was read (nothing for a process without Python).
+fn python_stack(out: &mut String, stack: &[PyFrame], missing: Option<PyMissing>, indent: &str) {
+    if stack.is_empty() {
+        if let Some(m) = missing.filter(|m| *m != PyMissing::NotPython) {
+            let _ = writeln!(out, "{indent}python stack: not read: {}", m.text());
+        }
+        return;
+    }
+    let _ = writeln!(out, "{indent}python (innermost first):");
+    let mut lines = Vec::new();
+    let mut i = 0;
+    while i < stack.len() {
+        let f = &stack[i];
+        if f.origin == Origin::Torch {
+            let run = stack[i..]
+                .iter()
+                .take_while(|f| f.origin == Origin::Torch)
+                .count();
+            lines.push(format!(
+                "... {} in torch (innermost: {}:{} in {})",
+                plural(run, "frame"),
+                short_torch_path(&f.file),
+                f.line,
+                f.function
+            ));
+            i += run;
+            continue;
+        }
+        let mark = match f.origin {
+            Origin::User => "  <- your code",
+            Origin::Library => "  [library]",
+            Origin::Stdlib => "  [stdlib]",
+            Origin::Torch => "",
+        };
+        lines.push(format!("at {}:{} in {}{mark}", f.file, f.line, f.function));
+        i += 1;
+    }
+    for l in lines.iter().take(PY_LINES_SHOWN) {
+        let _ = writeln!(out, "{indent}  {l}");
+    }
+    if lines.len() > PY_LINES_SHOWN {
+        let _ = writeln!(
+            out,
+            "{indent}  ... {} more lines (see the JSON report)",
+            lines.len() - PY_LINES_SHOWN
+        );
+    }
+}
+
+/// `torch/cuda/graphs.py` from `/venv/lib/python3.12/site-packages/torch/cuda/graphs.py`.
+fn short_torch_path(file: &str) -> &str {
+    ["/site-packages/", "/dist-packages/"]
+        .iter()
+        .find_map(|p| file.find(p).map(|at| &file[at + p.len()..]))
+        .unwrap_or(file)
 }
 
 fn frame(f: &Frame) -> String {

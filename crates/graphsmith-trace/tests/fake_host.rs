@@ -13,6 +13,10 @@
 //! the library subscribes to it, sees a graph instantiated, reads that graph back through the
 //! stand-in's driver functions (with cuda.h's layouts), ignores the callbacks of its own calls,
 //! and records the hazard planted in it.
+//!
+//! The same stand-in, driven from a Python script through `ctypes`, begins two pretend captures
+//! (the GIL released, then held): each begin records the script's Python stack. That test needs
+//! `python3` (or `$PYTHON`) and fails, saying so, without it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -247,5 +251,66 @@ fn hazards_are_read_back_through_the_driver_at_instantiation() {
         "not asked: not read back"
     );
     assert_eq!(g["instantiate"]["nodes"]["kernel"], 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The script of the Python frames test: loads the stand-in driver and the injection library as
+/// CUDA would, then begins a pretend capture through `ctypes`, once with the GIL released
+/// (`CDLL`, as PyTorch releases it around its CUDA calls) and once with it held (`PyDLL`).
+const PY_SCRIPT: &str = r#"import ctypes, os, sys
+cuda = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+held = ctypes.PyDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).InitializeInjection()
+def released_gil(cbid):
+    return cuda.fake_begin(cbid)  # line 6
+def held_gil(cbid):
+    return held.fake_begin(cbid)  # line 8
+class Trainer:
+    def step(self, cbid):
+        released_gil(cbid)
+        held_gil(cbid)
+Trainer().step(int(sys.argv[2]))
+"#;
+
+#[test]
+fn a_python_process_gets_the_python_stack_at_capture_begin() {
+    let dir = std::env::temp_dir().join(format!("graphsmith-trace-fake-py-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cuda = fake_cuda(&dir);
+    let script = dir.join("train.py");
+    std::fs::write(&script, PY_SCRIPT).unwrap();
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    assert!(
+        Command::new(&python).arg("--version").output().is_ok(),
+        "this test runs a Python script: `{python}` (set PYTHON to another) did not start"
+    );
+    let cbid = cudarc::cupti::sys::CUpti_driver_api_trace_cbid::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2 as u32;
+    let cbid = cbid.to_string();
+    let command = [
+        python.as_str(),
+        script.to_str().unwrap(),
+        cuda.to_str().unwrap(),
+        &cbid,
+    ];
+    let (code, report) = trace_with(&dir, "python", &command, false, cuda.clone());
+    assert_eq!(code, ExitCode::from(0), "{report:#}");
+    let p = &report["processes"][0];
+    assert_eq!(p["attached"]["state"], "yes", "{report:#}");
+    let captures = p["captures"].as_array().expect("captures");
+    assert_eq!(captures.len(), 2, "{report:#}");
+    let file = script.to_str().unwrap();
+    for (c, (line, function)) in captures.iter().zip([(6, "released_gil"), (8, "held_gil")]) {
+        let stack = &c["begin"]["python"];
+        assert_eq!(stack[0]["file"], file, "{c:#}");
+        assert_eq!(stack[0]["line"], line, "{c:#}");
+        assert_eq!(stack[0]["function"], function, "{c:#}");
+        assert_eq!(stack[0]["origin"], "user", "{c:#}");
+        let step = stack[1]["function"].as_str().unwrap_or_default();
+        assert!(
+            step.ends_with("step"),
+            "Trainer.step (3.11+) or step: {c:#}"
+        );
+        assert_eq!(stack[2]["function"], "<module>", "{c:#}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -29,6 +29,8 @@ fn embedded(name: &str) -> &'static str {
         "h200-stream-sync.jsonl" => include_str!("fixtures/h200-stream-sync.jsonl"),
         "hazards.jsonl" => include_str!("fixtures/hazards.jsonl"),
         "hazards.txt" => include_str!("fixtures/hazards.txt"),
+        "python.jsonl" => include_str!("fixtures/python.jsonl"),
+        "python.txt" => include_str!("fixtures/python.txt"),
         _ => panic!("no fixture {name}"),
     }
 }
@@ -273,4 +275,58 @@ fn without_hazards_the_report_says_nothing_was_checked() {
         text.contains("4 graphs instantiated (none could be checked for hazards)"),
         "{text}"
     );
+}
+
+#[test]
+fn python_stacks_render_as_the_snapshot() {
+    check("python.jsonl", "python.txt", false);
+}
+
+#[test]
+fn the_headline_names_the_users_innermost_python_frame() {
+    let r = report("python.jsonl", false);
+    let first = r.processes[0].captures[0].first.as_ref().unwrap();
+    let f = first.user_frame().unwrap();
+    assert_eq!(
+        (f.file.as_str(), f.line, f.function.as_str()),
+        ("train.py", 23, "step")
+    );
+    let text = render(&r);
+    assert!(
+        text.contains(
+            "returned 900 CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, called at train.py:23 in step"
+        ),
+        "{text}"
+    );
+    // The escape came through torch and a library: the user's frame is the helper's.
+    let e = &r.processes[0].escapes[0];
+    assert_eq!(e.user_frame().unwrap().file, "/home/me/data.py");
+    assert!(
+        text.contains("on stream 0x0 (called at /home/me/data.py:12 in to_gpu) ran eagerly"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_json_report_holds_the_python_frames() {
+    let r = report("python.jsonl", false);
+    let json = serde_json::to_value(&r).unwrap();
+    let first = &json["processes"][0]["captures"][0]["first"];
+    assert_eq!(first["python"][0]["file"], "train.py");
+    assert_eq!(first["python"][0]["line"], 23);
+    assert_eq!(first["python"][0]["origin"], "user");
+    let begin = &json["processes"][0]["captures"][0]["begin"];
+    assert_eq!(begin["python"][0]["origin"], "torch");
+    assert_eq!(
+        json["processes"][0]["captures"][1]["begin"]["python_missing"],
+        "gil_busy"
+    );
+}
+
+#[test]
+fn logs_without_python_fields_still_parse() {
+    // The failures log predates Python stacks.
+    let r = report("failures.jsonl", false);
+    let first = r.processes[0].captures[0].first.as_ref().unwrap();
+    assert!(first.python.is_empty() && first.python_missing.is_none());
 }

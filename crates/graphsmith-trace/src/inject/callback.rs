@@ -22,7 +22,7 @@ use super::api::{Capturing, Cupti, Driver};
 use super::cbid::{self, is_legacy, Args, Kind, Spec};
 use super::readback::{self, GraphApi};
 use super::state::{CaptureTrack, State};
-use super::{nvtx, stack, thread};
+use super::{nvtx, python, stack, thread};
 use crate::event::{
     Begin, Call, CapturingRanges, End, Event, Hazards, Instantiate, Mode, HAZARDS_VAR,
 };
@@ -339,6 +339,8 @@ impl Tracer {
         let me = thread::current();
         let ranges = nvtx::current_ranges();
         let mode = Mode::from_raw(site.args.mode.unwrap_or(0));
+        // Read with no lock held: it may wait for the GIL (see inject/python.rs).
+        let (python, python_missing) = split(python::capture(&python::BEGINS));
         lock(&self.state).begin(CaptureTrack {
             id,
             origin: stream,
@@ -360,6 +362,8 @@ impl Tracer {
                 ranges,
                 driver: site.driver.clone(),
                 runtime: site.runtime.clone(),
+                python,
+                python_missing,
             })
         });
     }
@@ -533,7 +537,9 @@ impl Tracer {
             } else {
                 Vec::new()
             },
+            ..Call::default()
         };
+        let call = if relevant { with_python(call) } else { call };
         // Inside a runtime call: held until it returns (see the module docs).
         let held = site.driver.is_some()
             && FRAMES
@@ -605,10 +611,31 @@ impl Tracer {
                     backtrace: stack::capture().unwrap_or_default(),
                     ..Call::default()
                 };
+                let call = with_python(call);
                 super::emit(|pid| Event::Escape(Call { pid, ..call }));
             }
             _ => {}
         }
+    }
+}
+
+/// The frames, or none and why.
+fn split(
+    stack: Result<Vec<crate::event::PyFrame>, crate::event::PyMissing>,
+) -> (Vec<crate::event::PyFrame>, Option<crate::event::PyMissing>) {
+    match stack {
+        Ok(frames) => (frames, None),
+        Err(missing) => (Vec::new(), Some(missing)),
+    }
+}
+
+/// A call with the calling thread's Python stack (read with no lock held).
+fn with_python(call: Call) -> Call {
+    let (python, python_missing) = split(python::capture(&python::CALLS));
+    Call {
+        python,
+        python_missing,
+        ..call
     }
 }
 

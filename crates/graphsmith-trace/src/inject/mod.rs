@@ -16,6 +16,7 @@ mod api;
 mod callback;
 mod cbid;
 mod nvtx;
+mod python;
 mod readback;
 pub(crate) mod sink;
 mod stack;

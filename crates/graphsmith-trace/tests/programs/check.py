@@ -47,6 +47,16 @@ def check_call(errs, what, call, exp, process):
         frames = [f.get("symbol", "") for f in call.get("backtrace", [])]
         if not any(s in f for f in frames):
             errs.append(f"{what}.backtrace has no frame with {s!r}: {frames[:16]}")
+    if "python_user" in exp:
+        # [file name, function]: the innermost frame of the user's code in the Python stack.
+        stack = call.get("python", [])
+        user = next((f for f in stack if f.get("origin") == "user"), None)
+        file, function = exp["python_user"]
+        if user is None or not user["file"].endswith(file) or user["function"] != function:
+            errs.append(
+                f"{what}.python: innermost user frame {user}, expected {file} in {function}"
+                f" (python_missing: {call.get('python_missing')}, stack: {stack[:8]})"
+            )
 
 
 def describe(h):

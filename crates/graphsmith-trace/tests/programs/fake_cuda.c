@@ -239,3 +239,14 @@ int fake_instantiate(unsigned cbid) {
   g_callback(g_user, 1, cbid, &d);
   return 0;
 }
+
+/* A pretend cuStreamBeginCapture_v2(STREAM, global mode), reported to the callback under `cbid`
+ * (CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, passed in by the test), for the Python
+ * frames test: called from Python through ctypes, with the GIL released or held. */
+int fake_begin(unsigned cbid) {
+  struct { u64 stream; int mode; } params = {0x5000, 0};
+  int result = 0;
+  if (!g_callback) return -1;
+  call(cbid, "cuStreamBeginCapture_v2", &params, &result);
+  return 0;
+}

@@ -41,7 +41,7 @@ pub enum NcclError {
     Bootstrap(#[from] BootstrapError),
     /// A graphsmith (CUDA) operation failed.
     #[error(transparent)]
-    Cuda(#[from] graphsmith::Error),
+    Cuda(Box<graphsmith::Error>),
     /// An NCCL call failed outside a stream operation.
     #[error("{call} ({on}) failed: {result}")]
     Call {
@@ -62,7 +62,7 @@ pub enum NcclError {
         /// NCCL's result code, name and description.
         result: String,
         /// The stream operation that carried it (names the stream and the caller's line).
-        source: graphsmith::Error,
+        source: Box<graphsmith::Error>,
     },
     /// A buffer of the wrong length for a collective.
     #[error("'{label}': buffer '{buffer}' has {len} elements, {expected} expected ({why})")]
@@ -120,6 +120,12 @@ pub enum NcclError {
         /// How many other owners it has.
         users: usize,
     },
+}
+
+impl From<graphsmith::Error> for NcclError {
+    fn from(e: graphsmith::Error) -> Self {
+        NcclError::Cuda(Box::new(e))
+    }
 }
 
 /// `Result` with [`NcclError`].

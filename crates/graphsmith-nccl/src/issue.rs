@@ -92,7 +92,7 @@ impl Communicator {
                 label: text,
                 on: self.describe(),
                 result: nccl.describe(code.get()),
-                source,
+                source: Box::new(source),
             }),
             Err(e) => Err(e.into()),
         }

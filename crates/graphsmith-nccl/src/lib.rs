@@ -8,6 +8,7 @@
 //!   executable captured with it, so it is destroyed after all of them;
 //! - `issue.rs`: all-reduce, all-gather and reduce-scatter as journaled library calls that
 //!   declare what they read and write;
+//! - [`run`]: what the `graphsmith-nccl` binary's commands do (the tests run them too);
 //! - [`collective`]: collectives as data, their labels, and the cross-rank check of a capture
 //!   plan that [`Communicator::capture`] (`capture.rs`) runs before capturing.
 //!
@@ -44,6 +45,7 @@ mod error;
 mod ffi;
 mod issue;
 pub mod library;
+pub mod run;
 
 pub use capture::{CommExec, CommGraph};
 pub use collective::{Collective, DataType, NcclElement, ReduceOp};

@@ -5,7 +5,7 @@
 //! Why not cudarc's `nccl` feature: cudarc 0.19's dynamic loader asks for `libnccl.so` and
 //! `libnccl.so.<CUDA major>` (and older CUDA majors), never NCCL's own soname `libnccl.so.2`
 //! (the only name NVIDIA's wheels ship), and it panics when the library or a symbol is missing.
-//! Declaring the eight functions here keeps the search ours (`library.rs`) and every failure an
+//! Declaring the nine functions here keeps the search ours (`library.rs`) and every failure an
 //! error. The declarations follow `nccl.h` (NCCL 2.x); the enum values below are NCCL's ABI and
 //! have not changed since NCCL 2.0 (bf16 since 2.10).
 

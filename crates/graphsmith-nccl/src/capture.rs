@@ -3,7 +3,9 @@
 //! captures something else would wait in the graph forever), then captures on this rank and
 //! checks that what was issued is what was planned. The [`CommGraph`] and every [`CommExec`]
 //! made from it hold the communicator, and drop their graph or executable first, so the
-//! communicator is destroyed after every executable that launches its collectives.
+//! communicator is destroyed after every executable that launches its collectives. (An
+//! executable dropped while a capture runs in its context is destroyed by the context after
+//! that capture, possibly after the communicator: drop these between captures.)
 
 use std::time::Duration;
 

@@ -15,19 +15,22 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use graphsmith::Context;
-//! use graphsmith_nccl::{bootstrap, unique_id, Collective, Communicator, ReduceOp};
+//! use graphsmith_nccl::bootstrap::{join, Root};
+//! use graphsmith_nccl::{unique_id, Collective, Communicator, ReduceOp};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let (rank, world) = (0, 2);
+//! let (rank, world, addr, timeout) = (0, 2, "10.0.0.2:29500", Duration::from_secs(60));
 //! let ctx = Context::new(rank as usize)?;
-//! let mut session = bootstrap::bootstrap("127.0.0.1:29500", rank, world, Duration::from_secs(60), || {
-//!     unique_id().expect("libnccl")
-//! })?;
+//! let mut session = if rank == 0 {
+//!     Root::bind(addr)?.accept(world, unique_id()?, timeout)? // rank 0 makes the id
+//! } else {
+//!     join(addr, rank, world, timeout)?
+//! };
 //! let comm = Communicator::new(&ctx, &session)?;
 //! let stream = ctx.stream("main")?;
 //! comm.warm_up(&stream)?;
 //! let (x, mut y) = (ctx.alloc::<f32>("x", 4096)?, ctx.alloc::<f32>("y", 4096)?);
 //! let plan = [Collective::all_reduce::<f32>(ReduceOp::Sum, 4096)];
-//! let (graph, ()) = comm.capture(&mut session, &stream, "step", &plan, Duration::from_secs(60), |s, c| {
+//! let (graph, ()) = comm.capture(&mut session, &stream, "step", &plan, timeout, |s, c| {
 //!     c.all_reduce(s, &x, &mut y, ReduceOp::Sum)
 //! })?;
 //! let mut exec = graph.instantiate()?; // holds the communicator

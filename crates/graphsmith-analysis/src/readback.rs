@@ -378,9 +378,27 @@ impl Resolver<'_> {
     }
 }
 
-/// A short label for a kernel: its C++ name without parameters, or its symbol.
+/// A short label for a kernel: its C++ name without parameters, or its symbol; NCCL's kernels
+/// (`ncclDevKernel_*`, before NCCL 2.19 `ncclKernel_*`) as `nccl <collective>`. A collective
+/// reads and writes its send and receive buffers through NCCL's work structures in device
+/// memory, not through its arguments, so no access is found for it here: only the hazard
+/// check's `unknown_kernel_memory` mode counts it (as touching any memory).
+///
+/// ```
+/// use graphsmith_analysis::readback::kernel_label;
+/// let nccl = "_Z39ncclDevKernel_AllReduce_Sum_f32_RING_LL24ncclDevKernelArgsStorageILm4096EE";
+/// assert_eq!(kernel_label(nccl), "nccl AllReduce_Sum_f32_RING_LL");
+/// assert_eq!(kernel_label("gs_axpy_f32"), "gs_axpy_f32");
+/// ```
 pub fn kernel_label(symbol: &str) -> String {
-    demangled_name(symbol).unwrap_or_else(|| symbol.to_string())
+    let name = demangled_name(symbol).unwrap_or_else(|| symbol.to_string());
+    match ["ncclDevKernel_", "ncclKernel_"]
+        .iter()
+        .find_map(|p| name.strip_prefix(p))
+    {
+        Some(collective) => format!("nccl {collective}"),
+        None => name,
+    }
 }
 
 /// Builds the model of a read-back graph. `resolve(address)` gives the allocation holding an

@@ -29,6 +29,9 @@ pub use cuda_code::CudaCode;
 pub use diagnosis::{
     diagnose, CaptureSummary, Cause, Diagnosis, Escape, JournalEntry, Outcome, Unjoined,
 };
-pub use readback::{build, Built, Copy3D, CopySide, Operand, RawEdge, RawGraph, RawNode, Set2D};
+pub use readback::{
+    build, build_with, Built, Copy3D, CopySide, MemoryMap, Operand, RawEdge, RawGraph, RawNode,
+    Region, Set2D,
+};
 pub use source_line::SourceLine;
 pub use update_check::{update_compatibility, Incompatibility};

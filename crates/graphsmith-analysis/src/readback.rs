@@ -2,9 +2,16 @@
 //! (what the driver said about each node and edge) to a `graphsmith_model::Graph` with memory
 //! accesses, which the model's hazard checker takes. Both the runtime (`read_raw_graph`, the
 //! read-back of a capture) and the tracer (`trace --hazards`) only fill a [`RawGraph`] with
-//! driver calls and call [`build`]. Pure: the only question it asks about memory (which
-//! allocation holds an address) is a function the caller passes, so all of it is tested
-//! without a GPU.
+//! driver calls and call [`build`] (or [`build_with`]). Pure: the only questions it asks about
+//! memory (which region of a [`MemoryMap`], else which allocation, holds an address) are data
+//! and a function the caller passes, so all of it is tested without a GPU.
+//!
+//! **Regions before allocations.** A [`MemoryMap`] names regions finer than the driver's
+//! allocations: PyTorch's caching allocator carves one `cudaMalloc` segment into blocks, one
+//! tensor each, so two tensors of one segment must not look like one buffer. An address in a
+//! region is an access of that region (labelled with the region's label); an address in none
+//! asks the caller's resolver, whose answer is not taken when it overlaps a region (a whole
+//! segment would then alias its blocks).
 //!
 //! Accesses, for a graph whose nodes carry no journal:
 //! - a copy reads its device source bytes and writes its device destination bytes (host and
@@ -12,19 +19,32 @@
 //!   (base + x + y * pitch + z * pitch * height) over the rows and slices of the copy with that
 //!   side's pitch ([`Copy3D`]); all arithmetic saturates;
 //! - a set writes its device bytes, rows apart by its pitch ([`Set2D`]);
-//! - a kernel, for each pointer-sized argument whose value lies in a live allocation, touches
-//!   that allocation from the pointer to its end (the kernel's real extent is unknown); the
-//!   direction comes from the demangled C++ signature (`const T*` reads), else it is unknown
-//!   (a possible write). Pointers inside structs passed by value are not seen;
+//! - a kernel ([`readback/kernel.rs`]): every parameter's bytes are scanned. A pointer-sized
+//!   parameter is a pointer, as before; in a larger one (a struct passed by value, such as
+//!   PyTorch's `at::detail::Array<char*, N>`, offset calculators and `TensorInfo`) each
+//!   8-byte-aligned word is looked at. A word that lies in a known region or allocation
+//!   touches it **from the pointer to the region's end** (the kernel's real extent is unknown;
+//!   a pointer is the first byte a kernel reaches through it, and starting there keeps two
+//!   views of one tensor at different offsets apart where they do not overlap). Direction: a
+//!   pointer parameter's from the demangled C++ signature (`const T*` reads); in PyTorch's
+//!   elementwise kernels the array of data pointers holds the output first (written), then
+//!   the inputs (read); any other pointer is of unknown direction, a *possible* write, whose
+//!   hazards are reported apart from certain ones;
 //! - a child graph node touches everything its graph touches (so that it is checked against
 //!   its siblings; its own nodes are checked against each other inside it).
 
 use std::collections::HashMap;
 
 use graphsmith_model::{
-    demangled_name, Access, AccessMode, EdgeType, Graph, KernelParams, MemRef, MemcpyParams,
-    MemorySpace, MemsetParams, NodeId, NodeKind,
+    demangled_name, Access, AccessMode, EdgeType, Graph, MemRef, MemcpyParams, MemorySpace,
+    MemsetParams, NodeId, NodeKind,
 };
+
+mod kernel;
+mod memory_map;
+
+pub use kernel::is_elementwise;
+pub use memory_map::{MemoryMap, Region};
 
 /// Child graphs nest at most this deep: a filler reads no child graph at depth `MAX_DEPTH` (the
 /// top graph is depth 0) and [`build`] reads one there as an empty graph that says so.
@@ -40,9 +60,10 @@ pub struct RawGraph {
 /// One node as read back.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RawNode {
-    /// What it does. A kernel's `args` hold the argument bytes in parameter order; only
-    /// pointer-sized ones need bytes (the others may be empty placeholders, so that argument
-    /// `i` stays parameter `i`). A child graph node's kind is filled in from `child`.
+    /// What it does. A kernel's `args` hold every argument's bytes in parameter order (all of
+    /// them: pointers hide inside struct parameters; an empty placeholder only where a
+    /// parameter could not be read, so that argument `i` stays parameter `i`). A child graph
+    /// node's kind is filled in from `child`.
     pub kind: NodeKind,
     /// The device bytes a copy or set touches.
     pub operands: Vec<Operand>,
@@ -300,81 +321,77 @@ pub struct Stats {
     pub kernels_unread: u64,
 }
 
-/// The model graph, with what was counted and the size of each allocation an access resolved
-/// to (by base address).
+/// The model graph, with what was counted and the size of each allocation or region an access
+/// resolved to (by base address).
 pub struct Built {
     pub graph: Graph,
     pub stats: Stats,
     pub sizes: HashMap<u64, u64>,
 }
 
-/// Answers "which allocation holds this address", once per address.
+/// Where an address lies: a region of the map or an allocation the resolver named.
+#[derive(Clone, Debug)]
+struct Found {
+    base: u64,
+    size: u64,
+    /// The region's label; empty for an allocation.
+    label: String,
+}
+
+/// Answers "which region or allocation holds this address", once per address.
 struct Resolver<'a> {
+    map: &'a MemoryMap,
     resolve: &'a mut dyn FnMut(u64) -> Option<(u64, u64)>,
-    cache: HashMap<u64, Option<(u64, u64)>>,
+    cache: HashMap<u64, Option<Found>>,
     sizes: HashMap<u64, u64>,
 }
 
 impl Resolver<'_> {
-    fn allocation(&mut self, address: u64) -> Option<(u64, u64)> {
+    fn allocation(&mut self, address: u64) -> Option<Found> {
         if let Some(hit) = self.cache.get(&address) {
-            return *hit;
+            return hit.clone();
         }
-        let found = (self.resolve)(address).filter(|&(base, size)| {
-            // A sane answer holds the address.
-            base <= address && address - base < size
-        });
-        self.cache.insert(address, found);
-        if let Some((base, size)) = found {
-            self.sizes.insert(base, size);
+        let found = match self.map.find(address) {
+            Some(i) => {
+                let r = &self.map.regions()[i];
+                Some(Found {
+                    base: r.base,
+                    size: r.size,
+                    label: r.label.clone(),
+                })
+            }
+            None => (self.resolve)(address)
+                .filter(|&(base, size)| {
+                    // A sane answer holds the address and does not alias a region.
+                    base <= address && address - base < size && !self.map.overlaps(base, size)
+                })
+                .map(|(base, size)| Found {
+                    base,
+                    size,
+                    label: String::new(),
+                }),
+        };
+        self.cache.insert(address, found.clone());
+        if let Some(f) = &found {
+            self.sizes.insert(f.base, f.size);
         }
         found
     }
 
-    /// A copy's or set's operand: in its allocation when one holds it, else a buffer of its own.
+    /// A copy's or set's operand: in its region or allocation when one holds it, else a buffer
+    /// of its own.
     fn operand(&mut self, op: &Operand) -> Access {
-        let (buffer, offset) = match self.allocation(op.address) {
-            Some((base, _)) => (base, op.address - base),
-            None => (op.address, 0),
+        let (buffer, offset, label) = match self.allocation(op.address) {
+            Some(f) => (f.base, op.address - f.base, f.label),
+            None => (op.address, 0, String::new()),
         };
         Access {
             buffer,
-            label: String::new(),
+            label,
             offset,
             len: op.len,
             mode: op.mode,
         }
-    }
-
-    /// A kernel's accesses through its pointer-sized arguments (see the module docs).
-    fn kernel(&mut self, k: &KernelParams) -> Vec<Access> {
-        let modes = graphsmith_model::pointer_param_modes(&k.name);
-        let mut out = Vec::new();
-        for (i, arg) in k.args.iter().enumerate() {
-            let Ok(bytes) = <[u8; 8]>::try_from(arg.bytes.as_slice()) else {
-                continue;
-            };
-            let ptr = u64::from_le_bytes(bytes);
-            if ptr == 0 {
-                continue;
-            }
-            let Some((base, size)) = self.allocation(ptr) else {
-                continue;
-            };
-            let mode = modes
-                .as_ref()
-                .and_then(|m| m.get(i).copied().flatten())
-                .unwrap_or(AccessMode::Unknown);
-            let offset = ptr - base;
-            out.push(Access {
-                buffer: base,
-                label: String::new(),
-                offset,
-                len: size - offset,
-                mode,
-            });
-        }
-        out
     }
 }
 
@@ -408,7 +425,19 @@ pub fn build(
     label: &str,
     resolve: &mut dyn FnMut(u64) -> Option<(u64, u64)>,
 ) -> Built {
+    build_with(raw, label, &MemoryMap::default(), resolve)
+}
+
+/// [`build`] with a memory map: an address in one of `map`'s regions is an access of that
+/// region (with its label); `resolve` is asked only about the others.
+pub fn build_with(
+    raw: &RawGraph,
+    label: &str,
+    map: &MemoryMap,
+    resolve: &mut dyn FnMut(u64) -> Option<(u64, u64)>,
+) -> Built {
     let mut r = Resolver {
+        map,
         resolve,
         cache: HashMap::new(),
         sizes: HashMap::new(),

@@ -54,8 +54,11 @@ pub enum HazardKind {
     ReadAfterWrite,
     /// The first node reads, the second writes: the reader may see the new bytes.
     WriteAfterRead,
-    /// One side's direction is unknown (a pointer argument of a kernel without a signature), so
-    /// it may write: reported so that it is never dropped, to be confirmed by a person.
+    /// One side's direction is unknown (a pointer argument of a kernel without a signature, a
+    /// pointer found inside a struct parameter that no rule gives a direction), so it may
+    /// write: a *possible* hazard ([`HazardKind::is_possible`]), reported apart from certain
+    /// ones so that it is never dropped, to be confirmed by a person. A pair with any certain
+    /// conflict on the buffer takes the certain kind instead.
     PossibleWrite,
     /// One side is a kernel whose memory is not known (read from a dump, which holds no kernel
     /// arguments), the other a node with known accesses (a copy or a set): the kernel may touch
@@ -64,6 +67,16 @@ pub enum HazardKind {
 }
 
 impl HazardKind {
+    /// Whether the hazard is only *possible*: [`HazardKind::PossibleWrite`] (a side's direction
+    /// is unknown) or [`HazardKind::PossibleKernelAccess`] (a kernel's memory is unknown). The
+    /// others are certain: both sides' directions and bytes are known.
+    pub fn is_possible(self) -> bool {
+        matches!(
+            self,
+            HazardKind::PossibleWrite | HazardKind::PossibleKernelAccess
+        )
+    }
+
     /// The kind of the conflict between an access of the first node and one of the second;
     /// `None` when both only read.
     pub fn of(first: AccessMode, second: AccessMode) -> Option<HazardKind> {
@@ -214,9 +227,19 @@ pub struct HazardOptions {
 }
 
 impl HazardReport {
-    /// Whether no hazard was found.
+    /// Whether no hazard was found, possible ones included.
     pub fn is_clean(&self) -> bool {
         self.hazards.is_empty()
+    }
+
+    /// The certain hazards (both sides' directions known), in report order.
+    pub fn certain(&self) -> impl Iterator<Item = &Hazard> + '_ {
+        self.hazards.iter().filter(|h| !h.kind.is_possible())
+    }
+
+    /// The possible hazards ([`HazardKind::is_possible`]), in report order.
+    pub fn possible(&self) -> impl Iterator<Item = &Hazard> + '_ {
+        self.hazards.iter().filter(|h| h.kind.is_possible())
     }
 
     /// Highlights for [`Graph::to_dot_with`]: the racing nodes of the analysed graph in red and

@@ -31,7 +31,8 @@
 //! - `reach`: reachability during one topological sweep (vector clocks over a chain cover),
 //!   used by `hazards` and `redundant`.
 //! - `signature`: [`pointer_param_modes`], which pointer parameters of a C++ kernel are
-//!   `const`, from its mangled name; [`demangle`].
+//!   `const`, from its mangled name; [`char_pointer_arrays`], PyTorch's arrays of data
+//!   pointers; [`demangle`].
 //! - `json`: [`Graph::to_json`] and [`Graph::from_json`] with validation ([`JsonError`]).
 //! - [`hex`]: serde helper for byte strings as hex.
 //!
@@ -82,6 +83,6 @@ pub use node::{
     Access, AccessMode, ConditionalKind, Dim3, KernelArg, KernelParams, MemRef, MemcpyParams,
     MemorySpace, MemsetParams, Node, NodeId, NodeKind, Provenance,
 };
-pub use signature::{demangle, demangled_name, pointer_param_modes};
+pub use signature::{char_pointer_arrays, demangle, demangled_name, pointer_param_modes};
 pub use summary::Summary;
 pub use topo::Adjacency;

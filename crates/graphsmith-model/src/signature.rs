@@ -71,6 +71,43 @@ pub fn pointer_param_modes(mangled: &str) -> Option<Vec<Option<AccessMode>>> {
     Some(params.iter().map(|p| param_mode(p)).collect())
 }
 
+/// For each parameter of a mangled C++ kernel name, the length `N` when the parameter is an
+/// array of `char*` passed by value (`at::detail::Array<char*, N>` or `std::array<char*, N>`:
+/// how PyTorch's elementwise kernels receive their tensors' data pointers, the output first),
+/// else `None`. Returns `None` when `mangled` is not a mangled name or its parameter list cannot
+/// be found.
+///
+/// ```
+/// use graphsmith_model::char_pointer_arrays;
+/// // at::native::vectorized_elementwise_kernel<4, F, std::array<char*, 2>>(int, F, std::array<char*, 2>)
+/// let name = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_21CUDAFunctorOnSelf_addIfEESt5arrayIPcLm2EEEEviT0_T1_";
+/// assert_eq!(char_pointer_arrays(name), Some(vec![None, None, Some(2)]));
+/// ```
+pub fn char_pointer_arrays(mangled: &str) -> Option<Vec<Option<usize>>> {
+    let text = demangle(mangled)?;
+    let params = parameter_list(&text)?;
+    Some(params.iter().map(|p| char_pointer_array(p)).collect())
+}
+
+/// `N` when `param` (demangled) is `at::detail::Array<char*, N>` or `std::array<char*, N>`.
+fn char_pointer_array(param: &str) -> Option<usize> {
+    let compact: String = param.chars().filter(|c| !c.is_whitespace()).collect();
+    let rest = ["at::detail::Array<char*,", "std::array<char*,"]
+        .iter()
+        .find_map(|prefix| compact.strip_prefix(prefix))?;
+    let count = rest.strip_suffix('>')?;
+    // `2`, `2ul`, or cpp_demangle's `(unsigned long)2`.
+    let count = match count.strip_prefix('(') {
+        Some(cast) => &cast[cast.find(')')? + 1..],
+        None => count,
+    };
+    let digits = count.trim_end_matches(['u', 'l', 'U', 'L']);
+    if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 /// The parameters of a demangled function signature: the last top-level `(...)` group, split
 /// at top-level commas. `()` and `(void)` give no parameters.
 fn parameter_list(signature: &str) -> Option<Vec<String>> {
@@ -213,5 +250,20 @@ mod tests {
             demangled_name(name).as_deref(),
             Some("at::native::vectorized_elementwise_kernel")
         );
+        assert_eq!(char_pointer_arrays(name), Some(vec![None, None, Some(2)]));
+    }
+
+    #[test]
+    fn char_pointer_arrays_of_both_spellings() {
+        assert_eq!(char_pointer_array("at::detail::Array<char*, 3>"), Some(3));
+        assert_eq!(char_pointer_array("std::array<char*, 1ul>"), Some(1));
+        assert_eq!(
+            char_pointer_array("std::array<char*, (unsigned long)2>"),
+            Some(2)
+        );
+        assert_eq!(char_pointer_array("std::array<float*, 2ul>"), None);
+        assert_eq!(char_pointer_array("at::detail::Array<char*, N>"), None);
+        assert_eq!(char_pointer_array("char*"), None);
+        assert_eq!(char_pointer_arrays("gs_axpy_f32"), None);
     }
 }

@@ -229,6 +229,36 @@ proptest! {
     }
 
     #[test]
+    fn a_hazard_is_possible_exactly_when_each_conflict_involves_an_unknown_direction(
+        g in dag_with_accesses(40)
+    ) {
+        let report = g.hazards().unwrap();
+        for h in &report.hazards {
+            let on = |id: NodeId| {
+                g.nodes[id.index()]
+                    .accesses
+                    .iter()
+                    .filter(|a| a.buffer == h.buffer && a.len > 0)
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            let (first, second) = (on(h.first.id), on(h.second.id));
+            let mut certain = false;
+            for a in &first {
+                for b in second.iter().filter(|b| a.overlaps(b)) {
+                    let kind = HazardKind::of(a.mode, b.mode);
+                    certain |= kind.is_some_and(|k| !k.is_possible());
+                }
+            }
+            prop_assert_eq!(h.kind.is_possible(), !certain, "{}", h);
+        }
+        prop_assert_eq!(
+            report.certain().count() + report.possible().count(),
+            report.hazards.len()
+        );
+    }
+
+    #[test]
     fn redundant_edges_match_brute_force(g in dag_with_accesses(40)) {
         prop_assert_eq!(g.redundant_edges().unwrap(), brute_redundant(&g));
     }

@@ -3,6 +3,7 @@
 //! `graphsmith trace --hazards` uses, and checked for hazards.
 
 use graphsmith::Context;
+use graphsmith_analysis::{MemoryMap, Region};
 use graphsmith_model::HazardOptions;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -12,30 +13,51 @@ use crate::report::{self, Format, Report};
 /// Reads the `CUgraph` whose handle is `handle` (an integer, as PyTorch's
 /// `CUDAGraph.raw_cuda_graph()` returns it) on device `device` and checks it for hazards.
 ///
+/// `regions`, when given, is the memory map of the read-back: `(address, size, label)` of each
+/// region (PyTorch's caching-allocator blocks, from `torch.cuda.memory_snapshot()` in
+/// `graphsmith.check`). A kernel's pointer into a region touches that region only, so two
+/// tensors of one `cudaMalloc` segment never look like one buffer; other pointers are bounded
+/// by the driver's allocations.
+///
 /// The graph is only read, never changed or destroyed. The caller keeps the graph alive and
 /// unchanged during the call (`graphsmith.check` holds the `CUDAGraph` and runs with the GIL
 /// held). Raises `ValueError` for a null handle and `RuntimeError` (naming the driver call and
 /// the CUDA code) when the driver cannot read it.
 #[pyfunction]
-#[pyo3(signature = (handle, device, label = "torch.cuda.CUDAGraph"))]
-pub(crate) fn check_raw_graph(handle: usize, device: usize, label: &str) -> PyResult<Report> {
+#[pyo3(signature = (handle, device, label = "torch.cuda.CUDAGraph", regions = None))]
+pub(crate) fn check_raw_graph(
+    handle: usize,
+    device: usize,
+    label: &str,
+    regions: Option<Vec<(u64, u64, String)>>,
+) -> PyResult<Report> {
     if handle == 0 {
         return Err(PyValueError::new_err(format!(
             "{label}: the CUgraph handle is null (no graph was kept: capture with \
              torch.cuda.CUDAGraph(keep_graph=True))"
         )));
     }
+    let given = regions.as_ref().map_or(0, Vec::len);
+    let map = MemoryMap::new(
+        regions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(base, size, name)| Region::new(base, size, name)),
+    );
     let ctx = Context::new(device).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     let raw = handle as graphsmith::sys::CUgraph;
     // SAFETY: `raw` is non-null and, by this function's contract (upheld by graphsmith.check,
     // which holds the CUDAGraph object and the GIL), a live CUgraph that no other thread uses
     // during the call; the read-back only queries it.
-    let graph = unsafe { graphsmith::read_raw_graph(&ctx, raw, label) }
+    let graph = unsafe { graphsmith::read_raw_graph_in(&ctx, raw, label, &map) }
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
     let bad = |e: graphsmith_model::ModelError| PyValueError::new_err(format!("{label}: {e}"));
     let summary = graph.summary().map_err(bad)?;
     let hazards = graph.hazards_with(&HazardOptions::default()).map_err(bad)?;
-    let notes = report::notes(&graph, Format::Live);
+    let mut notes = report::notes(&graph, Format::Live);
+    if map.dropped() > 0 {
+        notes.push(report::dropped_regions(map.dropped(), given));
+    }
     Ok(Report {
         path: label.to_string(),
         format: Format::Live,

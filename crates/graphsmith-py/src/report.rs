@@ -87,14 +87,23 @@ impl Report {
         self.summary.edges
     }
 
-    /// The hazards (pairs of nodes that no path orders and that touch the same bytes, one of
-    /// them writing), one line each, naming both nodes and the buffer.
+    /// The certain hazards (pairs of nodes that no path orders and that touch the same bytes,
+    /// one of them writing, both directions known), one line each, naming both nodes and the
+    /// buffer.
     #[getter]
     fn hazards(&self) -> Vec<String> {
-        self.hazards.hazards.iter().map(|h| h.to_string()).collect()
+        self.hazards.certain().map(|h| h.to_string()).collect()
     }
 
-    /// True when no hazard was found.
+    /// The possible hazards, reported apart: pairs of nodes that no path orders whose only
+    /// conflicts involve a pointer of unknown direction (it may write), or a kernel whose
+    /// memory is unknown (a DOT dump). Each is to be confirmed by a person.
+    #[getter]
+    fn possible_hazards(&self) -> Vec<String> {
+        self.hazards.possible().map(|h| h.to_string()).collect()
+    }
+
+    /// True when no hazard was found, certain or possible.
     #[getter]
     fn clean(&self) -> bool {
         self.hazards.is_clean()
@@ -126,30 +135,61 @@ impl Report {
 
     fn __repr__(&self) -> String {
         format!(
-            "<graphsmith.Report {} ({}): {} nodes, {} edges, {} hazard(s)>",
+            "<graphsmith.Report {} ({}): {} nodes, {} edges, {} hazard(s), {} possible>",
             self.path,
             self.format.key(),
             self.summary.nodes,
             self.summary.edges,
-            self.hazards.hazards.len()
+            self.hazards.certain().count(),
+            self.hazards.possible().count()
         )
     }
 
     fn __str__(&self) -> String {
-        let mut text = format!("{}\n{}", self.path, self.summary);
-        if self.hazards.is_clean() {
-            text.push_str("\nhazards: none");
-        } else {
-            text.push_str(&format!("\nhazards: {}", self.hazards.hazards.len()));
-            for h in &self.hazards.hazards {
-                text.push_str(&format!("\n  {h}"));
-            }
-        }
-        for note in &self.notes {
-            text.push_str(&format!("\nnote: {note}"));
-        }
-        text
+        text(&self.path, &self.summary, &self.hazards, &self.notes)
     }
+}
+
+/// The report as text: path, summary, certain hazards, possible hazards apart, notes.
+pub(crate) fn text(
+    path: &str,
+    summary: &Summary,
+    hazards: &HazardReport,
+    notes: &[String],
+) -> String {
+    let mut text = format!("{path}\n{summary}");
+    let certain: Vec<String> = hazards.certain().map(|h| h.to_string()).collect();
+    let possible: Vec<String> = hazards.possible().map(|h| h.to_string()).collect();
+    if certain.is_empty() {
+        text.push_str("\nhazards: none");
+    } else {
+        text.push_str(&format!("\nhazards: {}", certain.len()));
+        for h in &certain {
+            text.push_str(&format!("\n  {h}"));
+        }
+    }
+    if !possible.is_empty() {
+        text.push_str(&format!(
+            "\npossible hazards (a pointer of unknown direction, or a kernel of unknown memory: \
+             confirm by hand): {}",
+            possible.len()
+        ));
+        for h in &possible {
+            text.push_str(&format!("\n  {h}"));
+        }
+    }
+    for note in notes {
+        text.push_str(&format!("\nnote: {note}"));
+    }
+    text
+}
+
+/// The note for regions of a memory map left out (empty, or overlapping another).
+pub(crate) fn dropped_regions(dropped: usize, given: usize) -> String {
+    format!(
+        "{dropped} of {given} memory region(s) were left out (empty, or overlapping another \
+         region): pointers into them are bounded by the driver's allocations instead"
+    )
 }
 
 /// Notes on what the hazard check of `graph` could not see.
@@ -164,8 +204,8 @@ pub(crate) fn notes(graph: &Graph, format: Format) -> Vec<String> {
             }
             Format::Json => "the JSON lists none: their hazards cannot be checked",
             Format::Live => {
-                "no argument of theirs points into a device allocation (pointers passed inside \
-                 struct parameters are not read yet): their hazards cannot be checked"
+                "no 8-byte word of their arguments, struct parameters included, points into a \
+                 known allocator block or device allocation: their hazards cannot be checked"
             }
         };
         notes.push(format!(

@@ -174,3 +174,100 @@ def test_check_of_something_that_is_not_a_handle_is_a_type_error():
 
     with pytest.raises(TypeError, match="not a cudaGraph_t handle"):
         graphsmith.check(Odd(), device=0)
+
+
+def _empty_node(i, label, mode):
+    access = {"buffer": 4096, "label": "x", "offset": 0, "len": 256, "mode": mode}
+    return {"id": i, "label": label, "kind": "empty", "accesses": [access]}
+
+
+def test_possible_hazards_are_reported_apart_from_certain_ones(tmp_path):
+    # w writes x, r reads it (certain); u touches it in an unknown direction (possible).
+    graph = {
+        "label": "g",
+        "nodes": [
+            _empty_node(0, "w", "write"),
+            _empty_node(1, "r", "read"),
+            {
+                "id": 2,
+                "label": "u",
+                "kind": "empty",
+                "accesses": [{"buffer": 8192, "label": "y", "offset": 0, "len": 8, "mode": "unknown"}],
+            },
+            {
+                "id": 3,
+                "label": "v",
+                "kind": "empty",
+                "accesses": [{"buffer": 8192, "label": "y", "offset": 0, "len": 8, "mode": "read"}],
+            },
+        ],
+        "edges": [],
+    }
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(graph))
+    report = graphsmith.doctor(path)
+    assert not report.clean
+    assert len(report.hazards) == 1 and "read-after-write on 'x'" in report.hazards[0]
+    assert len(report.possible_hazards) == 1
+    assert report.possible_hazards[0].startswith("possible write on 'y'")
+    text = str(report)
+    assert "\nhazards: 1\n  read-after-write on 'x'" in text
+    assert (
+        "\npossible hazards (a pointer of unknown direction, or a kernel of unknown memory: "
+        "confirm by hand): 1\n  possible write on 'y'"
+    ) in text
+    assert "1 hazard(s), 1 possible" in repr(report)
+
+
+def _segment(address, blocks, pool=(0, 0), device=0):
+    return {"device": device, "address": address, "segment_pool_id": pool, "blocks": blocks}
+
+
+def test_regions_from_snapshot_keep_each_block_of_a_segment_apart():
+    seg = 0x7F00_0000_0000
+    snapshot = [
+        _segment(
+            seg,
+            [
+                {"size": 512, "state": "active_allocated"},
+                {"size": 512, "state": "active_pending_free"},
+                {"size": 1024, "state": "inactive"},
+                {"size": 0, "state": "active_allocated"},
+            ],
+        ),
+        _segment(
+            seg + (1 << 30),
+            [{"address": seg + (1 << 30) + 4096, "size": 2048, "state": "active_allocated"}],
+            pool=(1, 2),
+        ),
+        _segment(seg + (2 << 30), [{"size": 64, "state": "active_allocated"}], device=1),
+    ]
+    regions = graphsmith.regions_from_snapshot(snapshot, device=0)
+    assert regions == [
+        (seg, 512, "block 0x7f0000000000+512 (segment 0x7f0000000000)"),
+        (seg + 512, 512, "block 0x7f0000000200+512 (segment 0x7f0000000000)"),
+        (seg + 1024, 1024, "free block 0x7f0000000400+1024 (segment 0x7f0000000000)"),
+        (
+            seg + (1 << 30) + 4096,
+            2048,
+            "block 0x7f0040001000+2048 (segment 0x7f0040000000, pool 1,2)",
+        ),
+    ]
+    active = graphsmith.regions_from_snapshot(snapshot, device=0, include_free=False)
+    assert [r[0] for r in active] == [seg, seg + 512, seg + (1 << 30) + 4096]
+    every_device = graphsmith.regions_from_snapshot(snapshot)
+    assert every_device[-1] == (seg + (2 << 30), 64, "block 0x7f0080000000+64 (segment 0x7f0080000000)")
+    assert graphsmith.regions_from_snapshot([]) == []
+
+
+def test_check_takes_blocks_as_tuples_and_refuses_anything_else():
+    from graphsmith._check import _regions
+
+    assert _regions([(4096, 256), (8192, 16, "b")]) == [
+        (4096, 256, "block 0x1000+256"),
+        (8192, 16, "b"),
+    ]
+    with pytest.raises(TypeError, match="check\\(blocks=...\\)"):
+        _regions([4096])
+    with pytest.raises(ValueError, match="negative"):
+        _regions([(-1, 4)])

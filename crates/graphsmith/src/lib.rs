@@ -61,9 +61,9 @@ pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, Sourc
 pub use exec::{Exec, ExecStats};
 pub use exec::{Relocated, Relocation};
 pub use exec::{UpdateBatch, UpdateOutcome, UpdatePolicy};
-pub use graph::read_raw_graph;
 pub use graph::CaptureReport;
 pub use graph::Replay;
+pub use graph::{read_raw_graph, read_raw_graph_in};
 pub use graph::{Graph, NodeRef};
 pub use graphsmith_analysis as analysis;
 pub use graphsmith_analysis::catalogue;

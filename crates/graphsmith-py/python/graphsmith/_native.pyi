@@ -1,7 +1,7 @@
 """Types of the extension module graphsmith._native (crates/graphsmith-py/src/lib.rs)."""
 
 import os
-from typing import List, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 class Report:
     """What ``doctor`` found in one graph file."""
@@ -19,6 +19,8 @@ class Report:
     @property
     def hazards(self) -> List[str]: ...
     @property
+    def possible_hazards(self) -> List[str]: ...
+    @property
     def clean(self) -> bool: ...
     @property
     def notes(self) -> List[str]: ...
@@ -27,4 +29,9 @@ class Report:
 
 def doctor(path: Union[str, "os.PathLike[str]"]) -> Report: ...
 def explain(query: Union[int, str]) -> str: ...
-def check_raw_graph(handle: int, device: int, label: str = ...) -> Report: ...
+def check_raw_graph(
+    handle: int,
+    device: int,
+    label: str = ...,
+    regions: Optional[Sequence[Tuple[int, int, str]]] = ...,
+) -> Report: ...

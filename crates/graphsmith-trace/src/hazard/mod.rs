@@ -62,8 +62,12 @@ pub struct CheckResult {
     /// Nodes with at least one memory access the check could resolve, and those accesses.
     pub nodes_with_accesses: u64,
     pub accesses: u64,
-    /// Hazards found; `hazards` holds the first [`MAX_RECORDED`].
+    /// Hazards found, possible ones included; `hazards` holds the first [`MAX_RECORDED`].
     pub total: u64,
+    /// Of `total`, the possible ones (`HazardKind::is_possible`: a side's direction is
+    /// unknown), reported apart from the certain ones.
+    #[serde(default)]
+    pub possible: u64,
     pub hazards: Vec<HazardRecord>,
 }
 
@@ -71,7 +75,8 @@ pub struct CheckResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HazardRecord {
     /// How the accesses conflict (`possible_write` when a side's direction is unknown, as for
-    /// any non-`const` pointer argument of a kernel).
+    /// any non-`const` pointer argument of a kernel, or a pointer inside a struct parameter
+    /// that no rule gives a direction).
     pub kind: HazardKind,
     /// The child-graph nodes leading from the instantiated graph to the graph holding both
     /// nodes (indices at each level); empty when they are in the instantiated graph itself.
@@ -80,7 +85,9 @@ pub struct HazardRecord {
     /// The node that comes first in topological order: the fix edge starts here.
     pub first: HazardSide,
     pub second: HazardSide,
-    /// The buffer: the base address of the allocation holding the bytes.
+    /// The buffer: the base address of the allocation holding the bytes (the tracer knows the
+    /// driver's allocations, `cuMemGetAddressRange`: for PyTorch, a caching-allocator segment,
+    /// not the block of one tensor).
     pub buffer: u64,
     /// The allocation's size, when the driver knew the allocation.
     pub buffer_bytes: Option<u64>,
@@ -175,6 +182,7 @@ pub fn check_built(built: &Built) -> HazardCheck {
         nodes_with_accesses: report.nodes_with_accesses as u64,
         accesses: report.accesses as u64,
         total: report.hazards.len() as u64,
+        possible: report.possible().count() as u64,
         hazards,
     })
 }

@@ -74,34 +74,59 @@ pub fn render_check(out: &mut String, check: &HazardCheck, indent: &str) {
     if c.total == 0 && c.accesses == 0 {
         let _ = writeln!(
             out,
-            "{indent}hazards: none found, but no node's memory could be resolved ({}, {}; a kernel's memory is seen only through pointer-sized arguments that point into live allocations)",
+            "{indent}hazards: none found, but no node's memory could be resolved ({}, {}; a kernel's memory is seen only through argument words that point into live allocations)",
             plural(c.nodes, "node"),
             plural(c.edges, "edge")
         );
     } else if c.total == 0 {
         let _ = writeln!(out, "{indent}hazards: none ({})", facts(c));
     } else {
-        let _ = writeln!(
-            out,
-            "{indent}warning: {}: nodes that no path of edges orders touch the same bytes, and one of them may write ({})",
-            plural(c.total, "hazard"),
-            facts(c)
-        );
-        for (i, h) in c.hazards.iter().take(HAZARDS_SHOWN).enumerate() {
-            hazard(out, i + 1, h, indent);
-        }
-        let shown = c.hazards.len().min(HAZARDS_SHOWN) as u64;
-        if c.total > shown {
+        // Logs written before `possible` was recorded: count the recorded ones.
+        let recorded = c.hazards.iter().filter(|h| h.kind.is_possible()).count() as u64;
+        let possible = c.possible.max(recorded).min(c.total);
+        let certain = c.total - possible;
+        let mut number = 0;
+        for (is_possible, count) in [(false, certain), (true, possible)] {
+            if count == 0 {
+                continue;
+            }
+            let (what, why) = if is_possible {
+                (
+                    "possible hazard",
+                    "touch the same bytes through a pointer of unknown direction, which may write",
+                )
+            } else {
+                ("hazard", "touch the same bytes, and one of them writes")
+            };
             let _ = writeln!(
                 out,
-                "{indent}  ... {} more{}",
-                plural(c.total - shown, "hazard"),
-                if c.total > MAX_RECORDED as u64 {
-                    format!(" (the JSON report holds the first {MAX_RECORDED})")
-                } else {
-                    " (see the JSON report)".to_string()
-                }
+                "{indent}warning: {}: nodes that no path of edges orders {why} ({})",
+                plural(count, what),
+                facts(c)
             );
+            let group = c
+                .hazards
+                .iter()
+                .filter(|h| h.kind.is_possible() == is_possible);
+            let recorded = group.clone().count() as u64;
+            let mut shown = 0u64;
+            for h in group.take(HAZARDS_SHOWN) {
+                number += 1;
+                shown += 1;
+                hazard(out, number, h, indent);
+            }
+            if count > shown {
+                let _ = writeln!(
+                    out,
+                    "{indent}  ... {} more{}",
+                    plural(count - shown, what),
+                    if count > recorded {
+                        format!(" (the JSON report holds the first {MAX_RECORDED} hazards)")
+                    } else {
+                        " (see the JSON report)".to_string()
+                    }
+                );
+            }
         }
     }
     if c.weak_edges > 0 {

@@ -1,6 +1,6 @@
 //! Reading any `CUgraph` back into the model. This module only fills a
 //! [`graphsmith_analysis::RawGraph`] from the driver (node kinds, kernel names, geometry and
-//! argument bytes, copy and set parameters, child graphs, edges with their data) and calls the
+//! every argument's bytes (`cuFuncGetParamInfo` sizes, struct parameters included), copy and set parameters, child graphs, edges with their data) and calls the
 //! one conversion, [`graphsmith_analysis::readback::build`], which `graphsmith trace --hazards`
 //! uses too: both read the same accesses out of the same graph.
 
@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use cudarc::driver::sys;
 use graphsmith_analysis::readback::{self as conversion, MAX_DEPTH};
-use graphsmith_analysis::{RawEdge, RawGraph, RawNode};
+use graphsmith_analysis::{MemoryMap, RawEdge, RawGraph, RawNode};
 use graphsmith_model as model;
 use model::{Dim3, KernelArg, KernelParams, NodeKind};
 
@@ -18,7 +18,9 @@ use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::KernelFn;
 
 /// Reads a graph that graphsmith does not own (e.g. captured by another library) into the
-/// model. The graph is not modified or destroyed.
+/// model. The graph is not modified or destroyed. A kernel's pointers, in its pointer-sized
+/// and struct parameters alike, are bounded by the driver's allocations
+/// (`cuMemGetAddressRange`); [`read_raw_graph_in`] bounds them by finer regions first.
 ///
 /// # Safety
 /// `raw` must be null or a live `CUgraph` of `ctx` not used by another thread during the call.
@@ -27,6 +29,24 @@ pub unsafe fn read_raw_graph(
     ctx: &Context,
     raw: sys::CUgraph,
     label: &str,
+) -> Result<model::Graph> {
+    // SAFETY: forwarded contract.
+    unsafe { read_raw_graph_in(ctx, raw, label, &MemoryMap::default()) }
+}
+
+/// [`read_raw_graph`] with a memory map: an address in one of `map`'s regions (e.g. PyTorch's
+/// caching-allocator blocks, so that two tensors of one `cudaMalloc` segment stay two
+/// buffers) is an access of that region, labelled with its label; only the other addresses
+/// are asked of the driver (see `graphsmith_analysis::readback`).
+///
+/// # Safety
+/// As [`read_raw_graph`].
+#[track_caller]
+pub unsafe fn read_raw_graph_in(
+    ctx: &Context,
+    raw: sys::CUgraph,
+    label: &str,
+    map: &MemoryMap,
 ) -> Result<model::Graph> {
     let at = SourceLine::caller();
     let me = ObjectRef::new(ObjectKind::Graph, label);
@@ -43,7 +63,7 @@ pub unsafe fn read_raw_graph(
     let fail = |f: Failure| f.on(me.clone(), "read_raw_graph", at);
     ctx.bind().map_err(fail)?;
     // SAFETY: raw is live and not used elsewhere (caller's contract); its context is current.
-    unsafe { read_graph(raw, label) }
+    unsafe { read_graph_in(raw, label, map) }
         .map(|read| read.model)
         .map_err(fail)
 }
@@ -71,8 +91,21 @@ struct Filled {
 /// `raw` must be a live graph; its context must be current.
 pub(crate) unsafe fn read_graph(raw: sys::CUgraph, label: &str) -> Result<ReadGraph, Failure> {
     // SAFETY: forwarded contract.
+    unsafe { read_graph_in(raw, label, &MemoryMap::default()) }
+}
+
+/// [`read_graph`], addresses looked up in `map` before the driver's allocations.
+///
+/// # Safety
+/// As [`read_graph`].
+unsafe fn read_graph_in(
+    raw: sys::CUgraph,
+    label: &str,
+    map: &MemoryMap,
+) -> Result<ReadGraph, Failure> {
+    // SAFETY: forwarded contract.
     let filled = unsafe { fill(raw, 0) }?;
-    let built = conversion::build(&filled.raw, label, &mut driver::allocation_of);
+    let built = conversion::build_with(&filled.raw, label, map, &mut driver::allocation_of);
     Ok(ReadGraph {
         model: built.graph,
         handles: filled.handles,
@@ -240,7 +273,11 @@ pub(crate) unsafe fn read_kernel(
         // one pointer per parameter of `layout`, `extra` (when set) an END-terminated list.
         args = unsafe { argument_bytes(&p, &layout) };
         // Only a complete argument list can be written back to a node (Exec updates).
-        let complete = args.len() == layout.len();
+        let complete = args.len() == layout.len()
+            && args
+                .iter()
+                .zip(&layout)
+                .all(|(a, &(_, size))| a.bytes.len() == size);
         let layout = std::sync::Arc::new(layout);
         let kern = p.kern;
         kernel = Some((
@@ -266,7 +303,9 @@ pub(crate) unsafe fn read_kernel(
 /// Entries of an `extra` list read at most (pairs of key and value).
 const MAX_EXTRA: usize = 64;
 
-/// Copies each argument's bytes out of a kernel node's parameters.
+/// Copies each argument's bytes out of a kernel node's parameters: all of them, struct
+/// parameters included (the conversion looks for pointers inside them); an empty placeholder
+/// for a parameter that cannot be read, so that argument `i` is parameter `i`.
 ///
 /// # Safety
 /// `p` must have been filled by the driver for a live kernel node whose parameters `layout`
@@ -283,6 +322,11 @@ unsafe fn argument_bytes(
             // SAFETY: kernelParams holds one pointer per parameter (contract); i < layout.len().
             let value = unsafe { *p.kernelParams.add(i) } as *const u8;
             if value.is_null() {
+                // An empty placeholder keeps argument i at parameter i.
+                out.push(KernelArg {
+                    offset: offset as u32,
+                    bytes: Vec::new(),
+                });
                 continue;
             }
             // SAFETY: the pointer names `size` readable bytes of parameter i (contract),
@@ -316,15 +360,17 @@ unsafe fn argument_bytes(
         }
         if !buffer.is_null() {
             for &(offset, len) in layout {
-                if offset.checked_add(len).is_some_and(|end| end <= size) {
+                let bytes = if offset.checked_add(len).is_some_and(|end| end <= size) {
                     // SAFETY: the buffer holds `size` bytes and offset + len <= size.
-                    let bytes =
-                        unsafe { std::slice::from_raw_parts(buffer.add(offset), len) }.to_vec();
-                    out.push(KernelArg {
-                        offset: offset as u32,
-                        bytes,
-                    });
-                }
+                    unsafe { std::slice::from_raw_parts(buffer.add(offset), len) }.to_vec()
+                } else {
+                    // An empty placeholder keeps argument i at parameter i.
+                    Vec::new()
+                };
+                out.push(KernelArg {
+                    offset: offset as u32,
+                    bytes,
+                });
             }
         }
     }

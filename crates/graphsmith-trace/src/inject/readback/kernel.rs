@@ -1,5 +1,5 @@
-//! Kernel nodes: the kernel's symbol, its geometry and the bytes of its pointer-sized
-//! arguments (the only ones the check looks at: see `crate::hazard::build`).
+//! Kernel nodes: the kernel's symbol, its geometry and the bytes of every argument (pointers
+//! hide in struct parameters too: see `graphsmith_analysis::readback`).
 
 use std::ffi::{c_char, c_void, CStr};
 
@@ -15,6 +15,8 @@ const PARAM_BUFFER_POINTER: usize = 1;
 const PARAM_BUFFER_SIZE: usize = 2;
 /// Pairs read from an `extra` list at most.
 const MAX_EXTRA: usize = 64;
+/// Bytes read per parameter at most (the driver's limit for all parameters is 32,764).
+const MAX_PARAM_BYTES: usize = 32 * 1024;
 
 impl GraphApi {
     /// A kernel node. When its parameters cannot be read, the node says so (`args_unread`) and
@@ -105,9 +107,10 @@ impl GraphApi {
     }
 }
 
-/// The arguments of a kernel node, one per parameter in order: the bytes of each
-/// pointer-sized one, an empty placeholder for the others. `None` when the node holds neither
-/// form of arguments although the kernel has parameters.
+/// The arguments of a kernel node, one per parameter in order, with every parameter's bytes
+/// (struct parameters included: the conversion looks for pointers inside them); an empty
+/// placeholder for one that cannot be read or is larger than [`MAX_PARAM_BYTES`]. `None` when
+/// the node holds neither form of arguments although the kernel has parameters.
 ///
 /// # Safety
 /// `p` was filled by `cuGraphKernelNodeGetParams_v2` for a live node whose function has
@@ -121,33 +124,28 @@ unsafe fn argument_bytes(
     if layout.is_empty() {
         return Some(Vec::new());
     }
-    let pointer_sized = |offset: usize, value: *const u8| {
-        let bytes = if value.is_null() {
+    let copy = |offset: usize, value: *const u8, size: usize| {
+        let bytes = if value.is_null() || size > MAX_PARAM_BYTES {
             Vec::new()
         } else {
-            // SAFETY: value points to the parameter's 8 bytes (the caller checked the size).
-            unsafe { std::slice::from_raw_parts(value, 8) }.to_vec()
+            // SAFETY: value points to the parameter's `size` bytes (the caller's contract for
+            // each call below), copied at once.
+            unsafe { std::slice::from_raw_parts(value, size) }.to_vec()
         };
         KernelArg {
             offset: offset as u32,
             bytes,
         }
     };
-    let placeholder = |offset: usize| KernelArg {
-        offset: offset as u32,
-        bytes: Vec::new(),
-    };
     if !p.kernelParams.is_null() {
         let out = layout
             .iter()
             .enumerate()
             .map(|(i, &(offset, size))| {
-                if size != 8 {
-                    return placeholder(offset);
-                }
-                // SAFETY: kernelParams holds one pointer per parameter (contract).
+                // SAFETY: kernelParams holds one pointer per parameter (contract), each to
+                // `size` bytes.
                 let value = unsafe { *p.kernelParams.add(i) } as *const u8;
-                pointer_sized(offset, value)
+                copy(offset, value, size)
             })
             .collect();
         return Some(out);
@@ -178,11 +176,11 @@ unsafe fn argument_bytes(
     let out = layout
         .iter()
         .map(|&(offset, len)| {
-            if len != 8 || offset.saturating_add(len) > size {
-                return placeholder(offset);
+            if offset.checked_add(len).is_none_or(|end| end > size) {
+                return copy(offset, std::ptr::null(), len);
             }
-            // SAFETY: the buffer holds `size` bytes, and offset + 8 <= size.
-            pointer_sized(offset, unsafe { buffer.add(offset) })
+            // SAFETY: the buffer holds `size` bytes, and offset + len <= size.
+            copy(offset, unsafe { buffer.add(offset) }, len)
         })
         .collect();
     Some(out)

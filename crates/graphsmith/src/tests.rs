@@ -11,6 +11,7 @@ const H200: Limits = Limits {
     max_threads_per_block: 1024,
     max_block: [1024, 1024, 64],
     max_grid: [2_147_483_647, 65_535, 65_535],
+    compute_capability: (9, 0),
 };
 
 fn at() -> SourceLine {
@@ -193,4 +194,24 @@ fn handles_are_send_and_sync_where_documented() {
     send_sync::<crate::DeviceBuffer<f32>>();
     send_sync::<crate::Exec>();
     send::<crate::Graph>();
+}
+
+#[test]
+fn feature_unsupported_names_the_feature_what_it_needs_and_what_was_found() {
+    let e = Error::new(
+        ErrorKind::FeatureUnsupported {
+            feature: "programmatic dependent launch",
+            needs: "compute capability 9.0 or newer",
+            found: "the device has 8.6".into(),
+        },
+        ObjectRef::new(ObjectKind::Kernel, "ll_embed"),
+        "Kernel::programmatic",
+        at(),
+    );
+    assert_eq!(
+        e.to_string(),
+        "Kernel::programmatic on Kernel 'll_embed' at src/main.rs:12:5: programmatic dependent \
+         launch needs compute capability 9.0 or newer; the device has 8.6"
+    );
+    assert!(e.fix().unwrap().contains("graphsmith probe"));
 }

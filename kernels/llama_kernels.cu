@@ -344,11 +344,16 @@ extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* 
 //   EPI 0: y = bf16(acc)              (bf16 out)
 //   EPI 1: y = bf16(y + bf16(acc))    (bf16 out, residual add in place as HF: residual + proj)
 //   EPI 2: y = float(bf16(acc))       (f32 out, logits)
-// One warp per output column n (grid-stride over n), 16-byte weight loads when K % 8 == 0 and w
-// is 16-byte aligned (scalar loads otherwise), fp32 accumulation, warp-shuffle reduction.
-// Weights stream in rounds of GEMV_U 16-byte loads per lane, the next round (the rest of the
-// column, or the warp's next column) issued before the current one is used, so a warp always
-// has a round in flight. The first round is loaded before pdl_wait: weights are read-only.
+// A group of `wpc` warps (1, 2, 4 or 8, dividing the block's warps) per output column n
+// (grid-stride over n): the group's warps share out the column's 16-byte weight vectors (warp
+// `sub` takes vectors c0 + (u * wpc + sub) * 32 + lane, so every load of a warp reads 512
+// consecutive bytes), their sums meet in shared memory. More warps per column keep the GPU busy
+// when there are few columns (an o or down projection of a small model). 16-byte weight loads
+// when K % 8 == 0 and w is 16-byte aligned (scalar loads otherwise, one warp per column's
+// share), fp32 accumulation, warp-shuffle reductions. Weights stream in rounds of GEMV_U loads
+// per lane, the next round (the rest of the column, or the group's next column) issued before
+// the current one is used, so a warp always has a round in flight. The first round is loaded
+// before pdl_wait: weights are read-only.
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
 #define GEMV_U 4
 
@@ -368,24 +373,26 @@ __device__ __forceinline__ uint4 ldg_if(const uint4* p, bool ok) {
 template <int R, int PRO, int EPI>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
-                                     int n, int k, float eps) {
+                                     int n, int k, float eps, int wpc) {
     extern __shared__ __align__(16) unsigned short xs[];
     __shared__ float scratch[32];
+    __shared__ float part[32 * R];  // per warp, per row: the warp's share of its column
     int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int groups = warps / wpc, g = warp / wpc, sub = warp % wpc;
     bool vec = (k & 7) == 0 && (((unsigned long long)w) & 15ull) == 0ull;
-    int k8 = k >> 3, stride = gridDim.x * warps;
+    int k8 = k >> 3, stride = gridDim.x * groups, step = 32 * GEMV_U * wpc;
     const uint4* w4 = (const uint4*)w;
-    // Round c0 (in 16-byte units) of column o into wv.
+    // Round c0 of column o (this warp's share) into wv.
     auto load_round = [&](uint4* wv, int o, int c0) {
 #pragma unroll
         for (int u = 0; u < GEMV_U; ++u) {
-            int cidx = c0 + lane + 32 * u;
+            int cidx = c0 + (u * wpc + sub) * 32 + lane;
             wv[u] = ldg_if(w4 + (size_t)o * k8 + cidx, o < n && cidx < k8);
         }
     };
     uint4 wv[GEMV_U];
-    int o_first = blockIdx.x * warps + warp;
-    if (vec) load_round(wv, o_first, 0);
+    int base0 = blockIdx.x * groups;
+    if (vec) load_round(wv, base0 + g, 0);
     pdl_trigger();
     pdl_wait();
     int kpad = (k + 7) & ~7;
@@ -421,24 +428,25 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
         }
     }
     __syncthreads();
-    for (int o = o_first; o < n; o += stride) {
+    // The loop runs alike in every warp of the block (base is block-uniform): the barriers
+    // inside are safe; a group whose column is past n computes zeros and writes nothing.
+    for (int base = base0; base < n; base += stride) {
+        int o = base + g;
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-        const unsigned short* wr = w + (size_t)o * k;
         if (vec) {
             // wv holds round c0 of column o; the next round is issued before it is used.
-            for (int c0 = 0; c0 < k8; c0 += 32 * GEMV_U) {
+            for (int c0 = 0; c0 < k8; c0 += step) {
                 uint4 nx[GEMV_U];
-                int nc = c0 + 32 * GEMV_U;
-                if (nc < k8) {
-                    load_round(nx, o, nc);
+                if (c0 + step < k8) {
+                    load_round(nx, o, c0 + step);
                 } else {
                     load_round(nx, o + stride, 0);
                 }
 #pragma unroll
                 for (int u = 0; u < GEMV_U; ++u) {
-                    int cidx = c0 + lane + 32 * u;
+                    int cidx = c0 + (u * wpc + sub) * 32 + lane;
                     if (cidx >= k8) break;
                     unsigned int ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
 #pragma unroll
@@ -458,8 +466,9 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 #pragma unroll
                 for (int u = 0; u < GEMV_U; ++u) wv[u] = nx[u];
             }
-        } else {
-            for (int i = lane; i < k; i += 32) {
+        } else if (o < n) {
+            const unsigned short* wr = w + (size_t)o * k;
+            for (int i = sub * 32 + lane; i < k; i += 32 * wpc) {
                 float wf = bf2f(wr[i]);
 #pragma unroll
                 for (int r = 0; r < R; ++r) acc[r] += wf * bf2f(xs[(size_t)r * kpad + i]);
@@ -470,7 +479,23 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
             for (int off = 16; off > 0; off >>= 1)
                 acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
         }
-        if (lane == 0) {
+        if (wpc > 1) {
+            if (lane == 0) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) part[warp * R + r] = acc[r];
+            }
+            __syncthreads();
+            if (sub == 0) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float t = 0.0f;
+                    for (int j = 0; j < wpc; ++j) t += part[(warp + j) * R + r];
+                    acc[r] = t;
+                }
+            }
+            __syncthreads();
+        }
+        if (lane == 0 && sub == 0 && o < n) {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (r < rows) {
@@ -494,12 +519,13 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 //   ll_gemv_res_R       (PRO 0, EPI 1): o projection with the residual add
 //   ll_gemv_swiglu_res_R(PRO 2, EPI 1): down projection with SwiGLU and the residual add
 //   ll_gemv_norm_f32_R  (PRO 1, EPI 2): lm_head with the final norm, f32 logits
-// Arguments: (x, nw, w, y, row0, rows, n, k, eps); nw is ignored without the norm.
+// Arguments: (x, nw, w, y, row0, rows, n, k, eps, wpc); nw is ignored without the norm; wpc
+// (warps per column) is 1, 2, 4 or 8.
 #define LL_GEMV(NAME, R, PRO, EPI)                                                              \
     extern "C" __global__ void NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
-                                    int n, int k, float eps) {                                 \
-        gemv<R, PRO, EPI>(x, nw, w, y, row0, rows, n, k, eps);                                 \
+                                    int n, int k, float eps, int wpc) {                        \
+        gemv<R, PRO, EPI>(x, nw, w, y, row0, rows, n, k, eps, wpc);                            \
     }
 #define LL_GEMV_ALL(NAME, PRO, EPI)                                                             \
     LL_GEMV(NAME##_1, 1, PRO, EPI)                                                              \

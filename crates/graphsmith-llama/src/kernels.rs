@@ -274,6 +274,7 @@ pub fn gemv<T: graphsmith::Element>(
 ) -> graphsmith::Result<()> {
     let (x, nw, w) = inputs;
     let warps = (GEMV_THREADS / 32) as usize;
+    let wpc = warps_per_column(n, k, sm_count as usize);
     let mut row0 = 0;
     while row0 < rows {
         let chunk = (rows - row0).min(max_rows.clamp(1, 8));
@@ -282,7 +283,9 @@ pub fn gemv<T: graphsmith::Element>(
         // Resident blocks per multiprocessor: at most 4 (64 registers x 256 threads), fewer
         // when the staged rows take more shared memory; the grid is one wave of them.
         let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
-        let blocks = (n.div_ceil(warps) as u32).min(sm_count * per_sm).max(1);
+        let blocks = ((n * wpc).div_ceil(warps) as u32)
+            .min(sm_count * per_sm)
+            .max(1);
         stream.launch(
             label,
             kernel,
@@ -296,12 +299,26 @@ pub fn gemv<T: graphsmith::Element>(
                 chunk as i32,
                 n as i32,
                 k as i32,
-                eps
+                eps,
+                wpc as i32
             ],
         )?;
         row0 += chunk;
     }
     Ok(())
+}
+
+/// Warps per output column of a GEMV (1, 2, 4 or 8): enough that the columns' warps about fill
+/// the GPU (4 blocks of 8 warps per multiprocessor), but never more than a column has 512-byte
+/// slices of weights to share out.
+pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
+    let want = sm_count * 4 * (GEMV_THREADS / 32) as usize;
+    let slices = (k / 8).div_ceil(32).max(1);
+    let mut wpc = 1;
+    while wpc < 8 && n * wpc * 2 <= want && wpc * 2 <= slices {
+        wpc *= 2;
+    }
+    wpc
 }
 
 /// An attribute of the context's device.
@@ -338,4 +355,21 @@ pub fn allow_smem(kernel: &Kernel, bytes: usize, name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::warps_per_column;
+
+    #[test]
+    fn warps_per_column_fills_the_gpu_without_idle_warps() {
+        // H200: 132 multiprocessors.
+        assert_eq!(warps_per_column(576, 576, 132), 2); // small o: 3 slices of 512 B
+        assert_eq!(warps_per_column(576, 1536, 132), 4); // small down
+        assert_eq!(warps_per_column(3072, 576, 132), 1); // small gate/up
+        assert_eq!(warps_per_column(2048, 8192, 132), 2); // 1B down
+        assert_eq!(warps_per_column(128_256, 2048, 132), 1); // 1B lm_head
+        assert_eq!(warps_per_column(1, 64, 132), 1); // one slice: one warp
+        assert_eq!(warps_per_column(1, 1 << 20, 132), 8); // never above 8
+    }
 }

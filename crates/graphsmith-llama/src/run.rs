@@ -425,10 +425,7 @@ pub fn bench(
     let prompt = bench_prompt(32, config.vocab_size);
     let max_ctx = prompt.len() + warmup + steps + 1;
     let capacity = batches.iter().copied().max().unwrap_or(1);
-    for (&mode, &pdl) in modes
-        .iter()
-        .flat_map(|m| pdls.iter().map(move |p| (m, p)))
-    {
+    for (&mode, &pdl) in modes.iter().flat_map(|m| pdls.iter().map(move |p| (m, p))) {
         let (free0, total) = ctx.memory_info()?;
         let base = (total - free0) as u64;
         let mut model = build_model(

@@ -93,7 +93,11 @@ fn programmatic_chain_built_and_captured_matches_host_reference() {
     let captured = s.end_capture().unwrap();
     let read = captured.read_back().unwrap();
     assert_eq!(edge_types(&read), (CHAIN - 1, 0), "captured, read back");
-    assert_eq!(edge_types(captured.model()), (CHAIN - 1, 0), "captured model");
+    assert_eq!(
+        edge_types(captured.model()),
+        (CHAIN - 1, 0),
+        "captured model"
+    );
     assert!(captured.model().hazards().unwrap().hazards.is_empty());
     let mut cexec = captured.instantiate().unwrap();
     for run in 0..3 {
@@ -217,12 +221,25 @@ fn reading_before_the_wait_races_and_the_checker_says_so() {
             &[],
         )
         .unwrap();
-    g.kernel("copy-early", &early, cfg, args![&x, &mut dst, n as u32], &[&f])
-        .unwrap();
+    g.kernel(
+        "copy-early",
+        &early,
+        cfg,
+        args![&x, &mut dst, n as u32],
+        &[&f],
+    )
+    .unwrap();
     let mut m = g.model().clone();
     assert_eq!(edge_types(&m), (1, 0));
-    assert!(m.hazards().unwrap().hazards.is_empty(), "after the wait: ordered");
-    let copy = m.nodes.iter().position(|n| n.label == "copy-early").unwrap();
+    assert!(
+        m.hazards().unwrap().hazards.is_empty(),
+        "after the wait: ordered"
+    );
+    let copy = m
+        .nodes
+        .iter()
+        .position(|n| n.label == "copy-early")
+        .unwrap();
     let node = &mut m.nodes[copy];
     let (before, after): (Vec<_>, Vec<_>) = node
         .accesses

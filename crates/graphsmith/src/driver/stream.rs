@@ -161,9 +161,7 @@ unsafe fn launch_kernel_programmatic(
     // SAFETY: forwarded contract; `config` and the one attribute it points to are locals alive
     // for the call; no `extra` buffer.
     check(
-        unsafe {
-            sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut())
-        },
+        unsafe { sys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut()) },
         "cuLaunchKernelEx",
     )
 }

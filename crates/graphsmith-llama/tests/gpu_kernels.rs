@@ -213,7 +213,16 @@ fn gemv_variants_match_a_host_reference() {
         for rows in [1, 3, 8, 11] {
             // K odd (scalar loads), K a multiple of 8 (16-byte loads, with and without a
             // remainder of the 32-lane stride), N odd and N above the grid's warps.
-            for (n, k) in [(5, 77), (67, 64), (130, 576), (33, 1000), (41, 1032)] {
+            // 1 to 8 warps per column (warps_per_column), scalar and vector loads:
+            for (n, k) in [
+                (5, 77),
+                (67, 64),
+                (130, 576),
+                (33, 1000),
+                (41, 1032),
+                (9, 4101),
+                (300, 8192),
+            ] {
                 check_gemv(&ctx, &st, &kernels, v, rows, n, k);
             }
         }

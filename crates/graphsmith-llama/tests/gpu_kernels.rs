@@ -213,15 +213,19 @@ fn gemv_variants_match_a_host_reference() {
         for rows in [1, 3, 8, 11] {
             // K odd (scalar loads), K a multiple of 8 (16-byte loads, with and without a
             // remainder of the 32-lane stride), N odd and N above the grid's warps.
-            // 1 to 8 warps per column (warps_per_column), scalar and vector loads:
+            // With the 2 multiprocessors below, warps_per_column gives 1 to 8 warps per column
+            // (8: (3, 2501) with scalar loads, (4, 2048) with vector loads; 4: (12, 1032); 2:
+            // (20, 576)); K at most 2,501 keeps 8 rows within the default shared memory.
             for (n, k) in [
                 (5, 77),
                 (67, 64),
                 (130, 576),
                 (33, 1000),
                 (41, 1032),
-                (9, 4101),
-                (200, 2048),
+                (3, 2501),
+                (4, 2048),
+                (12, 1032),
+                (20, 576),
             ] {
                 check_gemv(&ctx, &st, &kernels, v, rows, n, k);
             }

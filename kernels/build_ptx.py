@@ -50,7 +50,11 @@ LLAMA = {
     "name_expressions": [],
     "extern_c": ["ll_embed", "ll_rmsnorm", "ll_swiglu", "ll_argmax", "ll_advance"]
     + [f"ll_attention_{e}{g}" for e in (1, 2, 4, 8) for g in ("", "_g4")]
-    + [f"ll_gemv_{v}_{r}" for v in ("norm", "res", "swiglu_res", "norm_f32") for r in (1, 2, 4, 8)],
+    + [
+        f"ll_gemv_{v}_{r}"
+        for v in ("norm", "norm_swiglu", "res", "swiglu_res", "norm_f32", "head")
+        for r in (1, 2, 4, 8)
+    ],
 }
 
 NVRTC_SUCCESS = 0

@@ -57,7 +57,9 @@ pub use cache::{
 pub use context::CaptureMode;
 pub use context::CaptureOptions;
 pub use context::{gpu_available, Context, DropFailure};
-pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
+pub use error::{
+    CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine, Unsupported,
+};
 pub use exec::{Exec, ExecStats};
 pub use exec::{Relocated, Relocation};
 pub use exec::{UpdateBatch, UpdateOutcome, UpdatePolicy};

@@ -199,11 +199,11 @@ fn handles_are_send_and_sync_where_documented() {
 #[test]
 fn feature_unsupported_names_the_feature_what_it_needs_and_what_was_found() {
     let e = Error::new(
-        ErrorKind::FeatureUnsupported {
+        ErrorKind::FeatureUnsupported(Box::new(crate::error::Unsupported {
             feature: "programmatic dependent launch",
             needs: "compute capability 9.0 or newer",
             found: "the device has 8.6".into(),
-        },
+        })),
         ObjectRef::new(ObjectKind::Kernel, "ll_embed"),
         "Kernel::programmatic",
         at(),

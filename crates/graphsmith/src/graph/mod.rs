@@ -3,11 +3,15 @@
 
 mod builder;
 mod capture;
+mod conditional;
+mod conditional_capture;
 mod fallback;
 mod readback;
 mod template;
 
 pub use capture::*;
+pub(crate) use conditional::Bodies;
+pub use conditional::{Body, BodyRef, ConditionHandle};
 pub use fallback::*;
 pub use readback::*;
 pub use template::*;

@@ -313,3 +313,82 @@ fn a_graph_with_conditional_nodes_is_not_copied_and_says_why() {
     exec.launch(&gpu.stream).expect("launch");
     gpu.stream.synchronize().expect("sync");
 }
+
+/// An IF/ELSE graph whose branches add `then_add` and `else_add`; with `with_else` false, an
+/// IF alone.
+fn branch_graph(
+    gpu: &Gpu,
+    x: &DeviceBuffer<f32>,
+    out: &mut DeviceBuffer<f32>,
+    flag: &DeviceBuffer<u32>,
+    (then_add, else_add): (f32, f32),
+    with_else: bool,
+) -> Graph {
+    let mut g = gpu.ctx.graph("branch").expect("graph");
+    let h = g.condition_handle("flag", Some(0)).expect(WHY);
+    let set = gpu.kernel("gs_set_condition");
+    let setter = g
+        .kernel(
+            "set",
+            &set,
+            LaunchConfig::for_elements(1),
+            args![h, flag],
+            &[],
+        )
+        .expect("setter node");
+    if with_else {
+        let (_, [t, e]) = g.if_else("branch", h, &[&setter]).expect(WHY);
+        copy_then_add(gpu, &mut g, &t, Fill::Built, x, out, then_add);
+        copy_then_add(gpu, &mut g, &e, Fill::Built, x, out, else_add);
+    } else {
+        let (_, t) = g.if_("branch", h, &[&setter]).expect(WHY);
+        copy_then_add(gpu, &mut g, &t, Fill::Built, x, out, then_add);
+    }
+    g
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (compute capability 9.0+ for conditional nodes with ELSE/SWITCH: driver 12.8+)"]
+fn whole_graph_update_keeps_the_conditional_structure_and_names_the_node_otherwise() {
+    use graphsmith::{ErrorKind, UpdateOutcome, UpdatePolicy};
+    let gpu = Gpu::new();
+    let x0 = inputs(N, 11);
+    let x = gpu.buffer("x", &x0);
+    let mut out = gpu.poisoned("out", N);
+    let mut flag = u32_buffer(&gpu, "flag", 1);
+    let first = branch_graph(&gpu, &x, &mut out, &flag, (1.0, 100.0), true);
+    let mut exec = first.into_exec().expect("instantiate");
+
+    // Same structure, other values in the bodies: updated in place.
+    let second = branch_graph(&gpu, &x, &mut out, &flag, (2.0, 200.0), true);
+    let outcome = exec
+        .update_owned(second, UpdatePolicy::InPlace)
+        .expect("an update of the same structure");
+    assert_eq!(outcome, UpdateOutcome::Updated);
+    for (value, a) in [(1u32, 2.0f32), (0, 200.0)] {
+        gpu.stream.upload(&mut flag, &[value]).expect("flag");
+        gpu.poison(&mut out);
+        exec.launch(&gpu.stream).expect("launch");
+        assert_same(
+            &format!("updated if/else, flag {value}"),
+            &gpu.read(&out),
+            &plus(&x0, a),
+        );
+    }
+
+    // An IF without its ELSE: refused, naming the conditional node.
+    let third = branch_graph(&gpu, &x, &mut out, &flag, (3.0, 0.0), false);
+    let err = exec
+        .update_owned(third, UpdatePolicy::InPlace)
+        .expect_err("a conditional node that lost its ELSE cannot be updated");
+    match &err.kind {
+        ErrorKind::UpdateImpossible { reasons } => assert!(
+            reasons
+                .iter()
+                .any(|r| r.node.as_deref() == Some("branch") && r.reason.contains("2 bodies")),
+            "reasons name the node: {reasons:?}"
+        ),
+        other => panic!("expected UpdateImpossible, got {other:?}"),
+    }
+    println!("conditional update: pass");
+}

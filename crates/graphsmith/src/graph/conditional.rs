@@ -26,6 +26,9 @@ pub struct ConditionHandle {
 }
 
 impl ConditionHandle {
+    pub(crate) fn from_raw(raw: u64, default: Option<u32>) -> ConditionHandle {
+        ConditionHandle { raw, default }
+    }
     /// The driver's handle value, as kernels take it.
     pub fn raw(&self) -> u64 {
         self.raw
@@ -133,7 +136,7 @@ impl Graph {
         // SAFETY: self.raw is live and used only through &mut self; the context is current.
         let raw = unsafe { driver::condition_handle_create(self.raw, self.ctx.raw(), default) }
             .map_err(fail)?;
-        Ok(ConditionHandle { raw, default })
+        Ok(ConditionHandle::from_raw(raw, default))
     }
 
     /// Adds an IF node: its body runs when the condition is non-zero.
@@ -219,9 +222,8 @@ impl Graph {
                 index: body.index,
             }),
             None => Err(Error::new(
-                ErrorKind::ForeignNode {
-                    node: body.label.to_string(),
-                    node_graph: "another graph".into(),
+                ErrorKind::InvalidInput {
+                    reason: foreign_body(body),
                 },
                 self.object(),
                 "Graph::body",
@@ -370,14 +372,37 @@ impl Graph {
         }
         Err(Error::new(
             ErrorKind::InvalidInput {
-                reason: "a graph with conditional nodes cannot be copied (cuGraphClone refuses \
-                         it) and has one executable at a time: instantiate it with \
-                         Graph::into_exec, update an executable from it with Exec::update_owned"
-                    .into(),
+                reason: NO_COPY.into(),
             },
             self.object(),
             "Graph::instantiate",
             at,
         ))
+    }
+}
+
+/// Why a graph with conditional nodes is not copied.
+pub(crate) const NO_COPY: &str = "a graph with conditional nodes cannot be copied (cuGraphClone \
+    refuses it) and has one executable at a time: instantiate it with Graph::into_exec, update \
+    an executable from it with Exec::update_owned";
+
+/// Why a body cannot be opened on this graph.
+pub(crate) fn foreign_body(body: &BodyRef) -> String {
+    format!(
+        "body '{}' belongs to a conditional node of another graph (open it on the graph whose \
+         builder returned it)",
+        body.label
+    )
+}
+
+impl BodyRef {
+    #[cfg(test)]
+    pub(crate) fn for_test(label: &str) -> BodyRef {
+        BodyRef {
+            graph: 0,
+            node: NodeId(0),
+            index: 0,
+            label: label.into(),
+        }
     }
 }

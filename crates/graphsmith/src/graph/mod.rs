@@ -10,7 +10,7 @@ mod readback;
 mod template;
 
 pub use capture::*;
-pub(crate) use conditional::Bodies;
+pub(crate) use conditional::{foreign_body, Bodies, NO_COPY};
 pub use conditional::{Body, BodyRef, ConditionHandle};
 pub use fallback::*;
 pub use readback::*;

@@ -1,9 +1,8 @@
 //! Conditional nodes in the builder: condition handles, IF (with ELSE), WHILE and SWITCH nodes,
 //! and their bodies, each a [`Graph`] the driver created and the node owns, built node by node
 //! or captured ([`crate::Stream::capture_into`]). The model's conditional node holds the
-//! bodies' models, kept in step whenever a [`Body`] is let go of.
+//! bodies' models, kept in step whenever a [`Body`] (`conditional_body.rs`) is let go of.
 
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use graphsmith_model as model;
@@ -11,7 +10,7 @@ use model::{ConditionalKind, NodeId, NodeKind};
 
 use crate::driver::{self, CondType, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::graph::{Graph, NodeRef};
+use crate::graph::{Body, Graph, NodeRef};
 use crate::module::{Args, KernelArg};
 
 /// A condition handle (`CUgraphConditionalHandle`): the value a conditional node reads, set
@@ -75,40 +74,6 @@ impl BodyRef {
     /// The body graph's label (`<node>/then`, `<node>/else`, `<node>/body`, `<node>/case<n>`).
     pub fn label(&self) -> &str {
         &self.label
-    }
-}
-
-/// A body of a conditional node, open for building: it dereferences to the body's [`Graph`],
-/// so `kernel`, `memcpy`, `memset`, `empty`, `child`, nested conditionals and
-/// [`crate::Stream::capture_into`] add nodes to it. When it is let go of, its model is written
-/// into the conditional node of the graph it belongs to (with the memory its nodes touch, so
-/// hazards between the body and the rest of the graph are found) and what its nodes use is
-/// kept alive with that graph.
-///
-/// A body may hold kernels, memsets, memcpys, empty nodes, child graphs and conditional nodes
-/// (the driver refuses the rest).
-pub struct Body<'g> {
-    parent: &'g mut Graph,
-    slot: usize,
-    index: usize,
-}
-
-impl Deref for Body<'_> {
-    type Target = Graph;
-    fn deref(&self) -> &Graph {
-        &self.parent.bodies[self.slot].graphs[self.index]
-    }
-}
-
-impl DerefMut for Body<'_> {
-    fn deref_mut(&mut self) -> &mut Graph {
-        &mut self.parent.bodies[self.slot].graphs[self.index]
-    }
-}
-
-impl Drop for Body<'_> {
-    fn drop(&mut self) {
-        self.parent.sync_body(self.slot, self.index);
     }
 }
 
@@ -216,11 +181,7 @@ impl Graph {
             .position(|b| b.node == body.node)
             .filter(|&s| body.graph == self.id && body.index < self.bodies[s].graphs.len());
         match slot {
-            Some(slot) => Ok(Body {
-                parent: self,
-                slot,
-                index: body.index,
-            }),
+            Some(slot) => Ok(Body::new(self, slot, body.index)),
             None => Err(Error::new(
                 ErrorKind::InvalidInput {
                     reason: foreign_body(body),
@@ -309,7 +270,7 @@ impl Graph {
 
     /// Writes body `index` of slot `slot` into the model's conditional node and keeps what the
     /// body's nodes use alive with this graph.
-    fn sync_body(&mut self, slot: usize, index: usize) {
+    pub(super) fn sync_body(&mut self, slot: usize, index: usize) {
         let (node, body_model, body_keep) = {
             let b = &self.bodies[slot];
             let g = &b.graphs[index];

@@ -7,15 +7,15 @@ use std::collections::HashMap;
 use crate::context::{CaptureMode, CaptureOptions, CaptureRecord};
 use crate::driver;
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::graph::Graph;
+use crate::graph::{Body, Graph};
 use crate::stream::Stream;
 
 impl Stream {
-    /// Captures everything `work` issues on this stream into `graph` (usually a conditional
-    /// node's [`crate::Body`]) with `cuStreamBeginCaptureToGraph`: the captured nodes depend on
-    /// nothing already in `graph`, and join its model as a capture's nodes do. The capture is
+    /// Captures everything `work` issues on this stream into a conditional node's [`Body`]
+    /// with `cuStreamBeginCaptureToGraph`: the captured nodes depend on nothing already in the
+    /// body, and join its model as a capture's nodes do. The capture is
     /// always ended; when it or `work` fails, the nodes it added are removed again, so the
-    /// graph is as it was, and the error is the capture's diagnosis
+    /// body is as it was, and the error is the capture's diagnosis
     /// ([`ErrorKind::CaptureFailed`]) or `work`'s own error.
     ///
     /// ```ignore
@@ -27,11 +27,12 @@ impl Stream {
     #[track_caller]
     pub fn capture_into<R>(
         &self,
-        graph: &mut Graph,
+        body: &mut Body<'_>,
         mode: CaptureMode,
         work: impl FnOnce(&Stream) -> Result<R>,
     ) -> Result<R> {
         let at = SourceLine::caller();
+        let graph = body.graph_mut();
         let op = "Stream::capture_into";
         let label = graph.label.to_string();
         let raw = graph.raw;

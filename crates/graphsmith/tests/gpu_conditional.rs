@@ -23,12 +23,12 @@ enum Fill {
     Captured,
 }
 
-/// The topology of a model as text: each node's kind, conditional nodes with their bodies'
-/// topologies, then the edges by index.
+/// The topology of a model as text, independent of the order the driver lists nodes in: the
+/// sorted kinds of the nodes (conditional nodes with their bodies' topologies), then the sorted
+/// edges by the kinds they join.
 fn shape(m: &ModelGraph) -> String {
-    let mut out = String::new();
-    for n in &m.nodes {
-        out.push_str(n.kind.name());
+    let kind = |n: &graphsmith::model::Node| -> String {
+        let mut out = n.kind.name().to_string();
         if let NodeKind::Conditional {
             conditional,
             bodies,
@@ -41,16 +41,23 @@ fn shape(m: &ModelGraph) -> String {
             }
             out.push(')');
         }
-        out.push(' ');
-    }
-    let mut edges: Vec<(usize, usize)> = m
+        out
+    };
+    let mut nodes: Vec<String> = m.nodes.iter().map(kind).collect();
+    nodes.sort();
+    let mut edges: Vec<String> = m
         .edges
         .iter()
-        .map(|e| (e.from.index(), e.to.index()))
+        .map(|e| {
+            format!(
+                "{} -> {}",
+                kind(&m.nodes[e.from.index()]),
+                kind(&m.nodes[e.to.index()])
+            )
+        })
         .collect();
     edges.sort();
-    out.push_str(&format!("edges {edges:?}"));
-    out
+    format!("nodes {nodes:?} edges {edges:?}")
 }
 
 fn assert_read_back_matches(g: &Graph, what: &str) {

@@ -40,6 +40,9 @@ EXTERN_C_KERNELS = [
     "gs_pdl_spin_fill_f32",
     "gs_pdl_copy_early_f32",
     "gs_pdl_copy_f32",
+    "gs_set_condition",
+    "gs_while_countdown",
+    "gs_switch_select",
 ]
 
 # The decoder's kernels (crates/graphsmith-llama): all extern "C", no mangled names.

@@ -66,7 +66,7 @@ pub use exec::{UpdateBatch, UpdateOutcome, UpdatePolicy};
 pub use graph::CaptureReport;
 pub use graph::Replay;
 pub use graph::{read_raw_graph, read_raw_graph_in};
-pub use graph::{Graph, NodeRef};
+pub use graph::{Body, BodyRef, ConditionHandle, Graph, NodeRef};
 pub use graphsmith_analysis as analysis;
 pub use graphsmith_analysis::catalogue;
 pub use graphsmith_analysis::{

@@ -349,8 +349,11 @@ impl Exec {
             };
             match self.driver_update(graph) {
                 Ok(()) => {
-                    self.follow(graph, copy)
-                        .map_err(|f| f.on(self.object(), op, at))?;
+                    let to = match copy {
+                        Some(copy) => To::Take(copy),
+                        None => To::Share(graph),
+                    };
+                    self.follow(to).map_err(|f| f.on(self.object(), op, at))?;
                     self.stats.graph_updates += 1;
                     return Ok(UpdateOutcome::Updated);
                 }
@@ -367,29 +370,90 @@ impl Exec {
             )),
             UpdatePolicy::Reinstantiate => {
                 let template = graph.clone_template(at)?;
-                let raw = instantiate_raw(&template).map_err(|f| f.on(self.object(), op, at))?;
-                self.release();
-                self.raw = raw;
-                self.instantiated_from = template.id;
-                self.origin = template.id;
-                self.label = format!("{}#exec", template.label());
-                self.template = template;
-                self.current = None;
-                self.overrides.clear();
-                self.model_cache.take();
-                self.stale.clear();
-                self.any_stale = false;
-                self.stats.reinstantiations += 1;
-                Ok(UpdateOutcome::Reinstantiated { reasons })
+                self.reinstantiate(template, reasons, op, at)
             }
         }
     }
 
-    /// After `cuGraphExecUpdate` from `graph`: makes the executable's template follow `graph`,
-    /// sharing its model (`copy` is `None`, see [`follows_lazily`]) or becoming `copy`, a driver
-    /// copy of it. The new state is in place before what the old one used is let go of, so a
+    /// [`Exec::update`] from a graph the executable takes over, which must be done for a graph
+    /// with conditional nodes: such a graph cannot be copied (`cuGraphClone` refuses it), so
+    /// the executable's template becomes `graph` itself. The pre-check is the same: the
+    /// conditional nodes keep their flavour and body count, and their bodies follow the rules of
+    /// child graphs; each difference is named by node.
+    #[track_caller]
+    pub fn update_owned(&mut self, graph: Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
+        let at = SourceLine::caller();
+        let op = "Exec::update_owned";
+        let copies_updated = self
+            .overrides
+            .iter()
+            .flatten()
+            .any(|u| matches!(u, NodeUpdate::Memcpy { .. }));
+        let mut reasons = if copies_updated {
+            update_compatibility(self.model(), &graph.model)
+        } else {
+            update_compatibility(&self.current().model, &graph.model)
+        };
+        if reasons.is_empty() {
+            match self.driver_update(&graph) {
+                Ok(()) => {
+                    let to = if graph.update_facts().follows_lazily {
+                        To::Share(&graph)
+                    } else {
+                        To::Take(graph)
+                    };
+                    self.follow(to).map_err(|f| f.on(self.object(), op, at))?;
+                    self.stats.graph_updates += 1;
+                    return Ok(UpdateOutcome::Updated);
+                }
+                Err(DriverRefusal::Failed(f)) => return Err(f.on(self.object(), op, at)),
+                Err(DriverRefusal::Refused(r)) => reasons = r,
+            }
+        }
+        match policy {
+            UpdatePolicy::InPlace => Err(Error::new(
+                ErrorKind::UpdateImpossible { reasons },
+                self.object(),
+                op,
+                at,
+            )),
+            UpdatePolicy::Reinstantiate => self.reinstantiate(graph, reasons, op, at),
+        }
+    }
+
+    /// Rebuilds the executable from `template`, which it keeps.
+    fn reinstantiate(
+        &mut self,
+        template: Graph,
+        reasons: Vec<Incompatibility>,
+        op: &'static str,
+        at: SourceLine,
+    ) -> Result<UpdateOutcome> {
+        let raw = instantiate_raw(&template).map_err(|f| f.on(self.object(), op, at))?;
+        self.release();
+        self.raw = raw;
+        self.instantiated_from = template.id;
+        self.origin = template.id;
+        self.label = format!("{}#exec", template.label());
+        self.template = template;
+        self.current = None;
+        self.overrides.clear();
+        self.model_cache.take();
+        self.stale.clear();
+        self.any_stale = false;
+        self.stats.reinstantiations += 1;
+        Ok(UpdateOutcome::Reinstantiated { reasons })
+    }
+
+    /// After `cuGraphExecUpdate`: makes the executable's template follow the new graph,
+    /// sharing its model ([`To::Share`], see [`follows_lazily`]) or becoming a graph
+    /// ([`To::Take`]: a driver copy of it, or the graph itself). The new state is in place before what the old one used is let go of, so a
     /// failure there (a failed wait) leaves the executable consistent.
-    fn follow(&mut self, graph: &Graph, copy: Option<Graph>) -> Result<(), Failure> {
+    fn follow(&mut self, to: To<'_>) -> Result<(), Failure> {
+        let (origin, label) = match &to {
+            To::Share(g) => (g.id, g.label.clone()),
+            To::Take(g) => (g.id, g.label.clone()),
+        };
         // What per-node updates and the template referenced, which the new graph may not.
         let old: Vec<Keep> = std::mem::take(&mut self.overrides)
             .into_iter()
@@ -402,8 +466,8 @@ impl Exec {
             sets.push(current.keep.clone());
         }
         self.stale.clear();
-        match copy {
-            None => {
+        match to {
+            To::Share(graph) => {
                 sets.push(std::mem::replace(
                     &mut self.template.keep,
                     graph.keep.clone(),
@@ -415,13 +479,13 @@ impl Exec {
                 self.stale.resize(self.template.handles.len(), true);
                 self.any_stale = true;
             }
-            Some(copy) => {
+            To::Take(copy) => {
                 self.any_stale = false;
                 self.current = Some(copy);
             }
         }
-        self.origin = graph.id;
-        self.label = format!("{}#exec", graph.label());
+        self.origin = origin;
+        self.label = format!("{label}#exec");
         self.retire_sets(old, sets)
     }
 
@@ -464,6 +528,14 @@ impl UpdateBatch<'_> {
         self.exec
             .set_kernel_bound(node, cfg, args, SourceLine::caller())
     }
+}
+
+/// What an executable's template becomes after a whole-graph update.
+enum To<'g> {
+    /// It shares the graph's model and is brought in step lazily.
+    Share(&'g Graph),
+    /// It becomes this graph (a copy, or a graph the executable took over).
+    Take(Graph),
 }
 
 enum DriverRefusal {

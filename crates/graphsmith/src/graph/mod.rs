@@ -3,11 +3,19 @@
 
 mod builder;
 mod capture;
+mod conditional;
+mod conditional_body;
+mod conditional_capture;
 mod fallback;
 mod readback;
 mod template;
 
 pub use capture::*;
+pub(crate) use conditional::Bodies;
+#[cfg(test)]
+pub(crate) use conditional::{foreign_body, NO_COPY};
+pub use conditional::{BodyRef, ConditionHandle};
+pub use conditional_body::Body;
 pub use fallback::*;
 pub use readback::*;
 pub use template::*;

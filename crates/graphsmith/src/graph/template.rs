@@ -74,6 +74,10 @@ pub struct Graph {
     /// the model or the kernels change (`model_mut`, `kernels_mut`, and every assignment to
     /// `model` or `kernels`).
     pub(crate) facts: OnceCell<UpdateFacts>,
+    /// The body graphs of this graph's conditional nodes (`graph/conditional.rs`).
+    pub(crate) bodies: Vec<crate::graph::Bodies>,
+    /// Whether this `Graph` owns `raw`; a conditional node's body is owned by its node.
+    pub(crate) owns_raw: bool,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -116,7 +120,7 @@ unsafe impl Send for Graph {}
 impl Drop for Graph {
     fn drop(&mut self) {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if raw.is_null() {
+        if raw.is_null() || !self.owns_raw {
             return;
         }
         // SAFETY: raw is owned by this Graph and destroyed once. Executables made from it are
@@ -187,6 +191,8 @@ impl Graph {
             kernels: Arc::new(kernels),
             keep: Arc::new(keep),
             facts: OnceCell::new(),
+            bodies: Vec::new(),
+            owns_raw: true,
             _not_sync: PhantomData,
         }
     }
@@ -324,20 +330,27 @@ impl Graph {
     /// driver's to know: kernel nodes are labelled with their kernel's name, others
     /// `<kind>#<index>`.
     #[track_caller]
+    ///
+    /// The bodies of conditional nodes built with [`Graph::if_else`] and its siblings are read
+    /// back too, from the body graphs the driver returned when it made each node.
     pub fn read_back(&self) -> Result<model::Graph> {
-        let at = SourceLine::caller();
+        self.read_back_at(SourceLine::caller())
+    }
+
+    pub(crate) fn read_back_at(&self, at: SourceLine) -> Result<model::Graph> {
         let fail = |f: Failure| f.on(self.object(), "Graph::read_back", at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: self.raw is live and owned by self.
-        unsafe { crate::graph::read_graph(self.raw, &self.label) }
-            .map(|read| read.model)
-            .map_err(fail)
+        // SAFETY: self.raw is live: owned by self, or a body owned by its node in a graph that
+        // outlives self.
+        let read = unsafe { crate::graph::read_graph(self.raw, &self.label) }.map_err(fail)?;
+        self.with_bodies(read, at)
     }
 
     /// A copy of this template (`cuGraphClone`) with the same model, node handles mapped into
     /// the copy (`cuGraphNodeFindInClone`) and the same kept resources.
     pub(crate) fn clone_template(&self, at: SourceLine) -> Result<Graph> {
         let fail = |f: Failure| f.on(self.object(), "Graph::instantiate", at);
+        self.refuse_clone_with_conditionals(at)?;
         self.ctx.bind().map_err(fail)?;
         // SAFETY: self.raw is live; Graph is !Sync, so nothing else uses it during the call.
         let raw = unsafe { driver::graph_clone(self.raw) }.map_err(fail)?;

@@ -54,7 +54,6 @@ pub(crate) unsafe fn add_conditional_node(
     size: u32,
     ctx: sys::CUcontext,
 ) -> Result<(sys::CUgraphNode, Vec<sys::CUgraph>), Failure> {
-    let mut bodies: Vec<sys::CUgraph> = vec![std::ptr::null_mut(); size as usize];
     let type_ = match ty {
         CondType::If => sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_IF,
         CondType::While => sys::CUgraphConditionalNodeType::CU_GRAPH_COND_TYPE_WHILE,
@@ -68,12 +67,12 @@ pub(crate) unsafe fn add_conditional_node(
         handle,
         type_,
         size,
-        phGraph_out: bodies.as_mut_ptr(),
+        // An output: the driver sets it to its own array of `size` body graphs.
+        phGraph_out: std::ptr::null_mut(),
         ctx,
     };
     let mut node = std::ptr::null_mut();
-    // SAFETY: forwarded contract; node and params are locals; phGraph_out points to `size`
-    // slots that outlive the call; no edge data (full edges).
+    // SAFETY: forwarded contract; node and params are locals; no edge data (full edges).
     check(
         unsafe {
             sys::cuGraphAddNode_v2(
@@ -87,7 +86,17 @@ pub(crate) unsafe fn add_conditional_node(
         },
         "cuGraphAddNode (conditional)",
     )?;
-    if bodies.iter().any(|b| b.is_null()) {
+    // SAFETY: reading the union member this call's node type selects (set above, and the
+    // driver writes phGraph_out into it).
+    let out = unsafe { params.__bindgen_anon_1.conditional.phGraph_out };
+    let bodies: Vec<sys::CUgraph> = if out.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the driver documents phGraph_out, after creation, as its array of `size`
+        // body graphs, valid for the node's lifetime; they are copied out here.
+        unsafe { std::slice::from_raw_parts(out, size as usize) }.to_vec()
+    };
+    if bodies.len() != size as usize || bodies.iter().any(|b| b.is_null()) {
         return Err(Failure {
             call: "cuGraphAddNode (conditional: returned no body graph)",
             code: super::code(sys::CUresult::CUDA_ERROR_UNKNOWN),

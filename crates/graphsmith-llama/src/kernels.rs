@@ -371,7 +371,7 @@ mod tests {
         assert_eq!(warps_per_column(128_256, 2048, 132), 1); // 1B lm_head
         assert_eq!(warps_per_column(1, 64, 132), 1); // one slice: one warp
         assert_eq!(warps_per_column(1, 1 << 20, 132), 8); // never above 8
-        // The shapes of the GPU test (2 multiprocessors).
+                                                          // The shapes of the GPU test (2 multiprocessors).
         assert_eq!(warps_per_column(3, 2501, 2), 8);
         assert_eq!(warps_per_column(4, 2048, 2), 8);
         assert_eq!(warps_per_column(12, 1032, 2), 4);

@@ -3,6 +3,8 @@
 //! update is impossible. Every update goes through the executable, which keeps its own template
 //! in step: there is no way to update a template and forget its executable.
 
+use std::sync::Arc;
+
 use cudarc::driver::sys;
 use graphsmith_model::{MemsetParams, NodeKind};
 
@@ -43,7 +45,7 @@ impl Exec {
     fn set_override(&mut self, index: usize, update: NodeUpdate) -> Result<(), Failure> {
         if self.overrides.len() <= index {
             self.overrides
-                .resize_with(self.template.handles.len().max(index + 1), || None);
+                .resize_with(self.template.handles().len().max(index + 1), || None);
         }
         self.model_cache.take();
         let Some(old) = self.overrides[index].replace(update) else {
@@ -66,20 +68,26 @@ impl Exec {
         op: &'static str,
         at: SourceLine,
     ) -> Result<()> {
-        if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
+        if !matches!(
+            self.current().model().nodes[index].kind,
+            NodeKind::Kernel(_)
+        ) {
             return Ok(());
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
-        let current = self.current().handles[index];
+        let current = self.current().handles()[index];
         // The function is looked up in the current context: make sure it is ours (a batch binds
         // only once, and the caller may have used another context since).
         self.template
             .ctx
             .bind()
             .map_err(|f| f.on(node_object(), op, at))?;
-        // SAFETY: current is a live kernel node of the current template; the context is current.
+        let guard = self.current().raw_guard();
+        // SAFETY: current is a live kernel node of the current template, whose calls are
+        // serialised (the guard while shared); the context is current.
         let read = unsafe { crate::graph::read_kernel(current) }
             .map_err(|f| f.on(node_object(), op, at))?;
+        drop(guard);
         let Some((known, _)) = read.1 else {
             return Err(Error::new(
                 ErrorKind::InvalidInput {
@@ -98,14 +106,14 @@ impl Exec {
     fn mark_stale(&mut self, index: usize) {
         if self.stale.len() <= index {
             self.stale
-                .resize(self.template.handles.len().max(index + 1), false);
+                .resize(self.template.handles().len().max(index + 1), false);
         }
         self.stale[index] = true;
         self.any_stale = true;
     }
 
     fn wrong_kind(&self, index: usize, want: &str, op: &'static str, at: SourceLine) -> Error {
-        let node = &self.current().model.nodes[index];
+        let node = &self.current().model().nodes[index];
         Error::new(
             ErrorKind::InvalidInput {
                 reason: format!(
@@ -164,11 +172,11 @@ impl Exec {
         // The instantiation template's handle addresses the executable's node; the current
         // template knows the current kernel (known for every kernel node it has, except captured
         // ones whose arguments could not all be read back).
-        let handle = self.template.handles[index];
-        if self.current().kernels[index].is_none() {
+        let handle = self.template.handles()[index];
+        if self.current().kernels()[index].is_none() {
             self.learn_kernel(index, node, op, at)?;
         }
-        let Some(known) = &self.current().kernels[index] else {
+        let Some(known) = &self.current().kernels()[index] else {
             return Err(self.wrong_kind(index, "kernel", op, at));
         };
         // Only the fast check on the hot path; the message (with the kernel's name) on failure.
@@ -179,7 +187,7 @@ impl Exec {
                 .zip(args.values())
                 .all(|(&(_, size), v)| size == v.len());
         if !fits {
-            let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
+            let NodeKind::Kernel(params) = &self.current().model().nodes[index].kind else {
                 return Err(self.wrong_kind(index, "kernel", op, at));
             };
             let reason = check_layout(&params.name, &known.layout, &args)
@@ -202,9 +210,12 @@ impl Exec {
             cfg.shared_mem_bytes,
             pointers.as_mut_ptr(),
         );
+        let guard = self.template.raw_guard();
         // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
-        // from); argument count and sizes were checked; pointers point into `args`, alive here.
+        // from, whose calls the guard serialises while shared); argument count and sizes were
+        // checked; pointers point into `args`, alive here.
         unsafe { driver::exec_set_kernel_node(self.raw, handle, &new) }.map_err(fail)?;
+        drop(guard);
         self.mark_stale(index);
         self.set_override(
             index,
@@ -229,7 +240,7 @@ impl Exec {
         let at = SourceLine::caller();
         let op = "Exec::set_memset";
         let index = self.node_index(node, op, at)?;
-        let NodeKind::Memset(old) = self.current().model.nodes[index].kind else {
+        let NodeKind::Memset(old) = self.current().model().nodes[index].kind else {
             return Err(self.wrong_kind(index, "memset", op, at));
         };
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
@@ -260,9 +271,13 @@ impl Exec {
         };
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
-        // SAFETY: raw, handle and ctx are live; dst is a live allocation of width elements.
-        unsafe { driver::exec_set_memset_node(self.raw, handle, &p, ctx) }.map_err(fail)?;
+        let (handle, ctx) = (self.template.handles()[index], self.template.ctx.raw());
+        let called = {
+            let _guard = self.template.raw_guard();
+            // SAFETY: raw, handle and ctx are live; dst is a live allocation of width elements.
+            unsafe { driver::exec_set_memset_node(self.raw, handle, &p, ctx) }
+        };
+        called.map_err(fail)?;
         let params = MemsetParams {
             dst: dst.alloc.ptr,
             element_size,
@@ -290,7 +305,10 @@ impl Exec {
         let at = SourceLine::caller();
         let op = "Exec::set_memcpy";
         let index = self.node_index(node, op, at)?;
-        if !matches!(self.current().model.nodes[index].kind, NodeKind::Memcpy(_)) {
+        if !matches!(
+            self.current().model().nodes[index].kind,
+            NodeKind::Memcpy(_)
+        ) {
             return Err(self.wrong_kind(index, "memcpy", op, at));
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
@@ -298,9 +316,13 @@ impl Exec {
         let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, dst.bytes());
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
-        // SAFETY: raw, handle and ctx are live; both allocations are live and dst.bytes() long.
-        unsafe { driver::exec_set_memcpy_node(self.raw, handle, &p, ctx) }.map_err(fail)?;
+        let (handle, ctx) = (self.template.handles()[index], self.template.ctx.raw());
+        let called = {
+            let _guard = self.template.raw_guard();
+            // SAFETY: raw, handle and ctx are live; both allocations are live and dst.bytes() long.
+            unsafe { driver::exec_set_memcpy_node(self.raw, handle, &p, ctx) }
+        };
+        called.map_err(fail)?;
         self.mark_stale(index);
         let update = NodeUpdate::memcpy(&src.alloc, &dst.alloc, dst.bytes() as u64);
         self.set_override(index, update).map_err(fail)?;
@@ -312,20 +334,28 @@ impl Exec {
     /// says, before the driver is called, whether the update is possible and, if not, which node
     /// and why; when the driver disagrees, its `errorNode` is mapped back to a label. With
     /// [`UpdatePolicy::Reinstantiate`], an impossible update rebuilds the executable instead
-    /// (counted in [`Exec::stats`]). Afterwards the executable's template is a copy of `graph`,
-    /// and `graph`'s `NodeRef`s address its nodes (as do those of the graph it was instantiated
-    /// from, unless it was rebuilt).
+    /// (counted in [`Exec::stats`]). Afterwards the executable's template is `graph` (shared,
+    /// not copied), and `graph`'s `NodeRef`s address its nodes (as do those of the graph it was
+    /// instantiated from, unless it was rebuilt).
+    ///
+    /// Cost: graphs whose shapes are known equal (a digest of each model, computed once per
+    /// graph) need no walk over the models; besides the driver's update, the executable only
+    /// swaps what it holds.
     #[track_caller]
     pub fn update(&mut self, graph: &Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
         let at = SourceLine::caller();
         let op = "Exec::update";
+        // Both models are needed by the pre-check (read back now if never asked for before).
+        graph.try_parts(op, at)?;
+        self.current().try_parts(op, at)?;
         // Per-node updates never change a node's kind or the edges, which the pre-check compares,
         // but a copy update may change a copy's memory types: then compare the updated model.
-        let copies_updated = self
-            .overrides
-            .iter()
-            .flatten()
-            .any(|u| matches!(u, NodeUpdate::Memcpy { .. }));
+        let copies_updated = !self.overrides.is_empty()
+            && self
+                .overrides
+                .iter()
+                .flatten()
+                .any(|u| matches!(u, NodeUpdate::Memcpy { .. }));
         // Graphs of equal shape digests need no walk over both models.
         let same_shape = !copies_updated
             && matches!(
@@ -335,21 +365,14 @@ impl Exec {
         let mut reasons = if same_shape {
             Vec::new()
         } else if copies_updated {
-            update_compatibility(self.model(), &graph.model)
+            update_compatibility(self.model(), graph.model())
         } else {
-            update_compatibility(&self.current().model, &graph.model)
+            update_compatibility(self.current().model(), graph.model())
         };
         if reasons.is_empty() {
-            // Everything that can fail is done before the driver applies the update, so the
-            // executable never runs `graph`'s parameters without holding what they use.
-            let copy = if graph.update_facts().follows_lazily {
-                None
-            } else {
-                Some(graph.clone_template(at)?)
-            };
             match self.driver_update(graph) {
                 Ok(()) => {
-                    self.follow(graph, copy)
+                    self.follow(graph)
                         .map_err(|f| f.on(self.object(), op, at))?;
                     self.stats.graph_updates += 1;
                     return Ok(UpdateOutcome::Updated);
@@ -366,14 +389,13 @@ impl Exec {
                 at,
             )),
             UpdatePolicy::Reinstantiate => {
-                let template = graph.clone_template(at)?;
-                let raw = instantiate_raw(&template).map_err(|f| f.on(self.object(), op, at))?;
+                let raw = instantiate_raw(graph).map_err(|f| f.on(self.object(), op, at))?;
                 self.release();
                 self.raw = raw;
-                self.instantiated_from = template.id;
-                self.origin = template.id;
-                self.label = format!("{}#exec", template.label());
-                self.template = template;
+                self.instantiated_from = graph.id;
+                self.origin = graph.id;
+                self.label = format!("{}#exec", graph.label());
+                self.template = graph.share();
                 self.current = None;
                 self.overrides.clear();
                 self.model_cache.take();
@@ -385,61 +407,58 @@ impl Exec {
         }
     }
 
-    /// After `cuGraphExecUpdate` from `graph`: makes the executable's template follow `graph`,
-    /// sharing its model (`copy` is `None`, see [`follows_lazily`]) or becoming `copy`, a driver
-    /// copy of it. The new state is in place before what the old one used is let go of, so a
-    /// failure there (a failed wait) leaves the executable consistent.
-    fn follow(&mut self, graph: &Graph, copy: Option<Graph>) -> Result<(), Failure> {
+    /// After `cuGraphExecUpdate` from `graph`: the current template becomes a share of `graph`
+    /// (whose driver graph holds exactly the parameters the executable now runs). The new state
+    /// is in place before what the old one used is let go of, so a failure there (a failed
+    /// wait) leaves the executable consistent.
+    fn follow(&mut self, graph: &Graph) -> Result<(), Failure> {
         // What per-node updates and the template referenced, which the new graph may not.
-        let old: Vec<Keep> = std::mem::take(&mut self.overrides)
-            .into_iter()
-            .flatten()
-            .flat_map(|u| u.into_keep())
-            .collect();
+        let old: Vec<Keep> = if self.overrides.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.overrides)
+                .into_iter()
+                .flatten()
+                .flat_map(|u| u.into_keep())
+                .collect()
+        };
         self.model_cache.take();
-        let mut sets = Vec::new();
-        if let Some(current) = self.current.take() {
-            sets.push(current.keep.clone());
-        }
+        let previous = self.current.replace(graph.share());
         self.stale.clear();
-        match copy {
-            None => {
-                sets.push(std::mem::replace(
-                    &mut self.template.keep,
-                    graph.keep.clone(),
-                ));
-                self.template.model = graph.model.clone();
-                self.template.kernels = graph.kernels.clone();
-                self.template.facts = graph.facts.clone();
-                self.template.label = graph.label.clone();
-                self.stale.resize(self.template.handles.len(), true);
-                self.any_stale = true;
-            }
-            Some(copy) => {
-                self.any_stale = false;
-                self.current = Some(copy);
-            }
-        }
+        self.any_stale = false;
         self.origin = graph.id;
-        self.label = format!("{}#exec", graph.label());
-        self.retire_sets(old, sets)
+        let label = graph.label();
+        if !(self.label.len() == label.len() + 5 && self.label.starts_with(label)) {
+            self.label = format!("{label}#exec");
+        }
+        match previous {
+            Some(previous) if !Arc::ptr_eq(&previous.keep, &graph.keep) => {
+                self.retire_sets(old, vec![previous.keep.clone()])
+            }
+            _ if old.is_empty() => Ok(()),
+            _ => self.retire(old),
+        }
     }
 
     fn driver_update(&mut self, graph: &Graph) -> std::result::Result<(), DriverRefusal> {
         graph.ctx.bind().map_err(DriverRefusal::Failed)?;
-        // SAFETY: raw and graph.raw are live; &mut self gives exclusive use of the executable and
-        // Graph is !Sync.
-        let refused = match unsafe { driver::exec_update(self.raw, graph.raw) } {
+        let updated = {
+            let _guard = graph.raw_guard();
+            // SAFETY: raw and graph.raw are live; &mut self gives exclusive use of the
+            // executable, and calls on graph.raw are serialised (the guard while shared).
+            unsafe { driver::exec_update(self.raw, graph.raw) }
+        };
+        let refused = match updated {
             Ok(None) => return Ok(()),
             Ok(Some(refused)) => refused,
             Err(f) => return Err(DriverRefusal::Failed(f)),
         };
         let label_of = |node: sys::CUgraphNode| {
             graph
-                .handles
+                .handles()
                 .iter()
                 .position(|&h| h == node)
-                .map(|i| graph.model.nodes[i].label.clone())
+                .map(|i| graph.model().nodes[i].label.clone())
         };
         let mut reason = format!("the driver refused the update ({})", refused.result);
         if let Some(from) = label_of(refused.error_from_node) {

@@ -3,11 +3,14 @@
 
 mod builder;
 mod capture;
+mod captured_nodes;
 mod fallback;
 mod readback;
+mod shared;
 mod template;
 
 pub use capture::*;
+pub(crate) use captured_nodes::label_captured;
 pub use fallback::*;
 pub use readback::*;
 pub use template::*;

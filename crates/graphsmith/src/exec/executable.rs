@@ -130,10 +130,12 @@ impl crate::context::Retired for RetiredExec {
     }
 }
 
-// SAFETY: the raw handles (exec and template) are only used through &mut self (or in Drop), so
-// no two threads touch them at once; &self methods read plain data only. The templates' interior
-// caches (`Graph::facts`, a OnceCell) are filled only by `Exec::update`, which takes &mut self;
-// `model_cache` is a OnceLock.
+// SAFETY: the raw exec handle is only used through &mut self (or in Drop), so no two threads
+// touch it at once. The templates' driver graphs may be shared with graphs on other threads:
+// every driver call on a shared one holds its lock (`graph/shared.rs`). &self methods read plain
+// data, or make a template's parts once (`Lazy`, a OnceLock, whose read-back holds that lock
+// while shared). The templates' `Graph::facts` (a OnceCell) are filled only by `Exec::update`,
+// which takes &mut self; `model_cache` is a OnceLock.
 unsafe impl Send for Exec {}
 // SAFETY: as above.
 unsafe impl Sync for Exec {}

@@ -228,7 +228,9 @@ impl Graph {
         facts
     }
 
-    /// The raw handle, for interop (graphsmith keeps ownership).
+    /// The raw handle, for interop (graphsmith keeps ownership). Read it only: an executable
+    /// instantiated from this graph may share it as its template (graphsmith's own changes copy
+    /// it first; changes made through this handle would not).
     pub fn raw(&self) -> sys::CUgraph {
         self.raw
     }

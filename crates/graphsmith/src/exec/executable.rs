@@ -142,12 +142,7 @@ unsafe impl Sync for Exec {}
 
 impl std::fmt::Debug for Exec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Exec '{}' ({} nodes)",
-            self.label,
-            self.current().model().nodes.len()
-        )
+        write!(f, "Exec '{}' (template: {:?})", self.label, self.current())
     }
 }
 

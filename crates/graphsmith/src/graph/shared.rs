@@ -97,6 +97,10 @@ impl Lazy {
             failure: OnceLock::new(),
         })
     }
+    /// The parts, if made already.
+    pub(crate) fn made(&self) -> Option<&Parts> {
+        self.parts.get()
+    }
     /// Parts read back from the driver when first asked for, labelled from `journal`.
     pub(crate) fn pending(journal: Vec<Entry>) -> Arc<Lazy> {
         Arc::new(Lazy {

@@ -98,13 +98,17 @@ unsafe impl Send for Graph {}
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Graph '{}' ({} nodes, {} edges)",
-            self.label,
-            self.model().nodes.len(),
-            self.model().edges.len()
-        )
+        // Never reads a captured graph back just to print it.
+        match self.lazy.made() {
+            Some(parts) => write!(
+                f,
+                "Graph '{}' ({} nodes, {} edges)",
+                self.label,
+                parts.model.nodes.len(),
+                parts.model.edges.len()
+            ),
+            None => write!(f, "Graph '{}' (captured, not read back yet)", self.label),
+        }
     }
 }
 

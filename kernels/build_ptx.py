@@ -40,6 +40,9 @@ EXTERN_C_KERNELS = [
     "gs_pdl_spin_fill_f32",
     "gs_pdl_copy_early_f32",
     "gs_pdl_copy_f32",
+    "gs_set_condition",
+    "gs_while_countdown",
+    "gs_switch_select",
 ]
 
 # The decoder's kernels (crates/graphsmith-llama): all extern "C", no mangled names.
@@ -50,7 +53,11 @@ LLAMA = {
     "name_expressions": [],
     "extern_c": ["ll_embed", "ll_rmsnorm", "ll_swiglu", "ll_argmax", "ll_advance"]
     + [f"ll_attention_{e}{g}" for e in (1, 2, 4, 8) for g in ("", "_g4")]
-    + [f"ll_gemv_{v}_{r}" for v in ("norm", "res", "swiglu_res", "norm_f32") for r in (1, 2, 4, 8)],
+    + [
+        f"ll_gemv_{v}_{r}"
+        for v in ("norm", "norm_swiglu", "res", "swiglu_res", "norm_f32", "head")
+        for r in (1, 2, 4, 8)
+    ],
 }
 
 NVRTC_SUCCESS = 0

@@ -125,6 +125,48 @@ extern "C" __global__ void gs_pdl_copy_f32(const float* src, float* dst, unsigne
 }
 
 // ---------------------------------------------------------------------------
+// Conditional nodes: kernels that set a condition handle. cudaGraphSetConditional
+// is provided by the driver, not by a library: the PTX calls an `.extern .func`
+// that the driver's JIT (ptxas) knows and the module loader resolves, so no
+// device runtime library (cudadevrt) is linked. NVRTC declares it only for
+// relocatable device code, so it is declared here (the handle is the
+// `unsigned long long` of cudaGraphConditionalHandle).
+// ---------------------------------------------------------------------------
+
+extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
+
+// Sets the condition to `*value` (read from device memory, so the GPU decides).
+extern "C" __global__ void gs_set_condition(unsigned long long handle, const unsigned int* value)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        cudaGraphSetConditional(handle, *value);
+    }
+}
+
+// One WHILE iteration's bookkeeping: decrements *counter (when positive) and
+// sets the condition to (*counter > 0), so a loop entered with *counter = n
+// runs its body n times.
+extern "C" __global__ void gs_while_countdown(unsigned int* counter, unsigned long long handle)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        unsigned int c = *counter;
+        if (c > 0) {
+            c -= 1;
+            *counter = c;
+        }
+        cudaGraphSetConditional(handle, c > 0 ? 1u : 0u);
+    }
+}
+
+// Sets a SWITCH node's condition to *sel.
+extern "C" __global__ void gs_switch_select(const unsigned int* sel, unsigned long long handle)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        cudaGraphSetConditional(handle, *sel);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // C++-linkage kernels (global scope, NOT extern "C"): their symbol names are
 // Itanium-mangled and encode the parameter types, which tests use for
 // signature-based read/write detection (const T* = read, T* = written).

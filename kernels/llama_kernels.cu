@@ -343,7 +343,8 @@ extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* 
 // The epilogue writes, for rows row0 .. row0 + rows (rows <= R):
 //   EPI 0: y = bf16(acc)              (bf16 out)
 //   EPI 1: y = bf16(y + bf16(acc))    (bf16 out, residual add in place as HF: residual + proj)
-//   EPI 2: y = float(bf16(acc))       (f32 out, logits)
+//   EPI 2: y = float(bf16(acc))       (f32 out, logits; with `best`, each row's argmax too)
+//   EPI 3: y = bf16(silu(bf16(acc_gate)) ) * bf16(acc_up), rounded (gate/up with SwiGLU)
 // A group of `wpc` warps (1, 2, 4 or 8, dividing the block's warps) per output column n
 // (grid-stride over n): the group's warps share out the column's 16-byte weight vectors (warp
 // `sub` takes vectors c0 + (u * wpc + sub) * 32 + lane, so every load of a warp reads 512
@@ -373,26 +374,34 @@ __device__ __forceinline__ uint4 ldg_if(const uint4* p, bool ok) {
 template <int R, int PRO, int EPI>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
-                                     int n, int k, float eps, int wpc) {
+                                     int n, int k, float eps, int wpc,
+                                     unsigned long long* best) {
+    // EPI 3 takes two weight rows per output column (gate o and up n + o).
+    constexpr int P = EPI == 3 ? 2 : 1;
     extern __shared__ __align__(16) unsigned short xs[];
     __shared__ float scratch[32];
-    __shared__ float part[32 * R];  // per warp, per row: the warp's share of its column
+    __shared__ float part[32 * R * P];  // per warp: its share of its column, per part and row
+    __shared__ unsigned long long sbest[R];  // EPI 2 with best: the block's argmax key per row
     int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int groups = warps / wpc, g = warp / wpc, sub = warp % wpc;
     bool vec = (k & 7) == 0 && (((unsigned long long)w) & 15ull) == 0ull;
     int k8 = k >> 3, stride = gridDim.x * groups, step = 32 * GEMV_U * wpc;
     const uint4* w4 = (const uint4*)w;
-    // Round c0 of column o (this warp's share) into wv.
-    auto load_round = [&](uint4* wv, int o, int c0) {
+    // Round c0 of part p (weight row o + p * n) of column o, this warp's share, into wv.
+    auto load_round = [&](uint4* wv, int o, int p, int c0) {
 #pragma unroll
         for (int u = 0; u < GEMV_U; ++u) {
             int cidx = c0 + (u * wpc + sub) * 32 + lane;
-            wv[u] = ldg_if(w4 + (size_t)o * k8 + cidx, o < n && cidx < k8);
+            wv[u] = ldg_if(w4 + (size_t)(o + p * n) * k8 + cidx, o < n && cidx < k8);
         }
     };
     uint4 wv[GEMV_U];
     int base0 = blockIdx.x * groups;
-    if (vec) load_round(wv, base0 + g, 0);
+    if (vec) load_round(wv, base0 + g, 0, 0);
+    if (threadIdx.x < R) sbest[threadIdx.x] = 0ull;
+    unsigned long long bk[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) bk[r] = 0ull;
     pdl_trigger();
     pdl_wait();
     int kpad = (k + 7) & ~7;
@@ -432,66 +441,82 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     // inside are safe; a group whose column is past n computes zeros and writes nothing.
     for (int base = base0; base < n; base += stride) {
         int o = base + g;
-        float acc[R];
+        float acc[P][R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-        if (vec) {
-            // wv holds round c0 of column o; the next round is issued before it is used.
-            for (int c0 = 0; c0 < k8; c0 += step) {
-                uint4 nx[GEMV_U];
-                if (c0 + step < k8) {
-                    load_round(nx, o, c0 + step);
-                } else {
-                    load_round(nx, o + stride, 0);
-                }
+        for (int p = 0; p < P; ++p)
 #pragma unroll
-                for (int u = 0; u < GEMV_U; ++u) {
-                    int cidx = c0 + (u * wpc + sub) * 32 + lane;
-                    if (cidx >= k8) break;
-                    unsigned int ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+            for (int r = 0; r < R; ++r) acc[p][r] = 0.0f;
 #pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        uint4 xv = ((const uint4*)(xs + (size_t)r * kpad))[cidx];
-                        unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
-                        float a = acc[r];
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            a += __uint_as_float(ww[q] << 16) * __uint_as_float(xx[q] << 16);
-                            a += __uint_as_float(ww[q] & 0xffff0000u) *
-                                 __uint_as_float(xx[q] & 0xffff0000u);
-                        }
-                        acc[r] = a;
+        for (int p = 0; p < P; ++p) {
+            if (vec) {
+                // wv holds round c0 of part p of column o; the next round (of this part, the
+                // next part, or the group's next column) is issued before it is used.
+                for (int c0 = 0; c0 < k8; c0 += step) {
+                    uint4 nx[GEMV_U];
+                    if (c0 + step < k8) {
+                        load_round(nx, o, p, c0 + step);
+                    } else if (p + 1 < P) {
+                        load_round(nx, o, p + 1, 0);
+                    } else {
+                        load_round(nx, o + stride, 0, 0);
                     }
+#pragma unroll
+                    for (int u = 0; u < GEMV_U; ++u) {
+                        int cidx = c0 + (u * wpc + sub) * 32 + lane;
+                        if (cidx >= k8) break;
+                        unsigned int ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+                        for (int r = 0; r < R; ++r) {
+                            uint4 xv = ((const uint4*)(xs + (size_t)r * kpad))[cidx];
+                            unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
+                            float a = acc[p][r];
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) {
+                                a += __uint_as_float(ww[q] << 16) *
+                                     __uint_as_float(xx[q] << 16);
+                                a += __uint_as_float(ww[q] & 0xffff0000u) *
+                                     __uint_as_float(xx[q] & 0xffff0000u);
+                            }
+                            acc[p][r] = a;
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < GEMV_U; ++u) wv[u] = nx[u];
                 }
+            } else if (o < n) {
+                const unsigned short* wr = w + (size_t)(o + p * n) * k;
+                for (int i = sub * 32 + lane; i < k; i += 32 * wpc) {
+                    float wf = bf2f(wr[i]);
 #pragma unroll
-                for (int u = 0; u < GEMV_U; ++u) wv[u] = nx[u];
-            }
-        } else if (o < n) {
-            const unsigned short* wr = w + (size_t)o * k;
-            for (int i = sub * 32 + lane; i < k; i += 32 * wpc) {
-                float wf = bf2f(wr[i]);
-#pragma unroll
-                for (int r = 0; r < R; ++r) acc[r] += wf * bf2f(xs[(size_t)r * kpad + i]);
+                    for (int r = 0; r < R; ++r)
+                        acc[p][r] += wf * bf2f(xs[(size_t)r * kpad + i]);
+                }
             }
         }
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            for (int off = 16; off > 0; off >>= 1)
-                acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
-        }
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                for (int off = 16; off > 0; off >>= 1)
+                    acc[p][r] += __shfl_xor_sync(0xffffffffu, acc[p][r], off);
+            }
         if (wpc > 1) {
             if (lane == 0) {
 #pragma unroll
-                for (int r = 0; r < R; ++r) part[warp * R + r] = acc[r];
+                for (int p = 0; p < P; ++p)
+#pragma unroll
+                    for (int r = 0; r < R; ++r) part[(warp * P + p) * R + r] = acc[p][r];
             }
             __syncthreads();
             if (sub == 0) {
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    float t = 0.0f;
-                    for (int j = 0; j < wpc; ++j) t += part[(warp + j) * R + r];
-                    acc[r] = t;
-                }
+                for (int p = 0; p < P; ++p)
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        float t = 0.0f;
+                        for (int j = 0; j < wpc; ++j) t += part[((warp + j) * P + p) * R + r];
+                        acc[p][r] = t;
+                    }
             }
             __syncthreads();
         }
@@ -501,31 +526,63 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                 if (r < rows) {
                     size_t at = (size_t)(row0 + r) * n + o;
                     if (EPI == 0) {
-                        ((unsigned short*)y)[at] = f2bf(acc[r]);
+                        ((unsigned short*)y)[at] = f2bf(acc[0][r]);
                     } else if (EPI == 1) {
                         unsigned short* yy = (unsigned short*)y;
-                        yy[at] = f2bf(bf2f(yy[at]) + rbf(acc[r]));
+                        yy[at] = f2bf(bf2f(yy[at]) + rbf(acc[0][r]));
+                    } else if (EPI == 2) {
+                        float v = rbf(acc[0][r]);
+                        ((float*)y)[at] = v;
+                        unsigned long long key = argmax_key(v, o);
+                        bk[r] = key > bk[r] ? key : bk[r];
                     } else {
-                        ((float*)y)[at] = rbf(acc[r]);
+                        // As ll_swiglu on the bf16 gate and up HF would have stored.
+                        float gt = rbf(acc[0][r]);
+                        float silu = rbf(gt / (1.0f + __expf(-gt)));
+                        ((unsigned short*)y)[at] = f2bf(silu * rbf(acc[P - 1][r]));
                     }
                 }
             }
         }
     }
+    if (EPI == 2 && best != nullptr) {
+        // The block's largest logit per row (first index on ties), then one atomicMax per block
+        // and row into best (see ll_argmax and ll_advance).
+        if (lane == 0 && sub == 0) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (bk[r] != 0ull) atomicMax(&sbest[r], bk[r]);
+        }
+        __syncthreads();
+        if (threadIdx.x < rows && sbest[threadIdx.x] != 0ull)
+            atomicMax(&best[row0 + threadIdx.x], sbest[threadIdx.x]);
+    }
 }
 
 // The instantiations the decoder uses, by (prologue, epilogue), each for R = 1, 2, 4, 8:
-//   ll_gemv_norm_R      (PRO 1, EPI 0): q/k/v and gate/up projections with the RMSNorm fused
-//   ll_gemv_res_R       (PRO 0, EPI 1): o projection with the residual add
-//   ll_gemv_swiglu_res_R(PRO 2, EPI 1): down projection with SwiGLU and the residual add
-//   ll_gemv_norm_f32_R  (PRO 1, EPI 2): lm_head with the final norm, f32 logits
-// Arguments: (x, nw, w, y, row0, rows, n, k, eps, wpc); nw is ignored without the norm; wpc
-// (warps per column) is 1, 2, 4 or 8.
+//   ll_gemv_norm_R       (PRO 1, EPI 0): q/k/v projection with the RMSNorm fused
+//   ll_gemv_norm_swiglu_R(PRO 1, EPI 3): gate/up with the RMSNorm, SwiGLU as epilogue:
+//                                        y[r, o] = bf16(silu(gate_o) * up_o), gate_o from weight
+//                                        row o, up_o from row n + o (weights [2n, K])
+//   ll_gemv_res_R        (PRO 0, EPI 1): o and down projections with the residual add
+//   ll_gemv_swiglu_res_R (PRO 2, EPI 1): down with SwiGLU as prologue (when gate/up ran apart)
+//   ll_gemv_norm_f32_R   (PRO 1, EPI 2): lm_head with the final norm, f32 logits
+//   ll_gemv_head_R       (PRO 1, EPI 2): the same, and each row's argmax folded into best[r] as
+//                                        ll_argmax does (one atomicMax per block and row)
+// Arguments: (x, nw, w, y, row0, rows, n, k, eps, wpc) and, for ll_gemv_head, best; nw is
+// ignored without the norm; wpc (warps per column) is 1, 2, 4 or 8.
 #define LL_GEMV(NAME, R, PRO, EPI)                                                              \
     extern "C" __global__ void NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
                                     int n, int k, float eps, int wpc) {                        \
-        gemv<R, PRO, EPI>(x, nw, w, y, row0, rows, n, k, eps, wpc);                            \
+        gemv<R, PRO, EPI>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr);                   \
+    }
+#define LL_GEMV_HEAD(NAME, R)                                                                   \
+    extern "C" __global__ void NAME(const unsigned short* x, const unsigned short* nw,         \
+                                    const unsigned short* w, void* y, int row0, int rows,      \
+                                    int n, int k, float eps, int wpc,                          \
+                                    unsigned long long* best) {                                \
+        gemv<R, 1, 2>(x, nw, w, y, row0, rows, n, k, eps, wpc, best);                          \
     }
 #define LL_GEMV_ALL(NAME, PRO, EPI)                                                             \
     LL_GEMV(NAME##_1, 1, PRO, EPI)                                                              \
@@ -533,6 +590,11 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     LL_GEMV(NAME##_4, 4, PRO, EPI)                                                              \
     LL_GEMV(NAME##_8, 8, PRO, EPI)
 LL_GEMV_ALL(ll_gemv_norm, 1, 0)
+LL_GEMV_ALL(ll_gemv_norm_swiglu, 1, 3)
 LL_GEMV_ALL(ll_gemv_res, 0, 1)
 LL_GEMV_ALL(ll_gemv_swiglu_res, 2, 1)
 LL_GEMV_ALL(ll_gemv_norm_f32, 1, 2)
+LL_GEMV_HEAD(ll_gemv_head_1, 1)
+LL_GEMV_HEAD(ll_gemv_head_2, 2)
+LL_GEMV_HEAD(ll_gemv_head_4, 4)
+LL_GEMV_HEAD(ll_gemv_head_8, 8)

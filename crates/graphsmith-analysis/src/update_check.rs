@@ -190,7 +190,9 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
             ) => {
                 if (ca, ba) != (cb, bb) {
                     reasons.push(format!(
-                        "conditional nodes cannot be changed by an update ({ca:?} with {ba} bodies -> {cb:?} with {bb} bodies)"
+                        "conditional nodes cannot be changed by an update ({ca:?} with {} -> {cb:?} with {})",
+                        body_count(*ba),
+                        body_count(*bb)
                     ))
                 } else if ga.len() == gb.len() {
                     // Bodies follow the rules of child graphs; where only one side models
@@ -228,6 +230,15 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
                 out,
             );
         }
+    }
+}
+
+/// `1 body`, `2 bodies`.
+fn body_count(n: u32) -> String {
+    if n == 1 {
+        "1 body".into()
+    } else {
+        format!("{n} bodies")
     }
 }
 
@@ -357,8 +368,54 @@ mod tests {
         );
         assert_eq!(
             texts(&update_compatibility(&old, &new)),
-            ["node 'loop': conditional nodes cannot be changed by an update (While with 1 bodies -> If with 2 bodies)"]
+            ["node 'loop': conditional nodes cannot be changed by an update (While with 1 body -> If with 2 bodies)"]
         );
+    }
+
+    #[test]
+    fn switch_cases_and_nested_conditionals_are_compared_body_by_body() {
+        use graphsmith_model::ConditionalKind;
+        let case =
+            |second: NodeKind| graph("case", &[("x", kernel("k")), ("y", second)], &[(0, 1)]);
+        let switch = |cases: Vec<Graph>| {
+            let mut g = Graph::new("g");
+            let set = g.add_node("set", kernel("select"));
+            let sw = g.add_conditional("sw", ConditionalKind::Switch, cases);
+            g.add_edge(set, sw).unwrap();
+            g
+        };
+        let three = || vec![case(memset(1)), case(memset(1)), case(memset(1))];
+        let old = switch(three());
+        assert!(update_compatibility(&old, &switch(three())).is_empty());
+        // A case whose node changed kind is named with its body.
+        let mut cases = three();
+        cases[2] = case(kernel("k"));
+        assert_eq!(
+            texts(&update_compatibility(&old, &switch(cases))),
+            ["node 'y': in body 2 of conditional 'sw': node type changed: the executable has a memset node here ('y'), the new graph a kernel node"]
+        );
+        // A case more cannot be updated.
+        let mut cases = three();
+        cases.push(case(memset(1)));
+        assert_eq!(
+            texts(&update_compatibility(&old, &switch(cases))),
+            ["node 'sw': conditional nodes cannot be changed by an update (Switch with 3 bodies -> Switch with 4 bodies)"]
+        );
+        // A conditional nested in a body: its body is compared too, with both prefixes.
+        let nested = |inner: Graph| {
+            let mut body = Graph::new("outer");
+            body.add_conditional("inner", ConditionalKind::If, vec![inner]);
+            let mut g = Graph::new("g");
+            g.add_conditional("loop", ConditionalKind::While, vec![body]);
+            g
+        };
+        let old = nested(case(memset(1)));
+        let new = nested(graph("case", &[("x", kernel("k"))], &[]));
+        assert_eq!(
+            texts(&update_compatibility(&old, &new)),
+            ["in body 0 of conditional 'loop': in body 0 of conditional 'inner': topology changed: graph 'case' has 1 nodes, the executable has 2"]
+        );
+        assert_ne!(shape_key(&old), shape_key(&new));
     }
 
     #[test]

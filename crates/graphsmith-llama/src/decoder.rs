@@ -10,7 +10,7 @@ use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{allow_smem, device_attribute, grid, DEFAULT_SMEM, GEMV_ROWS};
 pub use crate::kernels::{
-    attention_smem, gemv, Gemm, GemvKernels, Kernels, Pdl, ARGMAX_CHUNK, ARGMAX_THREADS,
+    attention_smem, gemv, gemv_head, Gemm, GemvKernels, Kernels, Pdl, ARGMAX_CHUNK, ARGMAX_THREADS,
     ATTENTION_THREADS, GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
 };
 use crate::weights::DeviceWeights;
@@ -115,16 +115,19 @@ impl Decoder {
         let mut gemv_max_rows = 0;
         for (i, &rows) in GEMV_ROWS.iter().enumerate() {
             let bytes = rows * kmax * 2;
-            // 1 KiB is left for the kernels' static shared memory.
-            if bytes + 1024 > limit {
+            // 4 KiB is left for the kernels' static shared memory (at most ~2.3 KiB: the
+            // partial sums of 8 warps x 2 parts x 8 rows, the reduction scratch, the argmax).
+            if bytes + 4096 > limit {
                 break;
             }
-            if bytes + 1024 > DEFAULT_SMEM {
+            if bytes + 4096 > DEFAULT_SMEM {
                 for g in [
                     &kernels.gemv_norm,
+                    &kernels.gemv_norm_swiglu,
                     &kernels.gemv_res,
                     &kernels.gemv_swiglu_res,
                     &kernels.gemv_norm_f32,
+                    &kernels.gemv_head,
                 ] {
                     allow_smem(&g.by_rows[i], bytes, "ll_gemv_*")?;
                 }
@@ -261,17 +264,18 @@ impl Decoder {
             args![&self.tokens, &self.weights.embed, &mut self.hidden, h, v],
         )?;
         if self.uses_gemv(rows) {
+            // lm_head folds each row's argmax into `best` itself.
             self.issue_layers_gemv(stream, rows)?;
         } else {
             self.issue_layers_cublas(stream, rows)?;
+            stream.launch(
+                "argmax",
+                &self.kernels.argmax,
+                grid((v as u32).div_ceil(ARGMAX_CHUNK), r, ARGMAX_THREADS, 0),
+                args![&mut self.logits, &mut self.best, v],
+            )?;
         }
         let max_ctx = self.max_ctx as i32;
-        stream.launch(
-            "argmax",
-            &self.kernels.argmax,
-            grid((v as u32).div_ceil(ARGMAX_CHUNK), r, ARGMAX_THREADS, 0),
-            args![&mut self.logits, &mut self.best, v],
-        )?;
         stream.launch(
             "advance",
             &self.kernels.advance,
@@ -326,8 +330,8 @@ impl Decoder {
     }
 
     /// Five kernels per layer: q/k/v with the input norm, attention, o with the residual,
-    /// gate/up with the post-attention norm, down with SwiGLU and the residual; then lm_head
-    /// with the final norm.
+    /// gate/up with the post-attention norm and SwiGLU, down with the residual; then lm_head
+    /// with the final norm and the argmax.
     fn issue_layers_gemv(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let c = self.config.clone();
         let eps = c.rms_norm_eps;
@@ -364,22 +368,22 @@ impl Decoder {
             )?;
             gemv(
                 stream,
-                "gemv gate/up + post-attention norm",
-                &k.gemv_norm,
+                "gemv gate/up + post-attention norm + swiglu",
+                &k.gemv_norm_swiglu,
                 sms,
                 (&self.hidden, &lw.post_norm, &lw.gate_up),
-                &mut self.gate_up,
+                &mut self.act,
                 rows,
-                2 * f,
+                f,
                 h,
                 eps,
             )?;
             gemv(
                 stream,
-                "gemv down + swiglu + residual",
-                &k.gemv_swiglu_res,
+                "gemv down + residual",
+                &k.gemv_res,
                 sms,
-                (&self.gate_up, &lw.down, &lw.down),
+                (&self.act, &lw.down, &lw.down),
                 &mut self.hidden,
                 rows,
                 h,
@@ -389,16 +393,15 @@ impl Decoder {
             drop(range);
         }
         let w = &self.weights;
-        gemv(
+        gemv_head(
             stream,
-            "gemv lm_head + final norm",
-            &self.kernels.gemv_norm_f32,
+            "gemv lm_head + final norm + argmax",
+            &self.kernels.gemv_head,
             sms,
             (&self.hidden, &w.final_norm, w.head()),
             &mut self.logits,
-            rows,
-            c.vocab_size,
-            h,
+            &mut self.best,
+            (rows, c.vocab_size, h),
             eps,
         )
     }

@@ -104,14 +104,19 @@ pub struct Kernels {
     pub swiglu: Kernel,
     pub argmax: Kernel,
     pub advance: Kernel,
-    /// GEMV with the RMSNorm as prologue, bf16 out (q/k/v, gate/up).
+    /// GEMV with the RMSNorm as prologue, bf16 out (q/k/v; gate/up on the unfused path).
     pub gemv_norm: GemvKernels,
+    /// GEMV with the RMSNorm as prologue and SwiGLU as epilogue (gate/up: two weight rows per
+    /// output column, bf16 activation out).
+    pub gemv_norm_swiglu: GemvKernels,
     /// GEMV with the residual add as epilogue (o).
     pub gemv_res: GemvKernels,
     /// GEMV with SwiGLU as prologue and the residual add as epilogue (down).
     pub gemv_swiglu_res: GemvKernels,
     /// GEMV with the final norm as prologue, f32 out (lm_head).
     pub gemv_norm_f32: GemvKernels,
+    /// The same, with each row's argmax folded into `best` (lm_head when the argmax is fused).
+    pub gemv_head: GemvKernels,
     _module: Module,
 }
 
@@ -138,9 +143,11 @@ impl Kernels {
             argmax: module.kernel("ll_argmax")?,
             advance: module.kernel("ll_advance")?,
             gemv_norm: GemvKernels::load(&module, "ll_gemv_norm")?,
+            gemv_norm_swiglu: GemvKernels::load(&module, "ll_gemv_norm_swiglu")?,
             gemv_res: GemvKernels::load(&module, "ll_gemv_res")?,
             gemv_swiglu_res: GemvKernels::load(&module, "ll_gemv_swiglu_res")?,
             gemv_norm_f32: GemvKernels::load(&module, "ll_gemv_norm_f32")?,
+            gemv_head: GemvKernels::load(&module, "ll_gemv_head")?,
             _module: module,
         })
     }
@@ -183,9 +190,11 @@ impl Kernels {
             argmax: self.argmax.clone().programmatic()?,
             advance: self.advance.clone().programmatic()?,
             gemv_norm: self.gemv_norm.programmatic()?,
+            gemv_norm_swiglu: self.gemv_norm_swiglu.programmatic()?,
             gemv_res: self.gemv_res.programmatic()?,
             gemv_swiglu_res: self.gemv_swiglu_res.programmatic()?,
             gemv_norm_f32: self.gemv_norm_f32.programmatic()?,
+            gemv_head: self.gemv_head.programmatic()?,
             _module: self._module.clone(),
         })
     }
@@ -256,20 +265,75 @@ pub(crate) fn grid(x: u32, y: u32, block: u32, smem: u32) -> LaunchConfig {
 /// rows, in chunks of at most `max_rows` (1 to 8: the largest instantiation whose shared memory
 /// the kernels were allowed); `inputs` is (x, norm weight, w)
 /// (the norm weight is only read by the norm variants; others pass any buffer). The grid covers
-/// the `n` columns with one warp each, capped at a few blocks per multiprocessor (each block
-/// stages its rows' input once, then strides over columns).
+/// the `n` columns with a group of [`warps_per_column`] warps each, capped at a few blocks per
+/// multiprocessor (each block stages its rows' input once, then strides over columns).
+/// `gemv_norm_swiglu` reads weight rows `o` and `n + o` for output column `o`.
 #[track_caller]
 #[allow(clippy::too_many_arguments)]
 pub fn gemv<T: graphsmith::Element>(
     stream: &Stream,
     label: &str,
     kernels: &GemvKernels,
-    (sm_count, max_rows): (u32, usize),
+    sms: (u32, usize),
     inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
     y: &mut DeviceBuffer<T>,
     rows: usize,
     n: usize,
     k: usize,
+    eps: f32,
+) -> graphsmith::Result<()> {
+    launch_gemv(
+        stream,
+        label,
+        kernels,
+        sms,
+        inputs,
+        y,
+        None,
+        (rows, n, k),
+        eps,
+    )
+}
+
+/// [`gemv`] with `gemv_head`: the f32 logits of lm_head, and each row's argmax folded into
+/// `best[r]` (as `ll_argmax` does; `best` is 0 before the step and `ll_advance` resets it).
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_head(
+    stream: &Stream,
+    label: &str,
+    kernels: &GemvKernels,
+    sms: (u32, usize),
+    inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
+    logits: &mut DeviceBuffer<f32>,
+    best: &mut DeviceBuffer<u64>,
+    (rows, n, k): (usize, usize, usize),
+    eps: f32,
+) -> graphsmith::Result<()> {
+    launch_gemv(
+        stream,
+        label,
+        kernels,
+        sms,
+        inputs,
+        logits,
+        Some(best),
+        (rows, n, k),
+        eps,
+    )
+}
+
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+fn launch_gemv<T: graphsmith::Element>(
+    stream: &Stream,
+    label: &str,
+    kernels: &GemvKernels,
+    (sm_count, max_rows): (u32, usize),
+    inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
+    y: &mut DeviceBuffer<T>,
+    mut best: Option<&mut DeviceBuffer<u64>>,
+    (rows, n, k): (usize, usize, usize),
     eps: f32,
 ) -> graphsmith::Result<()> {
     let (x, nw, w) = inputs;
@@ -286,23 +350,22 @@ pub fn gemv<T: graphsmith::Element>(
         let blocks = ((n * wpc).div_ceil(warps) as u32)
             .min(sm_count * per_sm)
             .max(1);
-        stream.launch(
-            label,
-            kernel,
-            grid(blocks, 1, GEMV_THREADS, smem as u32),
-            args![
-                x,
-                nw,
-                w,
-                &mut *y,
-                row0 as i32,
-                chunk as i32,
-                n as i32,
-                k as i32,
-                eps,
-                wpc as i32
-            ],
-        )?;
+        let cfg = grid(blocks, 1, GEMV_THREADS, smem as u32);
+        let (r0, c, nn, kk, wp) = (row0 as i32, chunk as i32, n as i32, k as i32, wpc as i32);
+        match best.as_deref_mut() {
+            None => stream.launch(
+                label,
+                kernel,
+                cfg,
+                args![x, nw, w, &mut *y, r0, c, nn, kk, eps, wp],
+            )?,
+            Some(best) => stream.launch(
+                label,
+                kernel,
+                cfg,
+                args![x, nw, w, &mut *y, r0, c, nn, kk, eps, wp, &mut *best],
+            )?,
+        }
         row0 += chunk;
     }
     Ok(())

@@ -10,7 +10,8 @@
 use graphsmith::model::Dim3;
 use graphsmith::{args, Context, DeviceBuffer, LaunchConfig, Stream};
 use graphsmith_llama::kernels::{
-    attention_smem, gemv, GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_THREADS,
+    attention_smem, gemv, gemv_head, GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS,
+    ATTENTION_THREADS,
 };
 use graphsmith_llama::Config;
 
@@ -75,15 +76,19 @@ const POISON: u16 = 0x7fc1;
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Variant {
     Norm,
+    /// The norm as prologue, SwiGLU as epilogue: weights [2n, k] (gate rows, then up rows).
+    NormSwiglu,
     Residual,
     SwigluResidual,
     NormF32,
+    /// NormF32 with each row's argmax folded into `best`.
+    Head,
 }
 
 /// The prologue's input row (bf16 values as f32), as the unfused kernels compute it.
 fn prologue(v: Variant, x: &[u16], nw: &[u16], k: usize, eps: f32) -> Vec<f32> {
     match v {
-        Variant::Norm | Variant::NormF32 => {
+        Variant::Norm | Variant::NormF32 | Variant::NormSwiglu | Variant::Head => {
             let xf: Vec<f32> = x.iter().map(|&b| from_bf(b)).collect();
             let ms = xf.iter().map(|v| v * v).sum::<f32>() / k as f32;
             let inv = 1.0 / (ms + eps).sqrt();
@@ -121,7 +126,8 @@ fn check_gemv(
     };
     let x = rng.bf16s(rows * xw, 2.0);
     let nw = rng.bf16s(k, 1.5);
-    let w = rng.bf16s(n * k, 0.1);
+    let wrows = if v == Variant::NormSwiglu { 2 * n } else { n };
+    let w = rng.bf16s(wrows * k, 0.1);
     let y0: Vec<u16> = match v {
         Variant::Residual | Variant::SwigluResidual => rng.bf16s(rows * n, 3.0),
         _ => vec![POISON; rows * n],
@@ -136,10 +142,31 @@ fn check_gemv(
         Variant::Residual => &kernels.gemv_res,
         Variant::SwigluResidual => &kernels.gemv_swiglu_res,
         Variant::NormF32 => &kernels.gemv_norm_f32,
+        Variant::NormSwiglu => &kernels.gemv_norm_swiglu,
+        Variant::Head => &kernels.gemv_head,
     };
+    let mut best_rows: Option<Vec<u64>> = None;
     // Few multiprocessors: blocks stride over columns (n is larger than the grid's warps).
     let sms = (2, 8);
-    let got: Vec<f32> = if v == Variant::NormF32 {
+    let got: Vec<f32> = if v == Variant::Head {
+        let mut y = upload(ctx, st, "y", &vec![f32::NAN; rows * n]);
+        let mut best = upload(ctx, st, "best", &vec![0u64; rows]);
+        gemv_head(
+            st,
+            "test gemv head",
+            g,
+            sms,
+            (&xd, &nwd, &wd),
+            &mut y,
+            &mut best,
+            (rows, n, k),
+            eps,
+        )
+        .unwrap();
+        st.synchronize().unwrap();
+        best_rows = Some(st.download(&best).unwrap());
+        st.download(&y).unwrap()
+    } else if v == Variant::NormF32 {
         let mut y = upload(ctx, st, "y", &vec![f32::NAN; rows * n]);
         gemv(
             st,
@@ -176,23 +203,50 @@ fn check_gemv(
     };
     for r in 0..rows {
         let xs = prologue(v, &x[r * xw..(r + 1) * xw], &nw, k, eps);
+        let dot = |row: usize| -> f64 {
+            (0..k)
+                .map(|i| xs[i] as f64 * from_bf(w[row * k + i]) as f64)
+                .sum()
+        };
         for o in 0..n {
-            let acc: f64 = (0..k)
-                .map(|i| xs[i] as f64 * from_bf(w[o * k + i]) as f64)
-                .sum();
-            let want = match v {
+            let acc = dot(o);
+            let (want, scale) = match v {
                 Variant::Residual | Variant::SwigluResidual => {
-                    bf(from_bf(y0[r * n + o]) + bf(acc as f32))
+                    let want = bf(from_bf(y0[r * n + o]) + bf(acc as f32));
+                    (want, want.abs().max(acc.abs() as f32))
                 }
-                _ => bf(acc as f32),
+                Variant::NormSwiglu => {
+                    // As ll_swiglu on the bf16 gate and up: errors of both enter the product.
+                    let (gate, up) = (bf(acc as f32), bf(dot(n + o) as f32));
+                    let silu = bf(gate / (1.0 + (-gate).exp()));
+                    (bf(silu * up), 2.0 * (gate.abs().max(1.0) * up.abs()))
+                }
+                _ => {
+                    let want = bf(acc as f32);
+                    (want, want.abs().max(acc.abs() as f32))
+                }
             };
             let have = got[r * n + o];
             // Summation order differs (fp32 on the device, f64 here): a bf16 ulp or two of the
             // larger of the result and the projection, and a little for cancellation.
-            let scale = want.abs().max(acc.abs() as f32).max(1.0);
+            let scale = scale.max(1.0);
             assert!(
                 have.is_finite() && (have - want).abs() <= scale / 64.0,
                 "{v:?} rows {rows} n {n} k {k}: y[{r}, {o}] = {have}, want {want}"
+            );
+        }
+        if let Some(best) = &best_rows {
+            // The folded argmax is the first largest of the logits the kernel wrote.
+            let row = &got[r * n..(r + 1) * n];
+            let first_max = (0..n).fold(0, |b, i| if row[i] > row[b] { i } else { b });
+            let index = (0xffff_ffffu64 - (best[r] & 0xffff_ffff)) as usize;
+            assert!(
+                best[r] != 0,
+                "{v:?} rows {rows} n {n}: best[{r}] not written"
+            );
+            assert_eq!(
+                index, first_max,
+                "{v:?} rows {rows} n {n} k {k}: argmax of row {r}"
             );
         }
     }
@@ -206,9 +260,11 @@ fn gemv_variants_match_a_host_reference() {
     let kernels = Kernels::load(&ctx).unwrap();
     for v in [
         Variant::Norm,
+        Variant::NormSwiglu,
         Variant::Residual,
         Variant::SwigluResidual,
         Variant::NormF32,
+        Variant::Head,
     ] {
         for rows in [1, 3, 8, 11] {
             // K odd (scalar loads), K a multiple of 8 (16-byte loads, with and without a

@@ -49,6 +49,17 @@ impl fmt::Display for ObjectRef {
 
 pub use graphsmith_analysis::{CudaCode, SourceLine};
 
+/// A feature the device or driver lacks ([`ErrorKind::FeatureUnsupported`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported {
+    /// The feature, e.g. "programmatic dependent launch".
+    pub feature: &'static str,
+    /// What it needs, e.g. "compute capability 9.0 or newer".
+    pub needs: &'static str,
+    /// What the device or driver has, e.g. "the device has 8.6".
+    pub found: String,
+}
+
 /// What went wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -76,11 +87,7 @@ pub enum ErrorKind {
     InvalidInput { reason: String },
     /// A feature the device or driver does not have: which feature, what it needs and what the
     /// device or driver has.
-    FeatureUnsupported {
-        feature: &'static str,
-        needs: &'static str,
-        found: String,
-    },
+    FeatureUnsupported(Box<Unsupported>),
     /// The graph model refused a change (an edge to a node it does not hold, a self edge); the
     /// model's error is the [`std::error::Error::source`].
     InvalidGraph(Box<graphsmith_model::ModelError>),
@@ -120,11 +127,9 @@ impl fmt::Display for ErrorKind {
             }
             ErrorKind::NullHandle { what } => write!(f, "{what} is null"),
             ErrorKind::InvalidInput { reason } => write!(f, "invalid input: {reason}"),
-            ErrorKind::FeatureUnsupported {
-                feature,
-                needs,
-                found,
-            } => write!(f, "{feature} needs {needs}; {found}"),
+            ErrorKind::FeatureUnsupported(u) => {
+                write!(f, "{} needs {}; {}", u.feature, u.needs, u.found)
+            }
             ErrorKind::InvalidGraph(_) => write!(f, "the graph model refused the change"),
             ErrorKind::UpdateImpossible { reasons } => {
                 write!(f, "the update is impossible in place:")?;
@@ -188,7 +193,7 @@ impl Error {
             ErrorKind::AlreadyCapturing { .. } => "end the running capture first",
             ErrorKind::NotAllowedDuringCapture { .. } => "do it before begin_capture or after end_capture, or add an explicit graph node",
             ErrorKind::NullHandle { .. } => "pass a live handle",
-            ErrorKind::FeatureUnsupported { .. } => "run without the feature on this device (graphsmith probe lists what the device and driver support)",
+            ErrorKind::FeatureUnsupported(_) => "run without the feature on this device (graphsmith probe lists what the device and driver support)",
             ErrorKind::UpdateImpossible { .. } => "rebuild the graph with the executable's topology, or update with UpdatePolicy::Reinstantiate to rebuild the executable (counted in Exec::stats)",
             ErrorKind::CaptureFailed(diagnosis) => diagnosis.fix(),
             ErrorKind::CaptureEscape(escape) => graphsmith_analysis::catalogue::classify(escape.op.op, None)

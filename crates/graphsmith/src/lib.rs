@@ -57,14 +57,16 @@ pub use cache::{
 pub use context::CaptureMode;
 pub use context::CaptureOptions;
 pub use context::{gpu_available, Context, DropFailure};
-pub use error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
+pub use error::{
+    CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine, Unsupported,
+};
 pub use exec::{Exec, ExecStats};
 pub use exec::{Relocated, Relocation};
 pub use exec::{UpdateBatch, UpdateOutcome, UpdatePolicy};
 pub use graph::CaptureReport;
 pub use graph::Replay;
 pub use graph::{read_raw_graph, read_raw_graph_in};
-pub use graph::{Graph, NodeRef};
+pub use graph::{Body, BodyRef, ConditionHandle, Graph, NodeRef};
 pub use graphsmith_analysis as analysis;
 pub use graphsmith_analysis::catalogue;
 pub use graphsmith_analysis::{

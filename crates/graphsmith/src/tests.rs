@@ -144,6 +144,46 @@ fn memset_bits_cover_1_2_4_byte_elements_and_refuse_8() {
 }
 
 #[test]
+fn conditional_errors_say_what_to_do() {
+    let e = Error::new(
+        ErrorKind::InvalidInput {
+            reason: crate::graph::NO_COPY.into(),
+        },
+        ObjectRef::new(ObjectKind::Graph, "step"),
+        "Graph::instantiate",
+        at(),
+    );
+    assert_eq!(
+        e.to_string(),
+        "Graph::instantiate on Graph 'step' at src/main.rs:12:5: invalid input: a graph with conditional nodes cannot be copied (cuGraphClone refuses it) and has one executable at a time: while an executable shares it (Graph::instantiate, Exec::update) it can be neither changed nor instantiated again; drop that executable first, or hand the graph over with Graph::into_exec or Exec::update_owned"
+    );
+    let body = crate::graph::BodyRef::for_test("branch/then");
+    assert_eq!(
+        crate::graph::foreign_body(&body),
+        "body 'branch/then' belongs to a conditional node of another graph (open it on the graph whose builder returned it)"
+    );
+}
+
+#[test]
+fn a_condition_handle_is_a_plain_u64_argument() {
+    let h = crate::graph::ConditionHandle::from_raw(0x1122_3344_5566_7788, Some(1));
+    let args = crate::args![h, 3u32];
+    let values: Vec<Vec<u8>> = args.values().map(|v| v.to_vec()).collect();
+    assert_eq!(
+        values,
+        vec![
+            0x1122_3344_5566_7788u64.to_le_bytes().to_vec(),
+            3u32.to_le_bytes().to_vec()
+        ]
+    );
+    assert!(args.take_accesses().is_empty());
+    assert_eq!(
+        (h.raw(), h.default_value()),
+        (0x1122_3344_5566_7788, Some(1))
+    );
+}
+
+#[test]
 fn scalar_args_are_little_endian_bytes() {
     let mut args = crate::args![1.5f32, 7u32, -2i64];
     let values: Vec<Vec<u8>> = args.values().map(|v| v.to_vec()).collect();
@@ -199,11 +239,11 @@ fn handles_are_send_and_sync_where_documented() {
 #[test]
 fn feature_unsupported_names_the_feature_what_it_needs_and_what_was_found() {
     let e = Error::new(
-        ErrorKind::FeatureUnsupported {
+        ErrorKind::FeatureUnsupported(Box::new(crate::error::Unsupported {
             feature: "programmatic dependent launch",
             needs: "compute capability 9.0 or newer",
             found: "the device has 8.6".into(),
-        },
+        })),
         ObjectRef::new(ObjectKind::Kernel, "ll_embed"),
         "Kernel::programmatic",
         at(),

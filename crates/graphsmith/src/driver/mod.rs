@@ -4,6 +4,7 @@
 //! ([`Failure::on`]). Wrappers over handles the caller must keep alive are `unsafe fn`s whose
 //! `# Safety` section names the invariant.
 
+mod conditional;
 mod context;
 mod feature_trials;
 mod graph;
@@ -13,6 +14,7 @@ mod module;
 mod params;
 mod stream;
 
+pub(crate) use conditional::*;
 pub(crate) use context::*;
 pub(crate) use feature_trials::*;
 pub(crate) use graph::*;

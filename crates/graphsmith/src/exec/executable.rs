@@ -135,7 +135,8 @@ impl crate::context::Retired for RetiredExec {
 // every driver call on a shared one holds its lock (`graph/shared.rs`). &self methods read plain
 // data, or make a template's parts once (`Lazy`, a OnceLock, whose read-back holds that lock
 // while shared). The templates' `Graph::facts` (a OnceCell) are filled only by `Exec::update`,
-// which takes &mut self; `model_cache` is a OnceLock.
+// which takes &mut self; `model_cache` is a OnceLock. Conditional bodies shared with the
+// caller's graph are read only, under that graph's lock (`Graph::read_back`).
 unsafe impl Send for Exec {}
 // SAFETY: as above.
 unsafe impl Sync for Exec {}
@@ -432,9 +433,17 @@ impl Graph {
     /// builder then copies the driver graph first, so the executable's template never changes
     /// under it); the executable's per-node updates go into a copy of the template when it is
     /// next asked for ([`Exec::template`]).
+    ///
+    /// A graph with conditional nodes is shared too, but the driver cannot copy it
+    /// (`cuGraphClone` refuses it) and allows it one executable at a time: while the
+    /// executable lives, changing the graph (the builder, its bodies) and instantiating it
+    /// again are refused with an error naming the conditional node, as is writing the
+    /// executable's per-node updates into the shared template ([`Exec::template`]).
+    /// [`Graph::into_exec`] hands the graph over instead.
     #[track_caller]
     pub fn instantiate(&self) -> Result<Exec> {
         let at = SourceLine::caller();
+        self.refuse_second_exec(0, "Graph::instantiate", at)?;
         let raw =
             instantiate_raw(self).map_err(|f| f.on(self.object(), "Graph::instantiate", at))?;
         Ok(Exec::new(raw, self.share(), self.id))

@@ -19,6 +19,7 @@ use crate::driver::kernel_params;
 use crate::driver::memcpy_1d;
 use crate::driver::{self, Failure};
 use crate::exec::Exec;
+use crate::graph::CopyError;
 use crate::memory::Allocation;
 use crate::module::{ArgData, LaunchConfig};
 
@@ -151,8 +152,9 @@ pub(crate) fn apply_all(
 /// the executable's current driver template: from the node's per-node update when it has one,
 /// else from the model. A current template that another graph shares is copied first (the
 /// instantiation template's driver graph is never changed while shared: its node handles
-/// address the executable's nodes).
-pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
+/// address the executable's nodes). A shared template with conditional nodes cannot be copied:
+/// that is an error naming the node ([`CopyError::Refused`]), and nothing is written.
+pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), CopyError> {
     if !exec.any_stale {
         return Ok(());
     }

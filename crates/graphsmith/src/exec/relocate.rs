@@ -119,7 +119,7 @@ impl Exec {
         let object = self.object();
         let fail = |f: Failure| f.on(object.clone(), op, at);
         // Per-node updates go into the template first, so the model holds every argument.
-        flush_template(self).map_err(fail)?;
+        flush_template(self).map_err(|e| e.on(object.clone(), op, at))?;
         fold_into_template(self);
         self.template.ctx.bind().map_err(fail)?;
         let current = self.current();

@@ -341,10 +341,22 @@ impl Exec {
     /// Cost: graphs whose shapes are known equal (a digest of each model, computed once per
     /// graph) need no walk over the models; besides the driver's update, the executable only
     /// swaps what it holds.
+    ///
+    /// A graph with conditional nodes is shared too; it then has one executable at a time
+    /// (a rebuild refuses a graph another executable shares), and cannot be changed while
+    /// this executable shares it: hand it over with [`Exec::update_owned`] to keep it free.
     #[track_caller]
     pub fn update(&mut self, graph: &Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
-        let at = SourceLine::caller();
-        let op = "Exec::update";
+        self.update_at(graph, policy, "Exec::update", SourceLine::caller())
+    }
+
+    fn update_at(
+        &mut self,
+        graph: &Graph,
+        policy: UpdatePolicy,
+        op: &'static str,
+        at: SourceLine,
+    ) -> Result<UpdateOutcome> {
         // Both models are needed by the pre-check (read back now if never asked for before).
         graph.try_parts(op, at)?;
         self.current().try_parts(op, at)?;
@@ -389,6 +401,15 @@ impl Exec {
                 at,
             )),
             UpdatePolicy::Reinstantiate => {
+                // The executable about to be rebuilt may share `graph` itself; any other
+                // share is another executable, which a graph with conditional nodes must not
+                // have at the same time.
+                let held = [Some(&self.template), self.current.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| Arc::ptr_eq(&t.owner, &graph.owner))
+                    .count();
+                graph.refuse_second_exec(held, op, at)?;
                 let raw = instantiate_raw(graph).map_err(|f| f.on(self.object(), op, at))?;
                 self.release();
                 self.raw = raw;
@@ -405,6 +426,18 @@ impl Exec {
                 Ok(UpdateOutcome::Reinstantiated { reasons })
             }
         }
+    }
+
+    /// [`Exec::update`] from a graph the executable takes over. With sharing this is the same
+    /// update (the executable's template becomes a share of `graph`, no copy); `graph` is then
+    /// held by the executable alone, so a graph with conditional nodes (which cannot be
+    /// copied) stays free for the executable's per-node updates to be written into it
+    /// ([`Exec::template`]). The pre-check is the same: the conditional nodes keep their
+    /// flavour and body count, and their bodies follow the rules of child graphs; each
+    /// difference is named by node.
+    #[track_caller]
+    pub fn update_owned(&mut self, graph: Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
+        self.update_at(&graph, policy, "Exec::update_owned", SourceLine::caller())
     }
 
     /// After `cuGraphExecUpdate` from `graph`: the current template becomes a share of `graph`

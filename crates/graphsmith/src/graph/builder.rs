@@ -35,7 +35,7 @@ impl Graph {
     /// Adds a node through `add`, after checking that every dependency is a node of this graph,
     /// and mirrors it in the model with its provenance and accesses.
     #[allow(clippy::too_many_arguments)]
-    fn add_node(
+    pub(super) fn add_node(
         &mut self,
         label: &str,
         op: &'static str,

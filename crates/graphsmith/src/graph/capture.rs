@@ -61,7 +61,17 @@ impl Stream {
     /// Begins a capture with [`CaptureOptions`].
     #[track_caller]
     pub fn begin_capture_with(&self, options: CaptureOptions, label: &str) -> Result<()> {
-        let at = SourceLine::caller();
+        self.begin_capture_in(options, label, None, SourceLine::caller())
+    }
+
+    /// Begins a capture into a new graph, or into `into` (`cuStreamBeginCaptureToGraph`).
+    pub(crate) fn begin_capture_in(
+        &self,
+        options: CaptureOptions,
+        label: &str,
+        into: Option<cudarc::driver::sys::CUgraph>,
+        at: SourceLine,
+    ) -> Result<()> {
         let op = "Stream::begin_capture";
         let mut slot = self.capture.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(active) = slot.as_ref() {
@@ -83,7 +93,15 @@ impl Stream {
             .active_captures
             .fetch_add(1, Ordering::AcqRel);
         // SAFETY: the stream is live and of the current context.
-        if let Err(f) = unsafe { driver::begin_capture(self.raw(), raw_mode(options.mode)) } {
+        let begun = match into {
+            // SAFETY: as above; the caller owns `graph` and uses it on this thread only.
+            Some(graph) => unsafe {
+                driver::begin_capture_to_graph(self.raw(), graph, raw_mode(options.mode))
+            },
+            // SAFETY: as above.
+            None => unsafe { driver::begin_capture(self.raw(), raw_mode(options.mode)) },
+        };
+        if let Err(f) = begun {
             self.ctx.capture_gone();
             if !matches!(f.code.number(), 900..=908) {
                 return Err(fail(f));
@@ -106,7 +124,9 @@ impl Stream {
             Err(f) => {
                 // SAFETY: the stream is live; the capture just begun is discarded.
                 let (_, raw) = unsafe { driver::end_capture(self.raw()) };
-                if !raw.is_null() {
+                // A capture into an existing graph (a conditional node's body) hands that graph
+                // back, which its owner keeps.
+                if !raw.is_null() && Some(raw) != into {
                     // SAFETY: the driver handed us raw; nothing else refers to it.
                     let _ = unsafe { driver::graph_destroy(raw) };
                 }

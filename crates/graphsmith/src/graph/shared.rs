@@ -8,15 +8,20 @@
 //! per node): the builder before it adds a node ([`Graph::editable`]), an executable before it
 //! writes its per-node updates into its template. Calls that read a shared driver graph hold
 //! its lock, so two threads (a graph's and an executable's) never use it at once.
+//!
+//! A graph with conditional nodes cannot be copied (`cuGraphClone` refuses it): it is shared
+//! like any other, but whoever would change it while it is shared gets an error naming the
+//! conditional node ([`CopyError::Refused`]) instead of a copy. A conditional node's body is
+//! never copied either: the node owns it ([`SharedRaw::borrowed`]).
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use cudarc::driver::sys;
 use graphsmith_model as model;
 
 use crate::context::{Context, Entry};
 use crate::driver::{self, Failure};
-use crate::error::{ObjectKind, ObjectRef, Result, SourceLine};
+use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::{Graph, KernelFn};
 
 /// The owner of one driver graph, shared by a graph and the templates made from it.
@@ -24,8 +29,15 @@ pub(crate) struct SharedRaw {
     raw: sys::CUgraph,
     ctx: Context,
     label: Arc<str>,
-    /// Held around every driver call on `raw` while it is shared (see the module docs).
-    lock: Mutex<()>,
+    /// Held around every driver call on `raw` while it is shared (see the module docs). A
+    /// conditional node's body holds the lock of the graph it lives in.
+    lock: Arc<Mutex<()>>,
+    /// For a conditional node's body: the owner of the graph it lives in (whose shares make
+    /// the body shared too).
+    root: Option<Weak<SharedRaw>>,
+    /// Whether `raw` is destroyed with the last share: false for a conditional node's body,
+    /// which the node owns.
+    pub(crate) owned: bool,
 }
 
 // SAFETY: the driver graph may be used from any thread as long as calls on it are serialised:
@@ -41,15 +53,43 @@ impl SharedRaw {
             raw,
             ctx,
             label: label.into(),
-            lock: Mutex::new(()),
+            lock: Arc::new(Mutex::new(())),
+            root: None,
+            owned: true,
         })
+    }
+    /// A conditional node's body `raw`, which its node owns and destroys, living in the driver
+    /// graph of `parent` (itself a body, or the graph that holds them all).
+    pub(crate) fn borrowed(
+        ctx: Context,
+        raw: sys::CUgraph,
+        label: &str,
+        parent: &Arc<SharedRaw>,
+    ) -> Arc<SharedRaw> {
+        let root = match &parent.root {
+            Some(root) => root.clone(),
+            None => Arc::downgrade(parent),
+        };
+        Arc::new(SharedRaw {
+            raw,
+            ctx,
+            label: label.into(),
+            lock: parent.lock.clone(),
+            root: Some(root),
+            owned: false,
+        })
+    }
+    /// Whether another graph or executable shares this driver graph (for a body: the graph it
+    /// lives in).
+    fn shared(self: &Arc<SharedRaw>) -> bool {
+        Arc::strong_count(self) > 1 || self.root.as_ref().is_some_and(|r| r.strong_count() > 1)
     }
 }
 
 impl Drop for SharedRaw {
     fn drop(&mut self) {
         let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if raw.is_null() {
+        if raw.is_null() || !self.owned {
             return;
         }
         let label = self.label.clone();
@@ -59,6 +99,33 @@ impl Drop for SharedRaw {
             || ObjectRef::new(ObjectKind::Graph, &*label),
             crate::context::Destroy::Graph(raw),
         );
+    }
+}
+
+/// Why a graph was not copied.
+pub(crate) enum CopyError {
+    /// A driver call failed.
+    Driver(Failure),
+    /// The graph may not be copied (it holds a conditional node, or is a conditional node's
+    /// body): why, naming the node.
+    Refused(String),
+}
+
+impl From<Failure> for CopyError {
+    fn from(f: Failure) -> CopyError {
+        CopyError::Driver(f)
+    }
+}
+
+impl CopyError {
+    /// The error of `op` on `object` at `at`.
+    pub(crate) fn on(self, object: ObjectRef, op: &'static str, at: SourceLine) -> Error {
+        match self {
+            CopyError::Driver(f) => f.on(object, op, at),
+            CopyError::Refused(reason) => {
+                Error::new(ErrorKind::InvalidInput { reason }, object, op, at)
+            }
+        }
     }
 }
 
@@ -112,9 +179,11 @@ impl Lazy {
 }
 
 impl Graph {
-    /// Holds the driver graph's lock while it is shared (nothing to hold otherwise).
+    /// Holds the driver graph's lock while it is shared (nothing to hold otherwise). Not
+    /// reentrant: a body read while its graph's guard is held reads without one.
     pub(crate) fn raw_guard(&self) -> Option<MutexGuard<'_, ()>> {
-        (Arc::strong_count(&self.owner) > 1)
+        self.owner
+            .shared()
             .then(|| self.owner.lock.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -181,6 +250,8 @@ impl Graph {
         if let Some(journal) = journal {
             crate::graph::label_captured(&mut model, &handles, journal);
         }
+        // The bodies of the conditional nodes built here, which the driver cannot read back.
+        self.put_bodies(&mut model, &handles);
         Ok(Parts {
             model: Arc::new(model),
             handles,
@@ -195,24 +266,30 @@ impl Graph {
         Ok(self.raw)
     }
 
-    /// Makes the driver graph this graph's own, copying it when shared.
-    pub(crate) fn unshare(&mut self) -> std::result::Result<(), Failure> {
-        if Arc::strong_count(&self.owner) > 1 {
+    /// Makes the driver graph this graph's own, copying it when shared (refused for a graph
+    /// with conditional nodes and for a conditional node's body, which cannot be copied).
+    pub(crate) fn unshare(&mut self) -> std::result::Result<(), CopyError> {
+        if self.owner.shared() {
             let copy = self.copy()?;
             self.raw = copy.raw;
             self.owner = copy.owner;
             self.lazy = copy.lazy;
+            self.bodies = copy.bodies;
             self.facts.take();
         }
         Ok(())
     }
 
     /// A copy of this template (`cuGraphClone`) with the same parts, node handles mapped into
-    /// the copy (`cuGraphNodeFindInClone`), the same kept resources and the same id.
-    pub(crate) fn copy(&self) -> std::result::Result<Graph, Failure> {
+    /// the copy (`cuGraphNodeFindInClone`), the same kept resources and the same id. Refused,
+    /// before any driver call, for a graph the driver cannot copy (conditional nodes).
+    pub(crate) fn copy(&self) -> std::result::Result<Graph, CopyError> {
         let parts = self.parts();
         if let Some(f) = self.lazy.failure.get() {
-            return Err(*f);
+            return Err(CopyError::Driver(*f));
+        }
+        if let Some(reason) = self.copy_refusal() {
+            return Err(CopyError::Refused(reason));
         }
         self.ctx.bind()?;
         let _guard = self.raw_guard();
@@ -239,6 +316,8 @@ impl Graph {
             label: self.label.clone(),
             keep: self.keep.clone(),
             facts: self.facts.clone(),
+            // A graph with bodies is never copied (copy_refusal above).
+            bodies: Arc::new(Vec::new()),
             _not_sync: std::marker::PhantomData,
         })
     }
@@ -255,6 +334,7 @@ impl Graph {
             label: self.label.clone(),
             keep: self.keep.clone(),
             facts: self.facts.clone(),
+            bodies: self.bodies.clone(),
             _not_sync: std::marker::PhantomData,
         }
     }

@@ -74,6 +74,9 @@ pub struct Graph {
     /// What a whole-graph update needs to know about the graph, once asked for; reset wherever
     /// the parts change (`parts_mut` and its callers).
     pub(crate) facts: OnceCell<UpdateFacts>,
+    /// The body graphs of this graph's conditional nodes (`graph/conditional.rs`), shared like
+    /// `owner` (their driver graphs live inside it; a graph with bodies is never copied).
+    pub(crate) bodies: Arc<Vec<crate::graph::Bodies>>,
     pub(crate) _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -93,7 +96,11 @@ impl UpdateFacts {
 }
 
 // SAFETY: a CUgraph may be used from any thread as long as calls are serialised; `Graph` is
-// !Sync, so all calls on it come from the one thread that holds it at a time.
+// !Sync, so all calls on it come from the one thread that holds it at a time. What it shares
+// with other graphs (the driver graph, `lazy`, the conditional bodies in `bodies`) is changed
+// only while not shared (`Arc::get_mut`, copy on write) and read under the driver graph's lock
+// while shared (a body shares the lock of the graph it lives in); a body's `facts` are never
+// filled (only a whole-graph update fills them, on the graphs it compares).
 unsafe impl Send for Graph {}
 
 impl std::fmt::Debug for Graph {
@@ -139,19 +146,43 @@ impl Context {
 impl Graph {
     /// A graph of `raw` (which it takes ownership of) whose model is known.
     pub(crate) fn wrap(ctx: Context, raw: sys::CUgraph, label: &str, model: model::Graph) -> Self {
+        let owner = SharedRaw::new(ctx.clone(), raw, label);
+        Graph::known(ctx, raw, owner, label, model)
+    }
+
+    /// A conditional node's body graph `raw`, which the node owns (never destroyed here).
+    /// `parent` is the owner of the graph whose node it is.
+    pub(crate) fn body_of(
+        ctx: Context,
+        raw: sys::CUgraph,
+        label: &str,
+        parent: &Arc<SharedRaw>,
+    ) -> Self {
+        let owner = SharedRaw::borrowed(ctx.clone(), raw, label, parent);
+        Graph::known(ctx, raw, owner, label, model::Graph::new(label))
+    }
+
+    fn known(
+        ctx: Context,
+        raw: sys::CUgraph,
+        owner: Arc<SharedRaw>,
+        label: &str,
+        model: model::Graph,
+    ) -> Self {
         let parts = Parts {
             model: Arc::new(model),
             ..Parts::default()
         };
         Self {
             raw,
-            owner: SharedRaw::new(ctx.clone(), raw, label),
+            owner,
             lazy: Lazy::known(parts),
             ctx,
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             label: label.into(),
             keep: Arc::new(Vec::new()),
             facts: OnceCell::new(),
+            bodies: Arc::new(Vec::new()),
             _not_sync: PhantomData,
         }
     }
@@ -178,6 +209,7 @@ impl Graph {
             label: label.into(),
             keep: Arc::new(keep),
             facts: OnceCell::new(),
+            bodies: Arc::new(Vec::new()),
             _not_sync: PhantomData,
         }
     }
@@ -284,16 +316,30 @@ impl Graph {
     /// through the same conversion `graphsmith trace --hazards` uses. Labels are not the
     /// driver's to know: kernel nodes are labelled with their kernel's name, others
     /// `<kind>#<index>`.
+    ///
+    /// The bodies of conditional nodes built with [`Graph::if_else`] and its siblings are read
+    /// back too, from the body graphs the driver returned when it made each node.
     #[track_caller]
     pub fn read_back(&self) -> Result<model::Graph> {
-        let at = SourceLine::caller();
+        self.read_back_at(SourceLine::caller())
+    }
+
+    pub(crate) fn read_back_at(&self, at: SourceLine) -> Result<model::Graph> {
         let fail = |f: Failure| f.on(self.object(), "Graph::read_back", at);
         self.ctx.bind().map_err(fail)?;
+        // Held across the bodies too: they live inside this driver graph and share its lock.
         let _guard = self.raw_guard();
-        // SAFETY: self.raw is live and owned through self.owner; calls on it are serialised.
-        unsafe { crate::graph::read_graph(self.raw, &self.label) }
-            .map(|read| read.model)
-            .map_err(fail)
+        self.read_back_held(at)
+    }
+
+    /// [`Graph::read_back_at`] with the driver graph's guard held by the caller (or not needed).
+    pub(crate) fn read_back_held(&self, at: SourceLine) -> Result<model::Graph> {
+        let fail = |f: Failure| f.on(self.object(), "Graph::read_back", at);
+        // SAFETY: self.raw is live (owned through self.owner, or a body owned by its node in
+        // the graph that holds this one); calls on it are serialised (the caller holds the
+        // guard while shared).
+        let read = unsafe { crate::graph::read_graph(self.raw, &self.label) }.map_err(fail)?;
+        self.with_bodies(read, at)
     }
 }
 

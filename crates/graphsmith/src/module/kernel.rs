@@ -91,11 +91,11 @@ impl Kernel {
         let (major, minor) = self.module.inner.ctx.inner.limits.compute_capability;
         if major < 9 {
             return Err(crate::Error::new(
-                crate::ErrorKind::FeatureUnsupported {
+                crate::ErrorKind::FeatureUnsupported(Box::new(crate::error::Unsupported {
                     feature: "programmatic dependent launch",
                     needs: "compute capability 9.0 or newer",
                     found: format!("the device has {major}.{minor}"),
-                },
+                })),
                 crate::error::ObjectRef::new(crate::error::ObjectKind::Kernel, &self.name),
                 "Kernel::programmatic",
                 crate::SourceLine::caller(),

@@ -30,6 +30,13 @@ impl Stream {
     /// Ends this stream's graphsmith capture in the driver, whatever state it is in, and takes
     /// its record. `None` when the stream began no capture.
     pub(crate) fn end_raw(&self) -> Option<Ended> {
+        self.end_raw_keeping(std::ptr::null_mut())
+    }
+
+    /// [`Stream::end_raw`] for a capture into an existing graph `keep` (a conditional node's
+    /// body, which its node owns): `keep` is never destroyed, even when the driver returns it
+    /// with an error.
+    pub(crate) fn end_raw_keeping(&self, keep: sys::CUgraph) -> Option<Ended> {
         let active = self
             .capture
             .lock()
@@ -48,7 +55,7 @@ impl Stream {
             // SAFETY: the stream is live and was put into capture by begin_capture.
             let (ended, raw) = unsafe { driver::end_capture(self.raw()) };
             if let Err(f) = ended {
-                if !raw.is_null() {
+                if !raw.is_null() && raw != keep {
                     // SAFETY: a graph returned with an error is still ours to destroy.
                     let _ = unsafe { driver::graph_destroy(raw) };
                 }

@@ -34,6 +34,7 @@ MEASUREMENTS = [
     ("eager_submit_us", "eager: host submit, whole run"),
     ("eager_device_us", "eager: device time, whole run"),
     ("capture_us", "capture"),
+    ("capture_journal_off_us", "capture, graphsmith's journal off"),
     ("instantiate_us", "instantiate"),
     ("upload_us", "upload (+ wait)"),
     ("first_replay_us", "first replay, not uploaded (+ wait)"),

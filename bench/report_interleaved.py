@@ -7,15 +7,21 @@ median of every number. Used by report.py; standard library only."""
 import statistics
 
 FIGURES = [
-    # (key, name, limit kind, limit): "ratio" targets compare the median per-pair ratio, "diff"
-    # the median per-pair difference (µs); None: shown, no target.
-    ("replay_device_per_node_us", "replay device time per node", "ratio", 1.02),
-    ("replay_submit_us", "replay submit", "diff", 1.0),
-    ("eager_submit_us", "eager submit (whole chain)", "ratio", 1.1),
-    ("eager_device_per_node_us", "eager device time per node", None, None),
-    ("per_node_update_us", "update every kernel node", "ratio", 1.1),
-    ("whole_graph_update_us", "whole-graph update", "ratio", 1.1),
-    ("instantiate_us", "instantiate (graphsmith: with the template copy)", None, None),
+    # (key, name, limit kind, limit, smallest N the target applies to): "ratio" targets compare
+    # the median per-pair ratio, "diff" the median per-pair difference (µs); None: shown, no target.
+    ("replay_device_per_node_us", "replay device time per node", "ratio", 1.02, 0),
+    ("replay_submit_us", "replay submit", "diff", 1.0, 0),
+    ("eager_submit_us", "eager submit (whole chain)", "ratio", 1.1, 0),
+    ("eager_device_per_node_us", "eager device time per node", None, None, 0),
+    ("per_node_update_us", "update every kernel node", "ratio", 1.1, 0),
+    ("whole_graph_update_us", "whole-graph update", "ratio", 1.1, 0),
+    ("instantiate_us", "instantiate", "ratio", 1.05, 0),
+    # Capture, begin to end, with graphsmith's journal on and off (C++ has none): targets from
+    # 100 nodes up (at 10 a capture is a few µs of fixed cost on either side).
+    ("capture_us", "capture, chain (journal on)", "ratio", 1.5, 100),
+    ("capture_journal_off_us", "capture, chain (journal off)", "ratio", 1.1, 100),
+    ("capture_forkjoin_us", "capture, fork/join (journal on)", "ratio", 1.5, 100),
+    ("capture_forkjoin_journal_off_us", "capture, fork/join (journal off)", "ratio", 1.1, 100),
 ]
 
 
@@ -82,7 +88,7 @@ def headline(merged, mark):
         return lines
     lines += [
              "| target | graphsmith vs C++ | per-pair | verdict |", "|---|---:|---:|---:|"]
-    for key, name, kind, limit in HEADLINE:
+    for key, name, kind, limit, _ in HEADLINE:
         fig = m.get(key)
         if not fig:
             continue
@@ -102,6 +108,8 @@ def section(merged, mark):
           "The same chain in plain CUDA C++ (bench/cpp/chain_ref.cu, built as a shared library) and in graphsmith, "
           "timed alternately rep by rep in one process (`gpu-bin/examples/interleaved`), so that both sides see the "
           "same state of the host. Ratio and difference are medians of the per-rep values; figures in µs. "
+          "The capture rows time begin to end capture of the chain and of a fork/join of four streams "
+          "(floor(N/4) kernels each), graphsmith with its journal on and off; their targets apply from 100 nodes. "
           "By default both chains run on the same 1 KB device buffer: kernels this small are sensitive to where "
           "their data lies (on the H200 the C++ chain took 0.973 µs per node on its own buffer and 1.005 µs on "
           "graphsmith's, as fast as graphsmith's chain on it), so sharing it compares the two ways of submitting "
@@ -117,10 +125,12 @@ def section(merged, mark):
         md.append("")
         md.append("| figure | graphsmith | CUDA C++ | per-pair ratio | per-pair difference | target | verdict |")
         md.append("|---|---:|---:|---:|---:|---:|---:|")
-        for key, name, kind, limit in FIGURES:
+        for key, name, kind, limit, min_n in FIGURES:
             fig = m.get(key)
             if not fig:
                 continue
+            if n < min_n:
+                kind = None
             ok = verdict(kind, limit, fig, m["correct"])
             met += ok is True
             missed += ok is False
@@ -156,3 +166,9 @@ def self_test(expect, mark):
     expect("No verdict" in "\n".join(headline(wrong, mark)), "no headline verdict on wrong results")
     expect("**met**" not in "\n".join(section(wrong, mark)), "no section verdict on wrong results")
     expect(headline(merge([row(1.0, shared="none")]), mark) == [], "no headline from own buffers")
+    # Capture rows: a target from 100 nodes up only.
+    cap = lambda n, g: dict(row(1.0), nodes=n, capture_us=fig(100.0, g), capture_journal_off_us=fig(100.0, g))
+    md = "\n".join(section(merge([cap(10, 200.0), cap(100, 120.0)]), mark))
+    expect("| capture, chain (journal on) | 200.0 | 100.0 | 2.00x | +100.0 |  |  |" in md, f"capture at 10: {md}")
+    expect("| capture, chain (journal on) | 120.0 | 100.0 | 1.20x | +20.00 | ≤ 1.50x | **met** |" in md, "capture on")
+    expect("| capture, chain (journal off) | 120.0 | 100.0 | 1.20x | +20.00 | ≤ 1.10x | **MISSED** |" in md, "capture off")

@@ -78,7 +78,9 @@ else
   cat "$logs/nvcc.log" >&2
 fi
 # 3b. The same chain timed turn by turn with graphsmith in one process (bench/cpp/chain_ref.cu as
-# a shared library, loaded by gpu-bin/examples/interleaved): rows with impl "interleaved".
+# a shared library, loaded by gpu-bin/examples/interleaved): rows with impl "interleaved", with
+# replay, updates, instantiation and capture (chain and fork/join; graphsmith's journal on and
+# off) against the same C++ calls.
 interleaved=${INTERLEAVED:-gpu-bin/examples/interleaved}
 have_interleaved=0
 if [ $have_cpp -eq 1 ] && [ -x "$interleaved" ]; then

@@ -17,7 +17,13 @@ struct ChainRef {
   std::vector<cudaGraphNode_t> nodes;   // graph 0's nodes, which address the executable's
   cudaGraphExec_t exec;
   bool own_stream, own_buffer;
+  cudaStream_t sides[3];                // fork/join captures: the three side streams
+  cudaEvent_t forks[3], joins[3];       // and the events that fork and join them
 };
+
+// Branches of the fork/join capture (as graphsmith's bench: a root kernel, four branches of
+// floor(n/4) kernels each, the main stream's first, a final kernel).
+static const int kBranches = 4;
 
 static cudaKernelNodeParams node_params(void** args, unsigned len) {
   cudaKernelNodeParams p = {};
@@ -65,6 +71,11 @@ ChainRef* chain_ref_new_with(int n, cudaStream_t stream, float* buffer) {
     c->stream = stream;
   CK(cudaEventCreate(&c->start));
   CK(cudaEventCreate(&c->end));
+  for (int k = 0; k < kBranches - 1; ++k) {
+    CK(cudaStreamCreateWithFlags(&c->sides[k], cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&c->forks[k], cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&c->joins[k], cudaEventDisableTiming));
+  }
   c->graph[0] = build(c, 0.5f, &c->nodes);
   c->graph[1] = build(c, 0.25f, nullptr);
   CK(cudaGraphInstantiate(&c->exec, c->graph[0], 0));
@@ -83,6 +94,11 @@ void chain_ref_free(ChainRef* c) {
   CK(cudaGraphDestroy(c->graph[1]));
   CK(cudaEventDestroy(c->start));
   CK(cudaEventDestroy(c->end));
+  for (int k = 0; k < kBranches - 1; ++k) {
+    CK(cudaStreamDestroy(c->sides[k]));
+    CK(cudaEventDestroy(c->forks[k]));
+    CK(cudaEventDestroy(c->joins[k]));
+  }
   if (c->own_stream) CK(cudaStreamDestroy(c->stream));
   if (c->own_buffer) CK(cudaFree(c->x));
   delete c;
@@ -137,6 +153,42 @@ double chain_ref_instantiate(ChainRef* c) {
   CK(cudaGraphInstantiate(&fresh, c->graph[0], 0));
   double t = now_us() - t0;
   CK(cudaGraphExecDestroy(fresh));
+  return t;
+}
+
+// Host time of capturing the workload into a graph, from cudaStreamBeginCapture to
+// cudaStreamEndCapture (the graph is then destroyed, untimed): the chain of n kernels on the
+// stream, or (forkjoin) a root kernel, three side streams forked from the stream with an event
+// each, floor(n/4) kernels on each of the four streams, the sides joined back, a final kernel.
+double chain_ref_capture(ChainRef* c, int forkjoin) {
+  const unsigned grid = (c->len + 255) / 256;
+  float a = 0.5f;
+  cudaGraph_t g;
+  double t0 = now_us();
+  CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+  if (!forkjoin) {
+    for (int i = 0; i < c->n; ++i) add_scalar<<<grid, 256, 0, c->stream>>>(c->x, a, c->len);
+  } else {
+    add_scalar<<<grid, 256, 0, c->stream>>>(c->x, a, c->len);
+    for (int k = 0; k < kBranches - 1; ++k) {
+      CK(cudaEventRecord(c->forks[k], c->stream));
+      CK(cudaStreamWaitEvent(c->sides[k], c->forks[k], 0));
+    }
+    const int per_branch = c->n / kBranches;
+    for (int k = 0; k < kBranches; ++k) {
+      cudaStream_t s = k == 0 ? c->stream : c->sides[k - 1];
+      for (int i = 0; i < per_branch; ++i) add_scalar<<<grid, 256, 0, s>>>(c->x, a, c->len);
+    }
+    for (int k = 0; k < kBranches - 1; ++k) {
+      CK(cudaEventRecord(c->joins[k], c->sides[k]));
+      CK(cudaStreamWaitEvent(c->stream, c->joins[k], 0));
+    }
+    add_scalar<<<grid, 256, 0, c->stream>>>(c->x, a, c->len);
+  }
+  CK(cudaGetLastError());
+  CK(cudaStreamEndCapture(c->stream, &g));
+  double t = now_us() - t0;
+  CK(cudaGraphDestroy(g));
   return t;
 }
 

@@ -7,7 +7,10 @@
 //! the same device buffer (see `GS_REF_SHARE` in `run`).
 //!
 //! For each N: eager submit and device time of the chain, replay submit and device time,
-//! updating every kernel node of the executable, a whole-graph update, instantiation. Each kind
+//! updating every kernel node of the executable, a whole-graph update, instantiation, and
+//! capture (begin to end) of the chain and of a fork/join of four streams, with graphsmith's
+//! journal on and off (`capture_us`, `capture_journal_off_us`, `capture_forkjoin_us`,
+//! `capture_forkjoin_journal_off_us`). Each kind
 //! has its own loop (3 warm-up pairs, then `reps` pairs). Prints one JSON object per N: each
 //! side's medians, and the median over reps of the per-rep ratio (graphsmith / C++) and, for
 //! replay submit, of the per-rep difference. Results are checked on both sides.
@@ -15,13 +18,13 @@
 //! `interleaved LIBCHAIN_REF.so [nodes,nodes,...] [reps]` (reps: 30 for N <= 1000, 20 above).
 //! With `GS_KERNEL_IMAGE=FILE`, graphsmith's side loads its kernel from that cubin or fatbin
 //! instead of the built-in PTX; with `GS_INTO_EXEC=1` its executable is made by `into_exec`
-//! (no template copy) instead of `instantiate`.
+//! (from a graph of its own) instead of `instantiate`.
 
 use std::time::Instant;
 
 use graphsmith::{
-    args, Context, DeviceBuffer, Event, Exec, Graph, Kernel, LaunchConfig, NodeRef, Stream,
-    UpdatePolicy,
+    args, CaptureMode, CaptureOptions, Context, DeviceBuffer, Event, Exec, Graph, Kernel,
+    LaunchConfig, NodeRef, Stream, UpdatePolicy,
 };
 use graphsmith_workloads::median;
 
@@ -36,6 +39,7 @@ struct CppRef {
     per_node: unsafe extern "C" fn(*mut std::ffi::c_void, f32) -> f64,
     whole: unsafe extern "C" fn(*mut std::ffi::c_void, i32) -> f64,
     instantiate: unsafe extern "C" fn(*mut std::ffi::c_void) -> f64,
+    capture: unsafe extern "C" fn(*mut std::ffi::c_void, i32) -> f64,
     check: unsafe extern "C" fn(*mut std::ffi::c_void, f32, f32) -> i32,
 }
 
@@ -56,6 +60,7 @@ impl CppRef {
                 per_node: *lib.get(b"chain_ref_per_node_update\0")?,
                 whole: *lib.get(b"chain_ref_whole_update\0")?,
                 instantiate: *lib.get(b"chain_ref_instantiate\0")?,
+                capture: *lib.get(b"chain_ref_capture\0")?,
                 check: *lib.get(b"chain_ref_check_replay\0")?,
                 _lib: lib,
             })
@@ -82,6 +87,8 @@ struct Side {
     add: Kernel,
     x: DeviceBuffer<f32>,
     stream: Stream,
+    /// The side streams of the fork/join capture.
+    sides: Vec<Stream>,
     start: Event,
     end: Event,
     graphs: [Graph; 2],
@@ -91,6 +98,8 @@ struct Side {
 }
 
 const LEN: u32 = 256;
+/// Branches of the fork/join capture (as `chain_ref_capture`).
+const BRANCHES: usize = 4;
 
 fn build(
     ctx: &Context,
@@ -125,7 +134,7 @@ impl Side {
         let (g0, nodes) = build(ctx, &add, &mut x, n, 0.5)?;
         let (g1, _) = build(ctx, &add, &mut x, n, 0.25)?;
         // GS_INTO_EXEC: the executable is instantiated from a graph of its own without the
-        // template copy (`into_exec`), to tell the copy's effect on launches apart.
+        // template shared with another graph (`into_exec`), to tell sharing's effect on launches apart.
         let (mut exec, nodes) = if std::env::var_os("GS_INTO_EXEC").is_some() {
             let (own, own_nodes) = build(ctx, &add, &mut x, n, 0.5)?;
             (own.into_exec()?, own_nodes)
@@ -135,7 +144,11 @@ impl Side {
         exec.upload(&stream)?;
         exec.launch(&stream)?;
         stream.synchronize()?;
+        let sides = (1..BRANCHES)
+            .map(|k| ctx.stream(&format!("side{k}")))
+            .collect::<graphsmith::Result<Vec<_>>>()?;
         Ok(Side {
+            sides,
             start: ctx.event("start", true)?,
             end: ctx.event("end", true)?,
             add,
@@ -191,6 +204,45 @@ impl Side {
         let fresh = self.graphs[0].instantiate()?;
         let elapsed = us(t);
         drop(fresh);
+        Ok(elapsed)
+    }
+
+    /// Host time of capturing the workload, from `begin_capture` to `end_capture` (the graph
+    /// is dropped untimed), as `chain_ref_capture` does in C++: the chain, or the fork/join
+    /// (a root kernel, three side streams joined to the stream, floor(n/4) kernels on each of
+    /// the four, the sides joined back, a final kernel); with the journal on or off.
+    fn capture(&mut self, forkjoin: bool, journal: bool) -> graphsmith::Result<f64> {
+        let cfg = LaunchConfig::for_elements(LEN);
+        let options = CaptureOptions::new(CaptureMode::ThreadLocal).journal(journal);
+        let (main, add, x) = (&self.stream, &self.add, &mut self.x);
+        let t = Instant::now();
+        main.begin_capture_with(options, "capture")?;
+        let issued = (|| -> graphsmith::Result<()> {
+            if !forkjoin {
+                for _ in 0..self.n {
+                    main.launch("add", add, cfg, args![&mut *x, 0.5f32, LEN])?;
+                }
+                return Ok(());
+            }
+            main.launch("root", add, cfg, args![&mut *x, 0.5f32, LEN])?;
+            for side in &self.sides {
+                side.join(main)?;
+            }
+            for k in 0..BRANCHES {
+                let s = if k == 0 { main } else { &self.sides[k - 1] };
+                for _ in 0..self.n / BRANCHES {
+                    s.launch("branch", add, cfg, args![&mut *x, 0.5f32, LEN])?;
+                }
+            }
+            for side in &self.sides {
+                main.join(side)?;
+            }
+            main.launch("join", add, cfg, args![&mut *x, 0.5f32, LEN])
+        })();
+        let graph = main.end_capture();
+        let elapsed = us(t);
+        issued?;
+        drop(graph?);
         Ok(elapsed)
     }
 
@@ -323,6 +375,22 @@ fn run(
         |_| (unsafe { (lib.instantiate)(c) }, 0.0),
         |_| Ok((gs.instantiate()?, 0.0)),
     )?;
+    // Capture, chain and fork/join, journal on and off (C++ has no journal: the same figure).
+    let mut captures = Vec::new();
+    for (forkjoin, journal, name) in [
+        (false, true, "capture_us"),
+        (false, false, "capture_journal_off_us"),
+        (true, true, "capture_forkjoin_us"),
+        (true, false, "capture_forkjoin_journal_off_us"),
+    ] {
+        let (pairs, _) = alternate(
+            warmup,
+            reps,
+            |_| (unsafe { (lib.capture)(c, forkjoin as i32) }, 0.0),
+            |_| Ok((gs.capture(forkjoin, journal)?, 0.0)),
+        )?;
+        captures.push(pairs.json(name, 1.0));
+    }
     // The last whole-graph update chose graph ((last % 2) ^ 1): 0 adds 0.5, 1 adds 0.25.
     let last = warmup + reps - 1;
     let step_last = if (last % 2) ^ 1 == 0 { 0.5f32 } else { 0.25 };
@@ -334,7 +402,7 @@ fn run(
     let gs_ok = gs.check(1.0, want)?;
     let nf = n as f64;
     Ok(format!(
-        "{{\"impl\": \"interleaved\", \"workload\": \"chain\", \"nodes\": {n}, \"reps\": {reps}, \"shared\": \"{share}\", {}, {}, {}, {}, {}, {}, {}, \"correct_cpp\": {cpp_ok}, \"correct_graphsmith\": {gs_ok}}}",
+        "{{\"impl\": \"interleaved\", \"workload\": \"chain\", \"nodes\": {n}, \"reps\": {reps}, \"shared\": \"{share}\", {}, {}, {}, {}, {}, {}, {}, {}, \"correct_cpp\": {cpp_ok}, \"correct_graphsmith\": {gs_ok}}}",
         eager_submit.json("eager_submit_us", 1.0),
         eager_device.json("eager_device_per_node_us", nf),
         replay_submit.json("replay_submit_us", 1.0),
@@ -342,6 +410,7 @@ fn run(
         per_node.json("per_node_update_us", 1.0),
         whole.json("whole_graph_update_us", 1.0),
         instantiate.json("instantiate_us", 1.0),
+        captures.join(", "),
     ))
 }
 

@@ -163,7 +163,10 @@ fn main() {
         let pdl = module.kernel("gs_pdl_add_scalar_f32")?.programmatic()?;
         for &n in &nodes {
             for with_pdl in [false, true] {
-                println!("{}", run(&cpp, &ctx, (&plain, &pdl), n.max(1), with_pdl, reps)?);
+                println!(
+                    "{}",
+                    run(&cpp, &ctx, (&plain, &pdl), n.max(1), with_pdl, reps)?
+                );
             }
         }
         Ok(())

@@ -4,8 +4,8 @@
 use std::time::Instant;
 
 use graphsmith::{
-    args, CaptureMode, Context, DeviceBuffer, Exec, Graph, Kernel, LaunchConfig, Result, Stream,
-    UpdatePolicy,
+    args, CaptureMode, CaptureOptions, Context, DeviceBuffer, Exec, Graph, Kernel, LaunchConfig,
+    Result, Stream, UpdatePolicy,
 };
 
 use crate::{median, time_region};
@@ -18,6 +18,8 @@ pub struct BenchRow {
     pub eager_submit_us: f64,
     pub eager_device_us: f64,
     pub capture_us: f64,
+    /// Capture with the journal off (graphsmith still keeps what the graph references alive).
+    pub capture_journal_off_us: f64,
     pub instantiate_us: f64,
     pub upload_us: f64,
     pub replay_submit_us: f64,
@@ -32,8 +34,8 @@ impl BenchRow {
     /// The row as one JSON line.
     pub fn to_json(&self) -> String {
         format!(
-            "{{\"impl\": \"graphsmith\", \"workload\": \"{}\", \"nodes\": {}, \"eager_submit_us\": {:.3}, \"eager_device_us\": {:.3}, \"capture_us\": {:.3}, \"instantiate_us\": {:.3}, \"upload_us\": {:.3}, \"replay_submit_us\": {:.3}, \"replay_device_us\": {:.3}, \"per_node_update_us\": {:.3}, \"whole_graph_update_us\": {:.3}, \"reinstantiate_us\": {:.3}, \"correct\": {}}}",
-            self.workload, self.nodes, self.eager_submit_us, self.eager_device_us, self.capture_us, self.instantiate_us, self.upload_us,
+            "{{\"impl\": \"graphsmith\", \"workload\": \"{}\", \"nodes\": {}, \"eager_submit_us\": {:.3}, \"eager_device_us\": {:.3}, \"capture_us\": {:.3}, \"capture_journal_off_us\": {:.3}, \"instantiate_us\": {:.3}, \"upload_us\": {:.3}, \"replay_submit_us\": {:.3}, \"replay_device_us\": {:.3}, \"per_node_update_us\": {:.3}, \"whole_graph_update_us\": {:.3}, \"reinstantiate_us\": {:.3}, \"correct\": {}}}",
+            self.workload, self.nodes, self.eager_submit_us, self.eager_device_us, self.capture_us, self.capture_journal_off_us, self.instantiate_us, self.upload_us,
             self.replay_submit_us, self.replay_device_us, self.per_node_update_us, self.whole_graph_update_us, self.reinstantiate_us, self.correct
         )
     }
@@ -84,8 +86,12 @@ impl Work {
     }
 
     fn capture(&mut self, main: &Stream, a: f32) -> Result<Graph> {
-        main.begin_capture(
-            CaptureMode::ThreadLocal,
+        self.capture_with(main, a, true)
+    }
+
+    fn capture_with(&mut self, main: &Stream, a: f32, journal: bool) -> Result<Graph> {
+        main.begin_capture_with(
+            CaptureOptions::new(CaptureMode::ThreadLocal).journal(journal),
             if self.forkjoin { "forkjoin" } else { "chain" },
         )?;
         let issued = self.issue(main, a);
@@ -170,6 +176,17 @@ pub fn bench(
     }
     let graph = graph.expect("captured at least once");
     row.capture_us = median(&mut capture);
+    let mut capture_off = Vec::new();
+    for r in 0..reps.min(5) + 1 {
+        let t = Instant::now();
+        let g = w.capture_with(&main, 0.5, false)?;
+        let elapsed = us(t);
+        drop(g);
+        if r > 0 {
+            capture_off.push(elapsed);
+        }
+    }
+    row.capture_journal_off_us = median(&mut capture_off);
     // The second graph, with the other scalar, is the target of whole-graph updates.
     let other = w.capture(&main, 0.25)?;
 

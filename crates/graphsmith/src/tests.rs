@@ -155,7 +155,7 @@ fn conditional_errors_say_what_to_do() {
     );
     assert_eq!(
         e.to_string(),
-        "Graph::instantiate on Graph 'step' at src/main.rs:12:5: invalid input: a graph with conditional nodes cannot be copied (cuGraphClone refuses it) and has one executable at a time: instantiate it with Graph::into_exec, update an executable from it with Exec::update_owned"
+        "Graph::instantiate on Graph 'step' at src/main.rs:12:5: invalid input: a graph with conditional nodes cannot be copied (cuGraphClone refuses it) and has one executable at a time: while an executable shares it (Graph::instantiate, Exec::update) it can be neither changed nor instantiated again; drop that executable first, or hand the graph over with Graph::into_exec or Exec::update_owned"
     );
     let body = crate::graph::BodyRef::for_test("branch/then");
     assert_eq!(

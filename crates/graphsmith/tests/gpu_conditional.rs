@@ -309,13 +309,50 @@ fn a_graph_with_conditional_nodes_is_not_copied_and_says_why() {
         .expect("body")
         .empty("nothing", &[])
         .expect("empty node");
+    // Instantiating shares the graph: no copy, so the driver's refusal to clone a graph with
+    // conditional nodes does not stand in the way.
+    let mut shared = g
+        .instantiate()
+        .expect("instantiate shares, it does not copy");
+    shared.launch(&gpu.stream).expect("launch");
+    gpu.stream.synchronize().expect("sync");
+    let says_why = |err: &graphsmith::Error, what: &str| {
+        let text = err.to_string();
+        assert!(
+            text.contains("'maybe'") && text.contains("cuGraphClone"),
+            "{what}: the error names the conditional node and why: {text}"
+        );
+        assert!(
+            text.contains("Graph::into_exec"),
+            "{what}: the error names the way out: {text}"
+        );
+    };
+    // What still must be refused while the executable shares the graph: a second executable
+    // (one instantiation at a time), and any change (copy on write would need cuGraphClone),
+    // in the graph or in a body.
     let err = g
         .instantiate()
-        .expect_err("a graph with conditional nodes cannot be cloned");
+        .expect_err("a second executable of a graph with conditional nodes");
+    says_why(&err, "second instantiate");
+    let err = g
+        .empty("more", &[])
+        .expect_err("a shared graph with conditional nodes cannot be copied on write");
+    says_why(&err, "builder");
+    let err = g
+        .body(&body)
+        .expect("opening a body changes nothing")
+        .empty("more", &[])
+        .expect_err("a body of a shared graph cannot be changed");
     assert!(
-        err.to_string().contains("Graph::into_exec"),
-        "the error names the way out: {err}"
+        err.to_string().contains("cuGraphClone"),
+        "body: the error says why: {err}"
     );
+    assert_eq!(g.model().nodes.len(), 1, "nothing was added to the model");
+    // Once the executable is gone the graph is its own again: it can change, and be handed
+    // over to an executable.
+    drop(shared);
+    g.empty("after", &[])
+        .expect("an unshared graph changes in place");
     let mut exec = g.into_exec().expect("into_exec");
     exec.launch(&gpu.stream).expect("launch");
     gpu.stream.synchronize().expect("sync");

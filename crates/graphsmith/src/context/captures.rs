@@ -12,7 +12,7 @@ use std::thread::ThreadId;
 
 use cudarc::driver::sys;
 use graphsmith_analysis::Outcome;
-use graphsmith_model::{Access, AccessMode, Provenance};
+use graphsmith_model::{Access, AccessMode};
 
 use crate::context::Context;
 use crate::driver::Failure;
@@ -77,18 +77,9 @@ impl From<CaptureMode> for CaptureOptions {
     }
 }
 
-/// What graphsmith knows of one captured node.
-#[derive(Clone, Debug)]
-pub(crate) struct NodeMeta {
-    pub label: String,
-    pub provenance: Provenance,
-    pub accesses: Vec<Access>,
-}
-
 /// A running capture: its journal and what its graph must keep alive.
 pub(crate) struct CaptureRecord {
-    /// Node handle (as usize) -> what graphsmith issued there (filled when the capture ends).
-    pub nodes: HashMap<usize, NodeMeta>,
+    /// What the graph must keep alive, each resource once in a row (see `add_keep`).
     pub keep: Vec<Keep>,
     pub label: String,
     pub options: CaptureOptions,
@@ -166,7 +157,12 @@ pub(crate) struct Entry {
     pub kind: Kind,
     pub waits_for: Option<usize>,
     pub outcome: Outcome,
+    /// The node the operation became, when the driver was asked right after it (an anchor;
+    /// see `graph/captured_nodes.rs`).
     pub node: Option<usize>,
+    /// Captured one-node work right after captured one-node work on the same stream: its node
+    /// is found from the node before it when the graph is read back.
+    pub chained: bool,
 }
 
 impl Entry {
@@ -184,6 +180,7 @@ impl Entry {
             waits_for: op.waits_for.map(|w| w.0),
             outcome,
             node: None,
+            chained: false,
         }
     }
     /// Like `new`, moving the accesses out of `op` instead of copying them.
@@ -208,7 +205,43 @@ impl Entry {
             waits_for: self.waits_for,
             outcome: self.outcome.clone(),
             node: self.node,
+            chained: self.chained,
         }
+    }
+
+    /// Whether work on `stream` right after this entry is chained to it: this entry is
+    /// captured one-node work on that stream.
+    pub(crate) fn ends_chain(&self, stream: usize) -> bool {
+        self.kind == Kind::Work
+            && self.stream == Some(stream)
+            && self.outcome == Outcome::Captured
+            && one_node_kind(self.op).is_some()
+    }
+}
+
+impl CaptureRecord {
+    /// Keeps `keep` alive with the graph. A resource that one of the last few kept already is
+    /// not kept again (a capture launching one kernel on one buffer a thousand times keeps two
+    /// resources, not two thousand).
+    pub(crate) fn add_keep(&mut self, keep: Vec<Keep>) {
+        const RECENT: usize = 8;
+        for k in keep {
+            let start = self.keep.len().saturating_sub(RECENT);
+            if !self.keep[start..].iter().any(|old| Arc::ptr_eq(old, &k)) {
+                self.keep.push(k);
+            }
+        }
+    }
+}
+
+/// The kind of node a one-node operation becomes (by the operation's name); `None` for
+/// operations that may add several nodes or none (library calls, interop).
+pub(crate) fn one_node_kind(op: &str) -> Option<&'static str> {
+    match op {
+        "Stream::launch" => Some("kernel"),
+        "Stream::memset" => Some("memset"),
+        "Stream::copy" => Some("memcpy"),
+        _ => None,
     }
 }
 

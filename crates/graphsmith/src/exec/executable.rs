@@ -28,7 +28,9 @@ pub struct ExecStats {
 /// Instantiates `graph` (`cuGraphInstantiateWithFlags`).
 pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure> {
     graph.ctx.bind()?;
-    // SAFETY: graph.raw is live; Graph is !Sync, so no other thread uses the template now.
+    let _guard = graph.raw_guard();
+    // SAFETY: graph.raw is live; calls on it are serialised (the guard while an executable's
+    // template shares it; Graph is !Sync).
     unsafe { driver::instantiate(graph.raw) }
 }
 
@@ -56,15 +58,15 @@ pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure
 /// ```
 pub struct Exec {
     pub(crate) raw: sys::CUgraphExec,
-    /// The template this executable was instantiated from (its own copy). Its node handles
-    /// address the executable's nodes in per-node updates, for the executable's whole life.
-    /// It is also the current template (every update applied) unless `current` is set: after a
-    /// whole-graph update it takes the new graph's model, and its driver nodes are brought in
-    /// step lazily (see `stale`).
+    /// The template this executable was instantiated from: a share of the caller's graph (no
+    /// driver copy; see `graph/shared.rs`), which keeps its driver graph alive. Its node handles
+    /// address the executable's nodes in per-node updates, for the executable's whole life, so
+    /// its driver graph is never changed while another graph shares it. It is also the current
+    /// template (every update applied) unless `current` is set.
     pub(crate) template: Graph,
-    /// After whole-graph updates from graphs whose nodes cannot all be written back from the
-    /// model (copies, host functions, events, child graphs, ...): a driver copy of the latest
-    /// graph, which per-node updates keep in step.
+    /// The current template when it is not `template`: after a whole-graph update, a share of
+    /// the graph updated from; after per-node updates were pushed into a driver template that
+    /// was shared, that template's copy.
     pub(crate) current: Option<Graph>,
     /// The ids of the graphs whose `NodeRef`s address this executable's nodes: the graph it was
     /// instantiated from, and the graph of its latest whole-graph update.
@@ -80,7 +82,8 @@ pub struct Exec {
     /// capture was running): dropped at the next wait.
     pub(crate) retired: Vec<Keep>,
     /// Nodes (by index) whose parameters are in the model but not yet in the current driver
-    /// template: pushed there by [`Exec::template`], so an update costs one driver call.
+    /// template: pushed there by [`Exec::template`] (into a copy of it first, when it is
+    /// shared), so an update costs one driver call.
     pub(crate) stale: Vec<bool>,
     pub(crate) any_stale: bool,
     pub(crate) stats: ExecStats,
@@ -127,22 +130,20 @@ impl crate::context::Retired for RetiredExec {
     }
 }
 
-// SAFETY: the raw handles (exec and template) are only used through &mut self (or in Drop), so
-// no two threads touch them at once; &self methods read plain data only. The templates' interior
-// caches (`Graph::facts`, a OnceCell) are filled only by `Exec::update`, which takes &mut self;
-// `model_cache` is a OnceLock.
+// SAFETY: the raw exec handle is only used through &mut self (or in Drop), so no two threads
+// touch it at once. The templates' driver graphs may be shared with graphs on other threads:
+// every driver call on a shared one holds its lock (`graph/shared.rs`). &self methods read plain
+// data, or make a template's parts once (`Lazy`, a OnceLock, whose read-back holds that lock
+// while shared). The templates' `Graph::facts` (a OnceCell) are filled only by `Exec::update`,
+// which takes &mut self; `model_cache` is a OnceLock. Conditional bodies shared with the
+// caller's graph are read only, under that graph's lock (`Graph::read_back`).
 unsafe impl Send for Exec {}
 // SAFETY: as above.
 unsafe impl Sync for Exec {}
 
 impl std::fmt::Debug for Exec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Exec '{}' ({} nodes)",
-            self.label,
-            self.current().model.nodes.len()
-        )
+        write!(f, "Exec '{}' (template: {:?})", self.label, self.current())
     }
 }
 
@@ -219,12 +220,12 @@ impl Exec {
     }
     /// The model of the executable's template, with every update applied.
     pub fn model(&self) -> &model::Graph {
-        let base = &self.current().model;
+        let base = self.current().model();
         if self.overrides.is_empty() {
             return base;
         }
         self.model_cache.get_or_init(|| {
-            let kernels = &self.current().kernels;
+            let kernels = self.current().kernels();
             crate::exec::apply_all(base, &self.overrides, |i| {
                 kernels.get(i)?.as_ref().map(|k| k.layout.clone())
             })
@@ -272,7 +273,7 @@ impl Exec {
         at: SourceLine,
     ) -> Result<usize> {
         let ours = node.graph == self.origin || node.graph == self.instantiated_from;
-        if !ours || node.id.index() >= self.template.handles.len() {
+        if !ours || node.id.index() >= self.template.handles().len() {
             return Err(Error::new(
                 ErrorKind::ForeignNode {
                     node: node.label.to_string(),
@@ -426,14 +427,26 @@ impl Exec {
 /// Instantiation lives with the executable it makes (the graph layer below knows no `Exec`).
 impl Graph {
     /// Instantiates the graph once (`cuGraphInstantiateWithFlags`); launch the executable as
-    /// often as needed. The executable keeps its own copy of the template (`cuGraphClone`), which
-    /// its parameter updates keep in step; this graph stays as it is and can be instantiated
-    /// again. [`Graph::into_exec`] saves the copy when the template is not needed any more.
+    /// often as needed. This costs the driver's instantiation alone: the executable's template
+    /// shares this graph's driver graph and model (the driver's executable is a copy of its
+    /// own). This graph stays usable: it can be instantiated again, read, or built on (the
+    /// builder then copies the driver graph first, so the executable's template never changes
+    /// under it); the executable's per-node updates go into a copy of the template when it is
+    /// next asked for ([`Exec::template`]).
+    ///
+    /// A graph with conditional nodes is shared too, but the driver cannot copy it
+    /// (`cuGraphClone` refuses it) and allows it one executable at a time: while the
+    /// executable lives, changing the graph (the builder, its bodies) and instantiating it
+    /// again are refused with an error naming the conditional node, as is writing the
+    /// executable's per-node updates into the shared template ([`Exec::template`]).
+    /// [`Graph::into_exec`] hands the graph over instead.
     #[track_caller]
     pub fn instantiate(&self) -> Result<Exec> {
         let at = SourceLine::caller();
-        let copy = self.clone_template(at)?;
-        copy.into_exec_at(self.id, at)
+        self.refuse_second_exec(0, "Graph::instantiate", at)?;
+        let raw =
+            instantiate_raw(self).map_err(|f| f.on(self.object(), "Graph::instantiate", at))?;
+        Ok(Exec::new(raw, self.share(), self.id))
     }
 
     /// Instantiates the graph, which becomes the executable's template.

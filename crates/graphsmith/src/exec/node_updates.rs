@@ -19,6 +19,7 @@ use crate::driver::kernel_params;
 use crate::driver::memcpy_1d;
 use crate::driver::{self, Failure};
 use crate::exec::Exec;
+use crate::graph::CopyError;
 use crate::memory::Allocation;
 use crate::module::{ArgData, LaunchConfig};
 
@@ -147,25 +148,32 @@ pub(crate) fn apply_all(
     out
 }
 
-/// Pushes the parameters of every node changed since the last call (by per-node updates, or
-/// all nodes after a whole-graph update the template follows lazily) into the executable's
-/// current driver template: from the node's per-node update when it has one, else from the
-/// model.
-pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
+/// Pushes the parameters of every node changed since the last call by per-node updates into
+/// the executable's current driver template: from the node's per-node update when it has one,
+/// else from the model. A current template that another graph shares is copied first (the
+/// instantiation template's driver graph is never changed while shared: its node handles
+/// address the executable's nodes). A shared template with conditional nodes cannot be copied:
+/// that is an error naming the node ([`CopyError::Refused`]), and nothing is written.
+pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), CopyError> {
     if !exec.any_stale {
         return Ok(());
     }
     exec.template.ctx.bind()?;
+    match &mut exec.current {
+        Some(current) => current.unshare()?,
+        None if exec.template.raw_guard().is_some() => exec.current = Some(exec.template.copy()?),
+        None => {}
+    }
     let current = exec.current.as_ref().unwrap_or(&exec.template);
     for (index, stale) in exec.stale.iter_mut().enumerate() {
         if !*stale {
             continue;
         }
-        let handle = current.handles[index];
+        let handle = current.handles()[index];
         let update = exec.overrides.get_mut(index).and_then(|u| u.as_mut());
-        match (update, &current.model.nodes[index].kind) {
+        match (update, &current.model().nodes[index].kind) {
             (Some(NodeUpdate::Kernel { cfg, args }), _) => {
-                if let Some(function) = &current.kernels[index] {
+                if let Some(function) = &current.kernels()[index] {
                     let mut pointers = args.pointers();
                     let params = kernel_params(
                         function.func,
@@ -193,7 +201,7 @@ pub(crate) fn flush_template(exec: &mut Exec) -> Result<(), Failure> {
                 unsafe { driver::set_memcpy_node(handle, &p) }?;
             }
             (None, NodeKind::Kernel(k)) => {
-                if let Some(function) = &current.kernels[index] {
+                if let Some(function) = &current.kernels()[index] {
                     let mut pointers: Vec<*mut std::ffi::c_void> = k
                         .args
                         .iter()
@@ -253,16 +261,15 @@ pub(crate) fn fold_into_template(exec: &mut Exec) {
         Some(model) => model,
         None => {
             let current = exec.current.as_ref().unwrap_or(&exec.template);
-            let kernels = &current.kernels;
-            apply_all(&current.model, &exec.overrides, |i| {
+            let kernels = current.kernels();
+            apply_all(current.model(), &exec.overrides, |i| {
                 kernels.get(i)?.as_ref().map(|k| k.layout.clone())
             })
         }
     };
     let updates = std::mem::take(&mut exec.overrides);
     let current = exec.current.as_mut().unwrap_or(&mut exec.template);
-    current.model = Arc::new(model);
-    current.facts.take();
+    current.parts_mut().model = Arc::new(model);
     let keep = Arc::make_mut(&mut current.keep);
     let mut held: std::collections::HashSet<*const ()> =
         keep.iter().map(|k| Arc::as_ptr(k) as *const ()).collect();

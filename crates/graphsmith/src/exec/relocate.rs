@@ -119,11 +119,11 @@ impl Exec {
         let object = self.object();
         let fail = |f: Failure| f.on(object.clone(), op, at);
         // Per-node updates go into the template first, so the model holds every argument.
-        flush_template(self).map_err(fail)?;
+        flush_template(self).map_err(|e| e.on(object.clone(), op, at))?;
         fold_into_template(self);
         self.template.ctx.bind().map_err(fail)?;
         let current = self.current();
-        let mut model = (*current.model).clone();
+        let mut model = current.model().clone();
         let index_of_moves = MoveIndex::new(moves);
         let mut changed = Vec::new();
         let mut words = 0;
@@ -149,7 +149,7 @@ impl Exec {
             if !any {
                 continue;
             }
-            if current.kernels.get(index).is_none_or(|k| k.is_none()) {
+            if current.kernels().get(index).is_none_or(|k| k.is_none()) {
                 return Err(Error::new(
                     ErrorKind::InvalidInput {
                         reason: format!(
@@ -173,7 +173,7 @@ impl Exec {
         for &index in &changed {
             let (NodeKind::Kernel(k), Some(function)) = (
                 &model.nodes[index].kind,
-                current.kernels.get(index).and_then(|k| k.as_ref()),
+                current.kernels().get(index).and_then(|k| k.as_ref()),
             ) else {
                 continue;
             };
@@ -190,9 +190,11 @@ impl Exec {
                 k.shared_mem_bytes,
                 pointers.as_mut_ptr(),
             );
-            let handle = self.template.handles[index];
+            let handle = self.template.handles()[index];
+            let _guard = self.template.raw_guard();
             // SAFETY: raw and handle are live (the handle belongs to the graph raw was
-            // instantiated from, which self owns); the pointers point at the argument bytes of
+            // instantiated from, which self holds; the guard serialises calls on it while
+            // shared); the pointers point at the argument bytes of
             // `model`, alive for the call, one per parameter of the node's kernel as read back;
             // the driver copies them.
             unsafe { driver::exec_set_kernel_node(self.raw, handle, &params) }.map_err(|f| {
@@ -205,12 +207,11 @@ impl Exec {
         // the old ones let go of once no launch can use them.
         {
             let current = self.current_mut();
-            current.model = Arc::new(model);
-            current.facts.take();
+            current.parts_mut().model = Arc::new(model);
         }
         self.model_cache = std::sync::OnceLock::new();
-        if self.stale.len() < self.template.handles.len() {
-            self.stale.resize(self.template.handles.len(), false);
+        if self.stale.len() < self.template.handles().len() {
+            self.stale.resize(self.template.handles().len(), false);
         }
         for &index in &changed {
             self.stale[index] = true;

@@ -3,6 +3,8 @@
 //! update is impossible. Every update goes through the executable, which keeps its own template
 //! in step: there is no way to update a template and forget its executable.
 
+use std::sync::Arc;
+
 use cudarc::driver::sys;
 use graphsmith_model::{MemsetParams, NodeKind};
 
@@ -43,7 +45,7 @@ impl Exec {
     fn set_override(&mut self, index: usize, update: NodeUpdate) -> Result<(), Failure> {
         if self.overrides.len() <= index {
             self.overrides
-                .resize_with(self.template.handles.len().max(index + 1), || None);
+                .resize_with(self.template.handles().len().max(index + 1), || None);
         }
         self.model_cache.take();
         let Some(old) = self.overrides[index].replace(update) else {
@@ -66,20 +68,26 @@ impl Exec {
         op: &'static str,
         at: SourceLine,
     ) -> Result<()> {
-        if !matches!(self.current().model.nodes[index].kind, NodeKind::Kernel(_)) {
+        if !matches!(
+            self.current().model().nodes[index].kind,
+            NodeKind::Kernel(_)
+        ) {
             return Ok(());
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
-        let current = self.current().handles[index];
+        let current = self.current().handles()[index];
         // The function is looked up in the current context: make sure it is ours (a batch binds
         // only once, and the caller may have used another context since).
         self.template
             .ctx
             .bind()
             .map_err(|f| f.on(node_object(), op, at))?;
-        // SAFETY: current is a live kernel node of the current template; the context is current.
+        let guard = self.current().raw_guard();
+        // SAFETY: current is a live kernel node of the current template, whose calls are
+        // serialised (the guard while shared); the context is current.
         let read = unsafe { crate::graph::read_kernel(current) }
             .map_err(|f| f.on(node_object(), op, at))?;
+        drop(guard);
         let Some((known, _)) = read.1 else {
             return Err(Error::new(
                 ErrorKind::InvalidInput {
@@ -98,14 +106,14 @@ impl Exec {
     fn mark_stale(&mut self, index: usize) {
         if self.stale.len() <= index {
             self.stale
-                .resize(self.template.handles.len().max(index + 1), false);
+                .resize(self.template.handles().len().max(index + 1), false);
         }
         self.stale[index] = true;
         self.any_stale = true;
     }
 
     fn wrong_kind(&self, index: usize, want: &str, op: &'static str, at: SourceLine) -> Error {
-        let node = &self.current().model.nodes[index];
+        let node = &self.current().model().nodes[index];
         Error::new(
             ErrorKind::InvalidInput {
                 reason: format!(
@@ -164,11 +172,11 @@ impl Exec {
         // The instantiation template's handle addresses the executable's node; the current
         // template knows the current kernel (known for every kernel node it has, except captured
         // ones whose arguments could not all be read back).
-        let handle = self.template.handles[index];
-        if self.current().kernels[index].is_none() {
+        let handle = self.template.handles()[index];
+        if self.current().kernels()[index].is_none() {
             self.learn_kernel(index, node, op, at)?;
         }
-        let Some(known) = &self.current().kernels[index] else {
+        let Some(known) = &self.current().kernels()[index] else {
             return Err(self.wrong_kind(index, "kernel", op, at));
         };
         // Only the fast check on the hot path; the message (with the kernel's name) on failure.
@@ -179,7 +187,7 @@ impl Exec {
                 .zip(args.values())
                 .all(|(&(_, size), v)| size == v.len());
         if !fits {
-            let NodeKind::Kernel(params) = &self.current().model.nodes[index].kind else {
+            let NodeKind::Kernel(params) = &self.current().model().nodes[index].kind else {
                 return Err(self.wrong_kind(index, "kernel", op, at));
             };
             let reason = check_layout(&params.name, &known.layout, &args)
@@ -202,9 +210,12 @@ impl Exec {
             cfg.shared_mem_bytes,
             pointers.as_mut_ptr(),
         );
+        let guard = self.template.raw_guard();
         // SAFETY: raw and handle are live (the handle belongs to the graph raw was instantiated
-        // from); argument count and sizes were checked; pointers point into `args`, alive here.
+        // from, whose calls the guard serialises while shared); argument count and sizes were
+        // checked; pointers point into `args`, alive here.
         unsafe { driver::exec_set_kernel_node(self.raw, handle, &new) }.map_err(fail)?;
+        drop(guard);
         self.mark_stale(index);
         self.set_override(
             index,
@@ -229,7 +240,7 @@ impl Exec {
         let at = SourceLine::caller();
         let op = "Exec::set_memset";
         let index = self.node_index(node, op, at)?;
-        let NodeKind::Memset(old) = self.current().model.nodes[index].kind else {
+        let NodeKind::Memset(old) = self.current().model().nodes[index].kind else {
             return Err(self.wrong_kind(index, "memset", op, at));
         };
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
@@ -260,9 +271,13 @@ impl Exec {
         };
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
-        // SAFETY: raw, handle and ctx are live; dst is a live allocation of width elements.
-        unsafe { driver::exec_set_memset_node(self.raw, handle, &p, ctx) }.map_err(fail)?;
+        let (handle, ctx) = (self.template.handles()[index], self.template.ctx.raw());
+        let called = {
+            let _guard = self.template.raw_guard();
+            // SAFETY: raw, handle and ctx are live; dst is a live allocation of width elements.
+            unsafe { driver::exec_set_memset_node(self.raw, handle, &p, ctx) }
+        };
+        called.map_err(fail)?;
         let params = MemsetParams {
             dst: dst.alloc.ptr,
             element_size,
@@ -290,7 +305,10 @@ impl Exec {
         let at = SourceLine::caller();
         let op = "Exec::set_memcpy";
         let index = self.node_index(node, op, at)?;
-        if !matches!(self.current().model.nodes[index].kind, NodeKind::Memcpy(_)) {
+        if !matches!(
+            self.current().model().nodes[index].kind,
+            NodeKind::Memcpy(_)
+        ) {
             return Err(self.wrong_kind(index, "memcpy", op, at));
         }
         let node_object = || ObjectRef::new(ObjectKind::Node, node.label());
@@ -298,9 +316,13 @@ impl Exec {
         let p = memcpy_1d(src.alloc.ptr, dst.alloc.ptr, dst.bytes());
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.template.ctx.bind().map_err(fail)?;
-        let (handle, ctx) = (self.template.handles[index], self.template.ctx.raw());
-        // SAFETY: raw, handle and ctx are live; both allocations are live and dst.bytes() long.
-        unsafe { driver::exec_set_memcpy_node(self.raw, handle, &p, ctx) }.map_err(fail)?;
+        let (handle, ctx) = (self.template.handles()[index], self.template.ctx.raw());
+        let called = {
+            let _guard = self.template.raw_guard();
+            // SAFETY: raw, handle and ctx are live; both allocations are live and dst.bytes() long.
+            unsafe { driver::exec_set_memcpy_node(self.raw, handle, &p, ctx) }
+        };
+        called.map_err(fail)?;
         self.mark_stale(index);
         let update = NodeUpdate::memcpy(&src.alloc, &dst.alloc, dst.bytes() as u64);
         self.set_override(index, update).map_err(fail)?;
@@ -312,20 +334,40 @@ impl Exec {
     /// says, before the driver is called, whether the update is possible and, if not, which node
     /// and why; when the driver disagrees, its `errorNode` is mapped back to a label. With
     /// [`UpdatePolicy::Reinstantiate`], an impossible update rebuilds the executable instead
-    /// (counted in [`Exec::stats`]). Afterwards the executable's template is a copy of `graph`,
-    /// and `graph`'s `NodeRef`s address its nodes (as do those of the graph it was instantiated
-    /// from, unless it was rebuilt).
+    /// (counted in [`Exec::stats`]). Afterwards the executable's template is `graph` (shared,
+    /// not copied), and `graph`'s `NodeRef`s address its nodes (as do those of the graph it was
+    /// instantiated from, unless it was rebuilt).
+    ///
+    /// Cost: graphs whose shapes are known equal (a digest of each model, computed once per
+    /// graph) need no walk over the models; besides the driver's update, the executable only
+    /// swaps what it holds.
+    ///
+    /// A graph with conditional nodes is shared too; it then has one executable at a time
+    /// (a rebuild refuses a graph another executable shares), and cannot be changed while
+    /// this executable shares it: hand it over with [`Exec::update_owned`] to keep it free.
     #[track_caller]
     pub fn update(&mut self, graph: &Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
-        let at = SourceLine::caller();
-        let op = "Exec::update";
+        self.update_at(graph, policy, "Exec::update", SourceLine::caller())
+    }
+
+    fn update_at(
+        &mut self,
+        graph: &Graph,
+        policy: UpdatePolicy,
+        op: &'static str,
+        at: SourceLine,
+    ) -> Result<UpdateOutcome> {
+        // Both models are needed by the pre-check (read back now if never asked for before).
+        graph.try_parts(op, at)?;
+        self.current().try_parts(op, at)?;
         // Per-node updates never change a node's kind or the edges, which the pre-check compares,
         // but a copy update may change a copy's memory types: then compare the updated model.
-        let copies_updated = self
-            .overrides
-            .iter()
-            .flatten()
-            .any(|u| matches!(u, NodeUpdate::Memcpy { .. }));
+        let copies_updated = !self.overrides.is_empty()
+            && self
+                .overrides
+                .iter()
+                .flatten()
+                .any(|u| matches!(u, NodeUpdate::Memcpy { .. }));
         // Graphs of equal shape digests need no walk over both models.
         let same_shape = !copies_updated
             && matches!(
@@ -335,25 +377,15 @@ impl Exec {
         let mut reasons = if same_shape {
             Vec::new()
         } else if copies_updated {
-            update_compatibility(self.model(), &graph.model)
+            update_compatibility(self.model(), graph.model())
         } else {
-            update_compatibility(&self.current().model, &graph.model)
+            update_compatibility(self.current().model(), graph.model())
         };
         if reasons.is_empty() {
-            // Everything that can fail is done before the driver applies the update, so the
-            // executable never runs `graph`'s parameters without holding what they use.
-            let copy = if graph.update_facts().follows_lazily {
-                None
-            } else {
-                Some(graph.clone_template(at)?)
-            };
             match self.driver_update(graph) {
                 Ok(()) => {
-                    let to = match copy {
-                        Some(copy) => To::Take(copy),
-                        None => To::Share(graph),
-                    };
-                    self.follow(to).map_err(|f| f.on(self.object(), op, at))?;
+                    self.follow(graph)
+                        .map_err(|f| f.on(self.object(), op, at))?;
                     self.stats.graph_updates += 1;
                     return Ok(UpdateOutcome::Updated);
                 }
@@ -369,141 +401,97 @@ impl Exec {
                 at,
             )),
             UpdatePolicy::Reinstantiate => {
-                let template = graph.clone_template(at)?;
-                self.reinstantiate(template, reasons, op, at)
+                // The executable about to be rebuilt may share `graph` itself; any other
+                // share is another executable, which a graph with conditional nodes must not
+                // have at the same time.
+                let held = [Some(&self.template), self.current.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| Arc::ptr_eq(&t.owner, &graph.owner))
+                    .count();
+                graph.refuse_second_exec(held, op, at)?;
+                let raw = instantiate_raw(graph).map_err(|f| f.on(self.object(), op, at))?;
+                self.release();
+                self.raw = raw;
+                self.instantiated_from = graph.id;
+                self.origin = graph.id;
+                self.label = format!("{}#exec", graph.label());
+                self.template = graph.share();
+                self.current = None;
+                self.overrides.clear();
+                self.model_cache.take();
+                self.stale.clear();
+                self.any_stale = false;
+                self.stats.reinstantiations += 1;
+                Ok(UpdateOutcome::Reinstantiated { reasons })
             }
         }
     }
 
-    /// [`Exec::update`] from a graph the executable takes over, which must be done for a graph
-    /// with conditional nodes: such a graph cannot be copied (`cuGraphClone` refuses it), so
-    /// the executable's template becomes `graph` itself. The pre-check is the same: the
-    /// conditional nodes keep their flavour and body count, and their bodies follow the rules of
-    /// child graphs; each difference is named by node.
+    /// [`Exec::update`] from a graph the executable takes over. With sharing this is the same
+    /// update (the executable's template becomes a share of `graph`, no copy); `graph` is then
+    /// held by the executable alone, so a graph with conditional nodes (which cannot be
+    /// copied) stays free for the executable's per-node updates to be written into it
+    /// ([`Exec::template`]). The pre-check is the same: the conditional nodes keep their
+    /// flavour and body count, and their bodies follow the rules of child graphs; each
+    /// difference is named by node.
     #[track_caller]
     pub fn update_owned(&mut self, graph: Graph, policy: UpdatePolicy) -> Result<UpdateOutcome> {
-        let at = SourceLine::caller();
-        let op = "Exec::update_owned";
-        let copies_updated = self
-            .overrides
-            .iter()
-            .flatten()
-            .any(|u| matches!(u, NodeUpdate::Memcpy { .. }));
-        let mut reasons = if copies_updated {
-            update_compatibility(self.model(), &graph.model)
-        } else {
-            update_compatibility(&self.current().model, &graph.model)
-        };
-        if reasons.is_empty() {
-            match self.driver_update(&graph) {
-                Ok(()) => {
-                    let to = if graph.update_facts().follows_lazily {
-                        To::Share(&graph)
-                    } else {
-                        To::Take(graph)
-                    };
-                    self.follow(to).map_err(|f| f.on(self.object(), op, at))?;
-                    self.stats.graph_updates += 1;
-                    return Ok(UpdateOutcome::Updated);
-                }
-                Err(DriverRefusal::Failed(f)) => return Err(f.on(self.object(), op, at)),
-                Err(DriverRefusal::Refused(r)) => reasons = r,
-            }
-        }
-        match policy {
-            UpdatePolicy::InPlace => Err(Error::new(
-                ErrorKind::UpdateImpossible { reasons },
-                self.object(),
-                op,
-                at,
-            )),
-            UpdatePolicy::Reinstantiate => self.reinstantiate(graph, reasons, op, at),
-        }
+        self.update_at(&graph, policy, "Exec::update_owned", SourceLine::caller())
     }
 
-    /// Rebuilds the executable from `template`, which it keeps.
-    fn reinstantiate(
-        &mut self,
-        template: Graph,
-        reasons: Vec<Incompatibility>,
-        op: &'static str,
-        at: SourceLine,
-    ) -> Result<UpdateOutcome> {
-        let raw = instantiate_raw(&template).map_err(|f| f.on(self.object(), op, at))?;
-        self.release();
-        self.raw = raw;
-        self.instantiated_from = template.id;
-        self.origin = template.id;
-        self.label = format!("{}#exec", template.label());
-        self.template = template;
-        self.current = None;
-        self.overrides.clear();
+    /// After `cuGraphExecUpdate` from `graph`: the current template becomes a share of `graph`
+    /// (whose driver graph holds exactly the parameters the executable now runs). The new state
+    /// is in place before what the old one used is let go of, so a failure there (a failed
+    /// wait) leaves the executable consistent.
+    fn follow(&mut self, graph: &Graph) -> Result<(), Failure> {
+        // What per-node updates and the template referenced, which the new graph may not.
+        let old: Vec<Keep> = if self.overrides.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.overrides)
+                .into_iter()
+                .flatten()
+                .flat_map(|u| u.into_keep())
+                .collect()
+        };
         self.model_cache.take();
+        let previous = self.current.replace(graph.share());
         self.stale.clear();
         self.any_stale = false;
-        self.stats.reinstantiations += 1;
-        Ok(UpdateOutcome::Reinstantiated { reasons })
-    }
-
-    /// After `cuGraphExecUpdate`: makes the executable's template follow the new graph,
-    /// sharing its model ([`To::Share`], see [`follows_lazily`]) or becoming a graph
-    /// ([`To::Take`]: a driver copy of it, or the graph itself). The new state is in place before what the old one used is let go of, so a
-    /// failure there (a failed wait) leaves the executable consistent.
-    fn follow(&mut self, to: To<'_>) -> Result<(), Failure> {
-        let (origin, label) = match &to {
-            To::Share(g) => (g.id, g.label.clone()),
-            To::Take(g) => (g.id, g.label.clone()),
-        };
-        // What per-node updates and the template referenced, which the new graph may not.
-        let old: Vec<Keep> = std::mem::take(&mut self.overrides)
-            .into_iter()
-            .flatten()
-            .flat_map(|u| u.into_keep())
-            .collect();
-        self.model_cache.take();
-        let mut sets = Vec::new();
-        if let Some(current) = self.current.take() {
-            sets.push(current.keep.clone());
+        self.origin = graph.id;
+        let label = graph.label();
+        if !(self.label.len() == label.len() + 5 && self.label.starts_with(label)) {
+            self.label = format!("{label}#exec");
         }
-        self.stale.clear();
-        match to {
-            To::Share(graph) => {
-                sets.push(std::mem::replace(
-                    &mut self.template.keep,
-                    graph.keep.clone(),
-                ));
-                self.template.model = graph.model.clone();
-                self.template.kernels = graph.kernels.clone();
-                self.template.facts = graph.facts.clone();
-                self.template.label = graph.label.clone();
-                self.stale.resize(self.template.handles.len(), true);
-                self.any_stale = true;
+        match previous {
+            Some(previous) if !Arc::ptr_eq(&previous.keep, &graph.keep) => {
+                self.retire_sets(old, vec![previous.keep.clone()])
             }
-            To::Take(copy) => {
-                self.any_stale = false;
-                self.current = Some(copy);
-            }
+            _ if old.is_empty() => Ok(()),
+            _ => self.retire(old),
         }
-        self.origin = origin;
-        self.label = format!("{label}#exec");
-        self.retire_sets(old, sets)
     }
 
     fn driver_update(&mut self, graph: &Graph) -> std::result::Result<(), DriverRefusal> {
         graph.ctx.bind().map_err(DriverRefusal::Failed)?;
-        // SAFETY: raw and graph.raw are live; &mut self gives exclusive use of the executable and
-        // Graph is !Sync.
-        let refused = match unsafe { driver::exec_update(self.raw, graph.raw) } {
+        let updated = {
+            let _guard = graph.raw_guard();
+            // SAFETY: raw and graph.raw are live; &mut self gives exclusive use of the
+            // executable, and calls on graph.raw are serialised (the guard while shared).
+            unsafe { driver::exec_update(self.raw, graph.raw) }
+        };
+        let refused = match updated {
             Ok(None) => return Ok(()),
             Ok(Some(refused)) => refused,
             Err(f) => return Err(DriverRefusal::Failed(f)),
         };
         let label_of = |node: sys::CUgraphNode| {
             graph
-                .handles
+                .handles()
                 .iter()
                 .position(|&h| h == node)
-                .map(|i| graph.model.nodes[i].label.clone())
+                .map(|i| graph.model().nodes[i].label.clone())
         };
         let mut reason = format!("the driver refused the update ({})", refused.result);
         if let Some(from) = label_of(refused.error_from_node) {
@@ -528,14 +516,6 @@ impl UpdateBatch<'_> {
         self.exec
             .set_kernel_bound(node, cfg, args, SourceLine::caller())
     }
-}
-
-/// What an executable's template becomes after a whole-graph update.
-enum To<'g> {
-    /// It shares the graph's model and is brought in step lazily.
-    Share(&'g Graph),
-    /// It becomes this graph (a copy, or a graph the executable took over).
-    Take(Graph),
 }
 
 enum DriverRefusal {

@@ -60,7 +60,7 @@ impl Graph {
                     at,
                 ));
             }
-            dep_handles.push(self.handles[dep.id.index()]);
+            dep_handles.push(self.handles()[dep.id.index()]);
         }
         let fail = |f: Failure| f.on(node_object(), op, at);
         self.ctx.bind().map_err(fail)?;
@@ -72,14 +72,14 @@ impl Graph {
                 Error::new(ErrorKind::InvalidGraph(Box::new(e)), node_object(), op, at)
             })?;
         }
-        self.handles.push(handle);
+        self.handles_mut().push(handle);
         self.kernels_mut().push(None);
         Arc::make_mut(&mut self.keep).extend(keep);
         Ok(NodeRef {
             graph: self.id,
             id,
             graph_label: self.label.clone(),
-            label: self.model.nodes[id.index()].label.as_str().into(),
+            label: self.model().nodes[id.index()].label.as_str().into(),
         })
     }
 
@@ -147,14 +147,14 @@ impl Graph {
         let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()));
         let accesses = args.take_accesses();
-        let graph = self.raw;
+        let graph = self.editable(op, at)?;
         // Dependencies on opted-in kernels become programmatic edges when this kernel opted in.
         let (programmatic, full): (Vec<&NodeRef>, Vec<&NodeRef>) =
             deps.iter().copied().partition(|d| {
                 kernel.programmatic
                     && d.graph == self.id
                     && self
-                        .kernels
+                        .kernels()
                         .get(d.id.index())
                         .and_then(|k| k.as_ref())
                         .is_some_and(|k| k.programmatic)
@@ -166,7 +166,10 @@ impl Graph {
         })?;
         self.kernels_mut()[node.id.index()] = Some(function);
         for dep in programmatic {
-            let (from, to) = (self.handles[dep.id.index()], self.handles[node.id.index()]);
+            let (from, to) = (
+                self.handles()[dep.id.index()],
+                self.handles()[node.id.index()],
+            );
             let fail = |f: Failure| f.on(ObjectRef::new(ObjectKind::Node, label), op, at);
             // SAFETY: both handles are kernel nodes of this live graph; the context was bound
             // by add_node on this thread.
@@ -221,7 +224,7 @@ impl Graph {
             access(dst, AccessMode::Write),
         ];
         let keep: Vec<Keep> = vec![src.alloc.clone(), dst.alloc.clone()];
-        let (graph, ctx) = (self.raw, self.ctx.raw());
+        let (graph, ctx) = (self.editable(op, at)?, self.ctx.raw());
         // SAFETY: graph and ctx are live; both pointers are live allocations of `bytes` bytes,
         // kept alive by `keep` for the graph's lifetime.
         self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
@@ -262,7 +265,7 @@ impl Graph {
         });
         let accesses = vec![access(dst, AccessMode::Write)];
         let keep: Vec<Keep> = vec![dst.alloc.clone()];
-        let (graph, ctx) = (self.raw, self.ctx.raw());
+        let (graph, ctx) = (self.editable(op, at)?, self.ctx.raw());
         // SAFETY: graph and ctx are live; dst is a live allocation of width*elementSize bytes.
         self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
             driver::add_memset_node(graph, d, &p, ctx)
@@ -284,7 +287,7 @@ impl Graph {
             fn_: Some(host_trampoline),
             userData: Arc::as_ptr(&host) as *mut _,
         };
-        let graph = self.raw;
+        let graph = self.editable("Graph::host", at)?;
         let kind = NodeKind::Host {
             name: label.to_string(),
         };
@@ -327,7 +330,7 @@ impl Graph {
         record: bool,
         at: SourceLine,
     ) -> Result<NodeRef> {
-        let (graph, raw) = (self.raw, event.inner.raw);
+        let (graph, raw) = (self.editable("Graph::event_node", at)?, event.inner.raw);
         let name = event.label().to_string();
         let (kind, op) = if record {
             (NodeKind::EventRecord { event: name }, "Graph::event_record")
@@ -351,7 +354,7 @@ impl Graph {
     #[track_caller]
     pub fn empty(&mut self, label: &str, deps: &[&NodeRef]) -> Result<NodeRef> {
         let at = SourceLine::caller();
-        let graph = self.raw;
+        let graph = self.editable("Graph::empty", at)?;
         // SAFETY: graph is live.
         self.add_node(
             label,
@@ -370,16 +373,18 @@ impl Graph {
     #[track_caller]
     pub fn child(&mut self, label: &str, child: &Graph, deps: &[&NodeRef]) -> Result<NodeRef> {
         let at = SourceLine::caller();
-        let (graph, raw) = (self.raw, child.raw);
+        let (graph, raw) = (self.editable("Graph::child", at)?, child.raw);
         let kind = NodeKind::ChildGraph {
-            graph: Box::new((*child.model).clone()),
+            graph: Box::new(child.model().clone()),
         };
         let accesses = child
-            .model
+            .model()
             .nodes
             .iter()
             .flat_map(|n| n.accesses.iter().cloned())
             .collect();
+        // The driver reads `child`, which an executable's template may share.
+        let _child_guard = child.raw_guard();
         // SAFETY: both graphs are live and of this context; the driver clones `child`.
         self.add_node(
             label,

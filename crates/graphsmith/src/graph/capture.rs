@@ -124,7 +124,9 @@ impl Stream {
             Err(f) => {
                 // SAFETY: the stream is live; the capture just begun is discarded.
                 let (_, raw) = unsafe { driver::end_capture(self.raw()) };
-                if !raw.is_null() {
+                // A capture into an existing graph (a conditional node's body) hands that graph
+                // back, which its owner keeps.
+                if !raw.is_null() && Some(raw) != into {
                     // SAFETY: the driver handed us raw; nothing else refers to it.
                     let _ = unsafe { driver::graph_destroy(raw) };
                 }
@@ -149,7 +151,9 @@ impl Stream {
     }
 
     /// Ends the capture this stream began and returns the graph (`cuStreamEndCapture`), its
-    /// model carrying each node's label, line, ranges and accesses.
+    /// model carrying each node's label, line, ranges and accesses. The model is read back from
+    /// the driver when first asked for ([`Graph::model`]), not here: ending a capture costs the
+    /// driver's `cuStreamEndCapture` and a look at the journal for escapes.
     ///
     /// When the capture failed, the error is [`ErrorKind::CaptureFailed`] with a [`Diagnosis`]
     /// naming the first offending operation; the capture is ended either way and the stream
@@ -225,10 +229,11 @@ impl Stream {
             journal: if report { record.journal() } else { Vec::new() },
             escapes,
         };
-        record.fill_nodes();
+        let journal = std::mem::take(&mut record.entries);
+        let keep = std::mem::take(&mut record.keep);
         // SAFETY: raw is a graph the driver just handed over; Graph takes ownership.
         let graph =
-            unsafe { Graph::from_capture(self.ctx.clone(), raw, &ended.label, record, at) }?;
+            unsafe { Graph::from_capture(self.ctx.clone(), raw, &ended.label, journal, keep) };
         Ok((graph, report))
     }
 

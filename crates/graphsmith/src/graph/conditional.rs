@@ -2,9 +2,15 @@
 //! and their bodies, each a [`Graph`] the driver created and the node owns, built node by node
 //! or captured ([`crate::Stream::capture_into`]). The model's conditional node holds the
 //! bodies' models, kept in step whenever a [`Body`] (`conditional_body.rs`) is let go of.
+//!
+//! Every call that changes the driver graph goes through [`Graph::editable`] (`shared.rs`): a
+//! graph that an executable shares is copied first, except that a graph with conditional nodes
+//! cannot be copied (`cuGraphClone` refuses it), so changing one while it is shared is an error
+//! naming the node ([`NO_COPY`]), as is a second executable of it at once.
 
 use std::sync::Arc;
 
+use cudarc::driver::sys;
 use graphsmith_model as model;
 use model::{ConditionalKind, NodeId, NodeKind};
 
@@ -48,10 +54,23 @@ impl<'a> KernelArg<'a> for ConditionHandle {
 pub(crate) struct Bodies {
     /// The conditional node.
     pub node: NodeId,
+    /// Its driver node (a graph with bodies is never copied, so this stays its handle).
+    pub handle: sys::CUgraphNode,
     pub conditional: ConditionalKind,
     /// The bodies, in the driver's order (IF: then, else; SWITCH: case 0, 1, ...).
     pub graphs: Vec<Graph>,
 }
+
+// SAFETY: `Bodies` is shared (in an `Arc`) between a graph and the templates of executables
+// made from it, possibly on other threads. It is changed only through `Arc::get_mut` (never
+// while shared); while shared, its graphs are only read: labels and ids (plain data), models
+// (`Lazy`, a OnceLock, already made for a body), and the driver body graphs under the lock of
+// the driver graph they live in (`SharedRaw::borrowed` shares it). A body's `facts` (a
+// OnceCell) are filled only by a whole-graph update given the body itself, on the thread that
+// holds its graph mutably; the node handle is a plain pointer used as a key.
+unsafe impl Send for Bodies {}
+// SAFETY: as above.
+unsafe impl Sync for Bodies {}
 
 /// One body of a conditional node: which graph, node and body. Open it with [`Graph::body`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +109,7 @@ impl Graph {
         default: Option<u32>,
     ) -> Result<ConditionHandle> {
         let at = SourceLine::caller();
+        let graph = self.editable("Graph::condition_handle", at)?;
         let fail = |f: Failure| {
             f.on(
                 ObjectRef::new(ObjectKind::Graph, format!("{}/{label}", self.label)),
@@ -98,8 +118,9 @@ impl Graph {
             )
         };
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: self.raw is live and used only through &mut self; the context is current.
-        let raw = unsafe { driver::condition_handle_create(self.raw, self.ctx.raw(), default) }
+        // SAFETY: graph is live, this graph's own (editable) and used only through &mut self;
+        // the context is current.
+        let raw = unsafe { driver::condition_handle_create(graph, self.ctx.raw(), default) }
             .map_err(fail)?;
         Ok(ConditionHandle::from_raw(raw, default))
     }
@@ -171,7 +192,9 @@ impl Graph {
         self.conditional(label, handle, CondType::Switch, cases, deps, at)
     }
 
-    /// Opens body `body` of one of this graph's conditional nodes for building.
+    /// Opens body `body` of one of this graph's conditional nodes for building. Opening it
+    /// changes nothing; each node added to it does, so while an executable shares this graph
+    /// (made by [`Graph::instantiate`]) adding one is refused ([`NO_COPY`]).
     #[track_caller]
     pub fn body(&mut self, body: &BodyRef) -> Result<Body<'_>> {
         let at = SourceLine::caller();
@@ -223,7 +246,19 @@ impl Graph {
             bodies: size,
             body_graphs: body_labels.iter().map(model::Graph::new).collect(),
         };
-        let (graph, ctx) = (self.raw, self.ctx.raw());
+        let (graph, ctx) = (self.editable(op, at)?, self.ctx.raw());
+        // Shares take `bodies` with the driver graph, so an editable graph holds them alone;
+        // checked before the driver call all the same, so nothing is left half made.
+        let Some(_) = Arc::get_mut(&mut self.bodies) else {
+            return Err(Error::new(
+                ErrorKind::InvalidInput {
+                    reason: format!("conditional node '{label}': {NO_COPY}"),
+                },
+                self.object(),
+                op,
+                at,
+            ));
+        };
         let mut raw_bodies = Vec::new();
         let node = self.add_node(label, op, at, kind, Vec::new(), Vec::new(), deps, |d| {
             // SAFETY: graph and ctx are live (the context was bound by add_node); the handle
@@ -236,25 +271,28 @@ impl Graph {
         let graphs = raw_bodies
             .into_iter()
             .zip(&body_labels)
-            .map(|(raw, l)| {
-                let mut body = Graph::wrap(
-                    self.ctx.clone(),
-                    raw,
-                    l,
-                    model::Graph::new(l),
-                    Vec::new(),
-                    Vec::new(),
-                    Vec::new(),
-                );
-                body.owns_raw = false;
-                body
-            })
+            .map(|(raw, l)| Graph::body_of(self.ctx.clone(), raw, l, &self.owner))
             .collect();
-        self.bodies.push(Bodies {
-            node: node.id,
-            conditional,
-            graphs,
-        });
+        let handle = self.handles()[node.id.index()];
+        match Arc::get_mut(&mut self.bodies) {
+            Some(bodies) => bodies.push(Bodies {
+                node: node.id,
+                handle,
+                conditional,
+                graphs,
+            }),
+            // Nothing shared the graph since the check above (no call in between shares it).
+            None => {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput {
+                        reason: format!("conditional node '{label}': {NO_COPY}"),
+                    },
+                    self.object(),
+                    op,
+                    at,
+                ))
+            }
+        }
         let refs = body_labels
             .into_iter()
             .enumerate()
@@ -274,7 +312,7 @@ impl Graph {
         let (node, body_model, body_keep) = {
             let b = &self.bodies[slot];
             let g = &b.graphs[index];
-            (b.node, (*g.model).clone(), g.keep.clone())
+            (b.node, g.model().clone(), g.keep.clone())
         };
         self.model_mut()
             .set_conditional_body(node, index, body_model);
@@ -298,14 +336,14 @@ impl Graph {
         let super::ReadGraph {
             mut model, handles, ..
         } = read;
-        for b in &self.bodies {
-            let handle = self.handles[b.node.index()];
-            let Some(pos) = handles.iter().position(|&h| h == handle) else {
+        for b in self.bodies.iter() {
+            let Some(pos) = handles.iter().position(|&h| h == b.handle) else {
                 continue;
             };
             let mut bodies = Vec::with_capacity(b.graphs.len());
             for g in &b.graphs {
-                bodies.push(g.read_back_at(at)?);
+                // The caller holds the guard of the driver graph the bodies live in.
+                bodies.push(g.read_back_held(at)?);
             }
             let node = &mut model.nodes[pos];
             node.kind = NodeKind::Conditional {
@@ -321,31 +359,99 @@ impl Graph {
         Ok(model)
     }
 
-    /// A graph with conditional nodes cannot be cloned (`cuGraphClone` refuses it), so it has
-    /// at most one executable, made by [`Graph::into_exec`].
-    pub(crate) fn refuse_clone_with_conditionals(&self, at: SourceLine) -> Result<()> {
-        let conditional = self.model.nodes.iter().any(|n| {
-            matches!(&n.kind, NodeKind::Conditional { .. })
-                || matches!(&n.kind, NodeKind::Other { name } if name == "conditional")
-        });
-        if !conditional {
+    /// Puts the bodies' models (with their labels) into the conditional nodes of `model`, a
+    /// read-back of this graph whose node `i` is driver node `handles[i]`: the driver cannot
+    /// read a conditional node's parameters, so the flavour is the one the node was built with.
+    pub(crate) fn put_bodies(&self, model: &mut model::Graph, handles: &[sys::CUgraphNode]) {
+        for b in self.bodies.iter() {
+            let Some(pos) = handles.iter().position(|&h| h == b.handle) else {
+                continue;
+            };
+            let Some(node) = model.nodes.get_mut(pos) else {
+                continue;
+            };
+            node.kind = NodeKind::Conditional {
+                conditional: b.conditional,
+                bodies: b.graphs.len() as u32,
+                body_graphs: Vec::new(),
+            };
+            let id = node.id;
+            for (i, g) in b.graphs.iter().enumerate() {
+                model.set_conditional_body(id, i, g.model().clone());
+            }
+        }
+    }
+
+    /// The label of a conditional node of this graph, when it has one: one it built (no
+    /// read-back needed), or, when `read` is set, one in its model (read back if need be).
+    pub(crate) fn conditional_node(&self, read: bool) -> Option<String> {
+        if let Some(b) = self.bodies.first() {
+            let label = self
+                .lazy
+                .made()
+                .and_then(|p| p.model.nodes.get(b.node.index()))
+                .map(|n| n.label.clone());
+            return Some(label.unwrap_or_else(|| format!("#{}", b.node.index())));
+        }
+        let model = if read {
+            self.model()
+        } else {
+            &self.lazy.made()?.model
+        };
+        model
+            .nodes
+            .iter()
+            .find(|n| {
+                matches!(&n.kind, NodeKind::Conditional { .. })
+                    || matches!(&n.kind, NodeKind::Other { name } if name == "conditional")
+            })
+            .map(|n| n.label.clone())
+    }
+
+    /// Why this graph cannot be copied (`cuGraphClone`), naming the node; `None` when it can.
+    pub(crate) fn copy_refusal(&self) -> Option<String> {
+        if !self.owner.owned {
+            return Some(format!(
+                "graph '{}' is a conditional node's body, which its node owns and which cannot \
+                 be copied; it cannot be changed while an executable shares it",
+                self.label
+            ));
+        }
+        let node = self.conditional_node(true)?;
+        Some(format!("conditional node '{node}': {NO_COPY}"))
+    }
+
+    /// Refuses a second executable of a graph with conditional nodes while one shares it (the
+    /// driver allows such a graph one instantiation at a time). `holders` is how many shares
+    /// of the driver graph the caller itself holds besides `self`. Reads nothing back.
+    pub(crate) fn refuse_second_exec(
+        &self,
+        holders: usize,
+        op: &'static str,
+        at: SourceLine,
+    ) -> Result<()> {
+        if Arc::strong_count(&self.owner) <= 1 + holders {
             return Ok(());
         }
-        Err(Error::new(
-            ErrorKind::InvalidInput {
-                reason: NO_COPY.into(),
-            },
-            self.object(),
-            "Graph::instantiate",
-            at,
-        ))
+        match self.conditional_node(false) {
+            None => Ok(()),
+            Some(node) => Err(Error::new(
+                ErrorKind::InvalidInput {
+                    reason: format!("conditional node '{node}': {NO_COPY}"),
+                },
+                self.object(),
+                op,
+                at,
+            )),
+        }
     }
 }
 
 /// Why a graph with conditional nodes is not copied.
 pub(crate) const NO_COPY: &str = "a graph with conditional nodes cannot be copied (cuGraphClone \
-    refuses it) and has one executable at a time: instantiate it with Graph::into_exec, update \
-    an executable from it with Exec::update_owned";
+    refuses it) and has one executable at a time: while an executable shares it \
+    (Graph::instantiate, Exec::update) it can be neither changed nor instantiated again; drop \
+    that executable first, or hand the graph over with Graph::into_exec or Exec::update_owned";
 
 /// Why a body cannot be opened on this graph.
 pub(crate) fn foreign_body(body: &BodyRef) -> String {

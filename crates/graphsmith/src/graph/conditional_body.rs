@@ -4,7 +4,9 @@
 
 use std::ops::Deref;
 
-use crate::error::Result;
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind, Result, SourceLine};
 use crate::graph::{BodyRef, ConditionHandle, Graph, NodeRef};
 use crate::memory::{DeviceBuffer, Element};
 use crate::module::{Args, Kernel, LaunchConfig};
@@ -18,10 +20,16 @@ use crate::module::{Args, Kernel, LaunchConfig};
 ///
 /// A body holds only what the driver allows in one: kernels, memsets, memcpys, empty nodes,
 /// child graphs and conditional nodes.
+///
+/// A body lives inside its graph's driver graph, so adding to it changes that graph: while an
+/// executable shares the graph ([`Graph::instantiate`]), which cannot be copied because of its
+/// conditional nodes, every call that would add to the body is refused with an error saying so.
 pub struct Body<'g> {
     parent: &'g mut Graph,
     slot: usize,
     index: usize,
+    /// Whether anything was added (the model is written back only then).
+    changed: bool,
 }
 
 impl Deref for Body<'_> {
@@ -33,7 +41,9 @@ impl Deref for Body<'_> {
 
 impl Drop for Body<'_> {
     fn drop(&mut self) {
-        self.parent.sync_body(self.slot, self.index);
+        if self.changed {
+            self.parent.sync_body(self.slot, self.index);
+        }
     }
 }
 
@@ -43,12 +53,29 @@ impl<'g> Body<'g> {
             parent,
             slot,
             index,
+            changed: false,
         }
     }
 
-    /// The body's graph, to add to (never handed out: the node owns it).
-    pub(crate) fn graph_mut(&mut self) -> &mut Graph {
-        &mut self.parent.bodies[self.slot].graphs[self.index]
+    /// The body's graph, to add to (never handed out: the node owns it). The graph it belongs
+    /// to must be its own first ([`Graph::editable`]): it cannot be copied, so this fails
+    /// while an executable shares it.
+    pub(crate) fn graph_mut(&mut self, op: &'static str, at: SourceLine) -> Result<&mut Graph> {
+        self.parent.editable(op, at)?;
+        let object = self.parent.object();
+        let label = self.label.clone();
+        let Some(bodies) = Arc::get_mut(&mut self.parent.bodies) else {
+            return Err(Error::new(
+                ErrorKind::InvalidInput {
+                    reason: format!("body '{label}': {}", crate::graph::conditional::NO_COPY),
+                },
+                object,
+                op,
+                at,
+            ));
+        };
+        self.changed = true;
+        Ok(&mut bodies[self.slot].graphs[self.index])
     }
 
     /// [`Graph::kernel`] in the body.
@@ -61,7 +88,8 @@ impl<'g> Body<'g> {
         args: Args<'_>,
         deps: &[&NodeRef],
     ) -> Result<NodeRef> {
-        self.graph_mut().kernel(label, kernel, cfg, args, deps)
+        self.graph_mut("Body::kernel", SourceLine::caller())?
+            .kernel(label, kernel, cfg, args, deps)
     }
 
     /// [`Graph::memcpy`] in the body.
@@ -73,7 +101,8 @@ impl<'g> Body<'g> {
         src: &DeviceBuffer<T>,
         deps: &[&NodeRef],
     ) -> Result<NodeRef> {
-        self.graph_mut().memcpy(label, dst, src, deps)
+        self.graph_mut("Body::memcpy", SourceLine::caller())?
+            .memcpy(label, dst, src, deps)
     }
 
     /// [`Graph::memset`] in the body.
@@ -85,19 +114,22 @@ impl<'g> Body<'g> {
         value: T,
         deps: &[&NodeRef],
     ) -> Result<NodeRef> {
-        self.graph_mut().memset(label, dst, value, deps)
+        self.graph_mut("Body::memset", SourceLine::caller())?
+            .memset(label, dst, value, deps)
     }
 
     /// [`Graph::empty`] in the body.
     #[track_caller]
     pub fn empty(&mut self, label: &str, deps: &[&NodeRef]) -> Result<NodeRef> {
-        self.graph_mut().empty(label, deps)
+        self.graph_mut("Body::empty", SourceLine::caller())?
+            .empty(label, deps)
     }
 
     /// [`Graph::child`] in the body.
     #[track_caller]
     pub fn child(&mut self, label: &str, child: &Graph, deps: &[&NodeRef]) -> Result<NodeRef> {
-        self.graph_mut().child(label, child, deps)
+        self.graph_mut("Body::child", SourceLine::caller())?
+            .child(label, child, deps)
     }
 
     /// [`Graph::condition_handle`] for a conditional node nested in the body.
@@ -107,7 +139,8 @@ impl<'g> Body<'g> {
         label: &str,
         default: Option<u32>,
     ) -> Result<ConditionHandle> {
-        self.graph_mut().condition_handle(label, default)
+        self.graph_mut("Body::condition_handle", SourceLine::caller())?
+            .condition_handle(label, default)
     }
 
     /// [`Graph::if_`] nested in the body.
@@ -118,7 +151,8 @@ impl<'g> Body<'g> {
         handle: ConditionHandle,
         deps: &[&NodeRef],
     ) -> Result<(NodeRef, BodyRef)> {
-        self.graph_mut().if_(label, handle, deps)
+        self.graph_mut("Body::if_", SourceLine::caller())?
+            .if_(label, handle, deps)
     }
 
     /// [`Graph::if_else`] nested in the body.
@@ -129,7 +163,8 @@ impl<'g> Body<'g> {
         handle: ConditionHandle,
         deps: &[&NodeRef],
     ) -> Result<(NodeRef, [BodyRef; 2])> {
-        self.graph_mut().if_else(label, handle, deps)
+        self.graph_mut("Body::if_else", SourceLine::caller())?
+            .if_else(label, handle, deps)
     }
 
     /// [`Graph::while_`] nested in the body.
@@ -140,7 +175,8 @@ impl<'g> Body<'g> {
         handle: ConditionHandle,
         deps: &[&NodeRef],
     ) -> Result<(NodeRef, BodyRef)> {
-        self.graph_mut().while_(label, handle, deps)
+        self.graph_mut("Body::while_", SourceLine::caller())?
+            .while_(label, handle, deps)
     }
 
     /// [`Graph::switch`] nested in the body.
@@ -152,12 +188,14 @@ impl<'g> Body<'g> {
         cases: u32,
         deps: &[&NodeRef],
     ) -> Result<(NodeRef, Vec<BodyRef>)> {
-        self.graph_mut().switch(label, handle, cases, deps)
+        self.graph_mut("Body::switch", SourceLine::caller())?
+            .switch(label, handle, cases, deps)
     }
 
     /// [`Graph::body`]: a body of a conditional node nested in this body.
     #[track_caller]
     pub fn body(&mut self, body: &BodyRef) -> Result<Body<'_>> {
-        self.graph_mut().body(body)
+        self.graph_mut("Body::body", SourceLine::caller())?
+            .body(body)
     }
 }

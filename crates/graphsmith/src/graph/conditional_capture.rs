@@ -32,8 +32,9 @@ impl Stream {
         work: impl FnOnce(&Stream) -> Result<R>,
     ) -> Result<R> {
         let at = SourceLine::caller();
-        let graph = body.graph_mut();
         let op = "Stream::capture_into";
+        // Through the graph's `editable` hook: refused while an executable shares it.
+        let graph = body.graph_mut(op, at)?;
         let label = graph.label.to_string();
         let raw = graph.raw;
         let _range = crate::ranges::range(format!("capture:{label}"));
@@ -69,10 +70,7 @@ impl Stream {
             (Err(_), _, _) => None,
         };
         let merged = match (failure, result, ended.record) {
-            (None, Ok(value), Some(mut record)) => {
-                record.fill_nodes();
-                graph.merge_captured(record, op, at).map(|()| value)
-            }
+            (None, Ok(value), Some(record)) => graph.merge_captured(record, op, at).map(|()| value),
             (None, Ok(_), None) => Err(Error::new(
                 ErrorKind::NullHandle {
                     what: "the capture's journal",
@@ -104,49 +102,64 @@ fn capture_related(error: &Error) -> bool {
 
 impl Graph {
     /// Adds to the model the nodes the driver holds that the model does not (those just
-    /// captured), labelled from the capture's record, with the edges that reach them.
+    /// captured), labelled from the capture's journal as a captured graph's nodes are
+    /// (`graph/captured_nodes.rs`), with the edges that reach them (their types included).
     fn merge_captured(
         &mut self,
-        record: CaptureRecord,
+        mut record: CaptureRecord,
         op: &'static str,
         at: SourceLine,
     ) -> Result<()> {
         let fail = |f: crate::driver::Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: self.raw is live (owned by self or by the node whose body it is).
-        let read = unsafe { crate::graph::read_graph(self.raw, &self.label) }.map_err(fail)?;
+        let read = {
+            let _guard = self.raw_guard();
+            // SAFETY: self.raw is live (owned by self or by the node whose body it is); calls
+            // on it are serialised (the guard while shared, &mut self otherwise).
+            unsafe { crate::graph::read_graph(self.raw, &self.label) }.map_err(fail)?
+        };
+        let crate::graph::ReadGraph {
+            model: mut read_model,
+            handles: read_handles,
+            kernels: read_kernels,
+        } = read;
+        crate::graph::label_captured(
+            &mut read_model,
+            &read_handles,
+            std::mem::take(&mut record.entries),
+        );
         let known: HashMap<usize, usize> = self
-            .handles
+            .handles()
             .iter()
             .enumerate()
             .map(|(i, &h)| (h as usize, i))
             .collect();
-        let mut metas = record.nodes;
-        let mut ids = Vec::with_capacity(read.handles.len());
+        let mut ids = Vec::with_capacity(read_handles.len());
         let mut added = Vec::new();
-        for (i, &handle) in read.handles.iter().enumerate() {
+        for (i, &handle) in read_handles.iter().enumerate() {
             if let Some(&id) = known.get(&(handle as usize)) {
                 ids.push(id);
                 continue;
             }
-            let node = &read.model.nodes[i];
-            let (label, provenance, accesses) = match metas.remove(&(handle as usize)) {
-                Some(m) => (m.label, Some(m.provenance), m.accesses),
-                None => (node.label.clone(), None, node.accesses.clone()),
-            };
+            let node = &read_model.nodes[i];
             let model = self.model_mut();
-            let id = model.add_node_with(label, node.kind.clone(), provenance, accesses);
+            let id = model.add_node_with(
+                node.label.clone(),
+                node.kind.clone(),
+                node.provenance.clone(),
+                node.accesses.clone(),
+            );
             ids.push(id.index());
-            added.push((handle, read.kernels.get(i).cloned().flatten()));
+            added.push((handle, read_kernels.get(i).cloned().flatten()));
         }
         for (handle, kernel) in added {
-            self.handles.push(handle);
+            self.handles_mut().push(handle);
             self.kernels_mut().push(kernel);
         }
-        for e in &read.model.edges {
+        for e in &read_model.edges {
             let (from, to) = (ids[e.from.index()], ids[e.to.index()]);
-            if known.contains_key(&(read.handles[e.from.index()] as usize))
-                && known.contains_key(&(read.handles[e.to.index()] as usize))
+            if known.contains_key(&(read_handles[e.from.index()] as usize))
+                && known.contains_key(&(read_handles[e.to.index()] as usize))
             {
                 continue;
             }
@@ -171,12 +184,15 @@ impl Graph {
         if self.ctx.bind().is_err() {
             return;
         }
-        // SAFETY: self.raw is live (owned by self or by the node whose body it is).
+        let _guard = self.raw_guard();
+        // SAFETY: self.raw is live (owned by self or by the node whose body it is); calls on
+        // it are serialised (the guard while shared, &mut self otherwise).
         let Ok(read) = (unsafe { crate::graph::read_graph(self.raw, &self.label) }) else {
             return;
         };
+        let known = self.handles();
         for handle in read.handles {
-            if !self.handles.contains(&handle) {
+            if !known.contains(&handle) {
                 // SAFETY: handle is a node of self.raw that no model node or NodeRef names.
                 let _ = unsafe { driver::destroy_node(handle) };
             }

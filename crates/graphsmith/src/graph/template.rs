@@ -11,9 +11,10 @@ use graphsmith_model as model;
 use model::NodeId;
 
 use crate::context::Context;
-use crate::context::{CaptureRecord, Keep};
+use crate::context::{Entry, Keep};
 use crate::driver::{self, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
+use crate::graph::shared::{Lazy, Parts, SharedRaw};
 pub(crate) use crate::module::KernelFn;
 
 static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
@@ -57,28 +58,26 @@ impl NodeRef {
 /// moved_to_another_thread::<graphsmith::Graph>();
 /// ```
 pub struct Graph {
+    /// The driver graph (`owner.raw`, copied here for speed).
     pub(crate) raw: sys::CUgraph,
+    /// Owns `raw`; shared with the executables' templates made from this graph (see
+    /// `graph/shared.rs`).
+    pub(crate) owner: Arc<SharedRaw>,
+    /// The model, node handles and kernels, made when first asked for; shared like `owner`
+    /// and copied on write.
+    pub(crate) lazy: Arc<Lazy>,
     pub(crate) ctx: Context,
     pub(crate) id: u64,
     pub(crate) label: Arc<str>,
-    /// Shared with the executables updated from this graph; copied on write.
-    pub(crate) model: Arc<model::Graph>,
-    /// The driver node of each model node, by index.
-    pub(crate) handles: Vec<sys::CUgraphNode>,
-    /// The function and parameter layout of each kernel node, by index (`None` for other
-    /// nodes, and for kernels whose arguments could not all be read back).
-    pub(crate) kernels: Arc<Vec<Option<KernelFn>>>,
     /// Everything the graph's nodes reference, kept alive as long as the graph.
     pub(crate) keep: Arc<Vec<Keep>>,
     /// What a whole-graph update needs to know about the graph, once asked for; reset wherever
-    /// the model or the kernels change (`model_mut`, `kernels_mut`, and every assignment to
-    /// `model` or `kernels`).
+    /// the parts change (`parts_mut` and its callers).
     pub(crate) facts: OnceCell<UpdateFacts>,
-    /// The body graphs of this graph's conditional nodes (`graph/conditional.rs`).
-    pub(crate) bodies: Vec<crate::graph::Bodies>,
-    /// Whether this `Graph` owns `raw`; a conditional node's body is owned by its node.
-    pub(crate) owns_raw: bool,
-    _not_sync: PhantomData<Cell<()>>,
+    /// The body graphs of this graph's conditional nodes (`graph/conditional.rs`), shared like
+    /// `owner` (their driver graphs live inside it; a graph with bodies is never copied).
+    pub(crate) bodies: Arc<Vec<crate::graph::Bodies>>,
+    pub(crate) _not_sync: PhantomData<Cell<()>>,
 }
 
 /// What a whole-graph update needs to know about a graph.
@@ -86,61 +85,37 @@ pub struct Graph {
 pub(crate) struct UpdateFacts {
     /// [`graphsmith_analysis::update_check::shape_key`] of the model.
     pub shape: Option<u128>,
-    /// Whether an executable's template can follow the graph by sharing its model: every node
-    /// can be written back from the model (kernels with known arguments, memsets, empty nodes).
-    pub follows_lazily: bool,
 }
 
 impl UpdateFacts {
     fn of(graph: &Graph) -> UpdateFacts {
-        let follows_lazily = graph
-            .model
-            .nodes
-            .iter()
-            .zip(graph.kernels.iter())
-            .all(|(n, k)| {
-                matches!(
-                    (&n.kind, k),
-                    (model::NodeKind::Kernel(_), Some(_))
-                        | (model::NodeKind::Memset(_), _)
-                        | (model::NodeKind::Empty, _)
-                )
-            });
         UpdateFacts {
-            shape: graphsmith_analysis::update_check::shape_key(&graph.model),
-            follows_lazily,
+            shape: graphsmith_analysis::update_check::shape_key(graph.model()),
         }
     }
 }
 
 // SAFETY: a CUgraph may be used from any thread as long as calls are serialised; `Graph` is
-// !Sync, so all calls on it come from the one thread that holds it at a time.
+// !Sync, so all calls on it come from the one thread that holds it at a time. What it shares
+// with other graphs (the driver graph, `lazy`, the conditional bodies in `bodies`) is changed
+// only while not shared (`Arc::get_mut`, copy on write) and read under the driver graph's lock
+// while shared (a body shares the lock of the graph it lives in); a body's `facts` are never
+// filled (only a whole-graph update fills them, on the graphs it compares).
 unsafe impl Send for Graph {}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
-        if raw.is_null() || !self.owns_raw {
-            return;
-        }
-        // SAFETY: raw is owned by this Graph and destroyed once. Executables made from it are
-        // independent of the template (cuGraphInstantiate copies it).
-        self.ctx.destroy(
-            || ObjectRef::new(ObjectKind::Graph, &*self.label),
-            crate::context::Destroy::Graph(raw),
-        );
-    }
-}
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Graph '{}' ({} nodes, {} edges)",
-            self.label,
-            self.model.nodes.len(),
-            self.model.edges.len()
-        )
+        // Never reads a captured graph back just to print it.
+        match self.lazy.made() {
+            Some(parts) => write!(
+                f,
+                "Graph '{}' ({} nodes, {} edges)",
+                self.label,
+                parts.model.nodes.len(),
+                parts.model.edges.len()
+            ),
+            None => write!(f, "Graph '{}' (captured, not read back yet)", self.label),
+        }
     }
 }
 
@@ -164,41 +139,57 @@ impl Context {
             raw,
             label,
             model::Graph::new(label),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
         ))
     }
 }
 
 impl Graph {
-    pub(crate) fn wrap(
+    /// A graph of `raw` (which it takes ownership of) whose model is known.
+    pub(crate) fn wrap(ctx: Context, raw: sys::CUgraph, label: &str, model: model::Graph) -> Self {
+        let owner = SharedRaw::new(ctx.clone(), raw, label);
+        Graph::known(ctx, raw, owner, label, model)
+    }
+
+    /// A conditional node's body graph `raw`, which the node owns (never destroyed here).
+    /// `parent` is the owner of the graph whose node it is.
+    pub(crate) fn body_of(
         ctx: Context,
         raw: sys::CUgraph,
         label: &str,
-        model: model::Graph,
-        handles: Vec<sys::CUgraphNode>,
-        kernels: Vec<Option<KernelFn>>,
-        keep: Vec<Keep>,
+        parent: &Arc<SharedRaw>,
     ) -> Self {
+        let owner = SharedRaw::borrowed(ctx.clone(), raw, label, parent);
+        Graph::known(ctx, raw, owner, label, model::Graph::new(label))
+    }
+
+    fn known(
+        ctx: Context,
+        raw: sys::CUgraph,
+        owner: Arc<SharedRaw>,
+        label: &str,
+        model: model::Graph,
+    ) -> Self {
+        let parts = Parts {
+            model: Arc::new(model),
+            ..Parts::default()
+        };
         Self {
             raw,
+            owner,
+            lazy: Lazy::known(parts),
             ctx,
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             label: label.into(),
-            model: Arc::new(model),
-            handles,
-            kernels: Arc::new(kernels),
-            keep: Arc::new(keep),
+            keep: Arc::new(Vec::new()),
             facts: OnceCell::new(),
-            bodies: Vec::new(),
-            owns_raw: true,
+            bodies: Arc::new(Vec::new()),
             _not_sync: PhantomData,
         }
     }
 
-    /// Takes ownership of a captured graph and builds its model: read back from the driver,
-    /// then labelled with what the capture journal recorded.
+    /// Takes ownership of a captured graph. Nothing is read back now: the model is read from
+    /// the driver when first asked for ([`Graph::model`], hazards, updates), and its nodes are
+    /// then labelled with what the capture journal recorded (`graph/captured_nodes.rs`).
     ///
     /// # Safety
     /// `raw` must be a live graph of `ctx` that nobody else owns.
@@ -206,64 +197,58 @@ impl Graph {
         ctx: Context,
         raw: sys::CUgraph,
         label: &str,
-        record: CaptureRecord,
-        at: SourceLine,
-    ) -> Result<Graph> {
-        // SAFETY: raw is live (caller's contract).
-        let read = unsafe { crate::graph::read_graph(raw, label) };
-        let crate::graph::ReadGraph {
-            mut model,
-            handles,
-            kernels,
-        } = match read {
-            Ok(read) => read,
-            Err(f) => {
-                // SAFETY: we own raw and nothing else refers to it.
-                let _ = unsafe { driver::graph_destroy(raw) };
-                return Err(f.on(
-                    ObjectRef::new(ObjectKind::Capture, label),
-                    "Stream::end_capture",
-                    at,
-                ));
-            }
-        };
-        let mut metas = record.nodes;
-        for (node, handle) in model.nodes.iter_mut().zip(&handles) {
-            if let Some(meta) = metas.remove(&(*handle as usize)) {
-                node.label = meta.label;
-                node.provenance = Some(meta.provenance);
-                node.accesses = meta.accesses;
-            }
-        }
-        Ok(Graph::wrap(
-            ctx,
+        journal: Vec<Entry>,
+        keep: Vec<Keep>,
+    ) -> Graph {
+        Graph {
             raw,
-            label,
-            model,
-            handles,
-            kernels,
-            record.keep,
-        ))
+            owner: SharedRaw::new(ctx.clone(), raw, label),
+            lazy: Lazy::pending(journal),
+            ctx,
+            id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
+            label: label.into(),
+            keep: Arc::new(keep),
+            facts: OnceCell::new(),
+            bodies: Arc::new(Vec::new()),
+            _not_sync: PhantomData,
+        }
     }
 
     /// The graph's label.
     pub fn label(&self) -> &str {
         &self.label
     }
-    /// The model: nodes with labels, parameters, provenance and accesses; edges.
+    /// The model: nodes with labels, parameters, provenance and accesses; edges. A captured
+    /// graph is read back from the driver the first time it is asked for; should that fail,
+    /// the model is empty and [`Graph::try_model`] returns the error.
     pub fn model(&self) -> &model::Graph {
-        &self.model
+        &self.parts().model
     }
-    /// The model, to change it (copied first when an executable shares it).
+    /// [`Graph::model`], or the driver's failure to read the graph back.
+    #[track_caller]
+    pub fn try_model(&self) -> Result<&model::Graph> {
+        let at = SourceLine::caller();
+        Ok(&self.try_parts("Graph::model", at)?.model)
+    }
+    /// The driver node of each model node, by index.
+    pub(crate) fn handles(&self) -> &[sys::CUgraphNode] {
+        &self.parts().handles
+    }
+    /// The function and parameter layout of each kernel node, by index.
+    pub(crate) fn kernels(&self) -> &Arc<Vec<Option<KernelFn>>> {
+        &self.parts().kernels
+    }
+    /// The model, to change it (copied first when shared).
     pub(crate) fn model_mut(&mut self) -> &mut model::Graph {
-        self.facts.take();
-        Arc::make_mut(&mut self.model)
+        Arc::make_mut(&mut self.parts_mut().model)
     }
-
+    /// The node handles, to change them (copied first when shared).
+    pub(crate) fn handles_mut(&mut self) -> &mut Vec<sys::CUgraphNode> {
+        &mut self.parts_mut().handles
+    }
     /// The kernels of the nodes, to change them (copied first when shared).
     pub(crate) fn kernels_mut(&mut self) -> &mut Vec<Option<KernelFn>> {
-        self.facts.take();
-        Arc::make_mut(&mut self.kernels)
+        Arc::make_mut(&mut self.parts_mut().kernels)
     }
 
     /// What a whole-graph update needs to know about the graph, computed once (walking a
@@ -279,7 +264,9 @@ impl Graph {
         facts
     }
 
-    /// The raw handle, for interop (graphsmith keeps ownership).
+    /// The raw handle, for interop (graphsmith keeps ownership). Read it only: an executable
+    /// instantiated from this graph may share it as its template (graphsmith's own changes copy
+    /// it first; changes made through this handle would not).
     pub fn raw(&self) -> sys::CUgraph {
         self.raw
     }
@@ -289,7 +276,7 @@ impl Graph {
         if node.graph != self.id {
             return None;
         }
-        self.handles.get(node.id.index()).copied()
+        self.handles().get(node.id.index()).copied()
     }
     /// The context of this graph.
     pub fn context(&self) -> &Context {
@@ -301,7 +288,7 @@ impl Graph {
 
     /// A handle to node `id`, as the builder returns them (e.g. to update a captured node).
     pub fn node_ref(&self, id: NodeId) -> Option<NodeRef> {
-        let node = self.model.node(id)?;
+        let node = self.model().node(id)?;
         Some(NodeRef {
             graph: self.id,
             id,
@@ -312,7 +299,7 @@ impl Graph {
 
     /// Handles to every node, in model order.
     pub fn node_refs(&self) -> Vec<NodeRef> {
-        self.model
+        self.model()
             .nodes
             .iter()
             .filter_map(|n| self.node_ref(n.id))
@@ -321,7 +308,7 @@ impl Graph {
 
     /// A handle to the first node labelled `label`.
     pub fn find(&self, label: &str) -> Option<NodeRef> {
-        self.node_ref(self.model.find(label)?.id)
+        self.node_ref(self.model().find(label)?.id)
     }
 
     /// Reads the graph back from the driver into a fresh model (node kinds, kernel names,
@@ -329,10 +316,10 @@ impl Graph {
     /// through the same conversion `graphsmith trace --hazards` uses. Labels are not the
     /// driver's to know: kernel nodes are labelled with their kernel's name, others
     /// `<kind>#<index>`.
-    #[track_caller]
     ///
     /// The bodies of conditional nodes built with [`Graph::if_else`] and its siblings are read
     /// back too, from the body graphs the driver returned when it made each node.
+    #[track_caller]
     pub fn read_back(&self) -> Result<model::Graph> {
         self.read_back_at(SourceLine::caller())
     }
@@ -340,42 +327,19 @@ impl Graph {
     pub(crate) fn read_back_at(&self, at: SourceLine) -> Result<model::Graph> {
         let fail = |f: Failure| f.on(self.object(), "Graph::read_back", at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: self.raw is live: owned by self, or a body owned by its node in a graph that
-        // outlives self.
-        let read = unsafe { crate::graph::read_graph(self.raw, &self.label) }.map_err(fail)?;
-        self.with_bodies(read, at)
+        // Held across the bodies too: they live inside this driver graph and share its lock.
+        let _guard = self.raw_guard();
+        self.read_back_held(at)
     }
 
-    /// A copy of this template (`cuGraphClone`) with the same model, node handles mapped into
-    /// the copy (`cuGraphNodeFindInClone`) and the same kept resources.
-    pub(crate) fn clone_template(&self, at: SourceLine) -> Result<Graph> {
-        let fail = |f: Failure| f.on(self.object(), "Graph::instantiate", at);
-        self.refuse_clone_with_conditionals(at)?;
-        self.ctx.bind().map_err(fail)?;
-        // SAFETY: self.raw is live; Graph is !Sync, so nothing else uses it during the call.
-        let raw = unsafe { driver::graph_clone(self.raw) }.map_err(fail)?;
-        // Own the copy at once, so an error below destroys it.
-        let mut copy = Graph::wrap(
-            self.ctx.clone(),
-            raw,
-            &self.label,
-            model::Graph::default(),
-            Vec::new(),
-            Vec::new(),
-            Vec::new(),
-        );
-        copy.id = self.id;
-        copy.model = self.model.clone();
-        copy.facts = self.facts.clone();
-        copy.kernels = self.kernels.clone();
-        copy.keep = self.keep.clone();
-        copy.handles.reserve(self.handles.len());
-        for &original in &self.handles {
-            // SAFETY: original is a node of self.raw, and raw was cloned from it.
-            let node = unsafe { driver::node_in_clone(original, raw) }.map_err(fail)?;
-            copy.handles.push(node);
-        }
-        Ok(copy)
+    /// [`Graph::read_back_at`] with the driver graph's guard held by the caller (or not needed).
+    pub(crate) fn read_back_held(&self, at: SourceLine) -> Result<model::Graph> {
+        let fail = |f: Failure| f.on(self.object(), "Graph::read_back", at);
+        // SAFETY: self.raw is live (owned through self.owner, or a body owned by its node in
+        // the graph that holds this one); calls on it are serialised (the caller holds the
+        // guard while shared).
+        let read = unsafe { crate::graph::read_graph(self.raw, &self.label) }.map_err(fail)?;
+        self.with_bodies(read, at)
     }
 }
 
@@ -398,7 +362,8 @@ impl Graph {
         })?;
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
-        // SAFETY: self.raw is live.
+        let _guard = self.raw_guard();
+        // SAFETY: self.raw is live; calls on it are serialised (the guard while shared).
         unsafe { driver::debug_dot_print(self.raw, &c_path, verbose) }.map_err(fail)
     }
 }

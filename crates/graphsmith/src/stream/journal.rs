@@ -4,9 +4,17 @@
 //! they broke, and work that runs outside the capture is kept as a possible silent escape.
 //!
 //! Cost: while no capture runs in the context an operation pays one atomic load. During a
-//! capture, an operation on a capturing stream pays a mutex lock to confirm its capture, the
-//! driver call, one `cuStreamGetCaptureInfo` (to learn the node it became) and one more lock to
-//! append the entry; the range stack is shared, not copied.
+//! capture, an operation on a capturing stream confirms its capture with atomics (a lock only
+//! after some capture ended), makes its driver call and takes one lock to append its entry and
+//! what the graph must keep (a resource already kept by the entry before is not kept twice).
+//! The entry is compact: the label, the caller's line, the thread and the range stack (shared,
+//! not copied), the stream, the accesses moved out of the operation. The node the operation
+//! became is asked of the driver (`cuStreamGetCaptureInfo`) only where it cannot be found later:
+//! the first work on a stream, and work after anything else happened in the capture (a wait, a
+//! join, a record, work on another stream); a run of work on one stream is matched to its nodes
+//! when the graph is first read back (`graph/captured_nodes.rs`). Ending the capture reads
+//! nothing back: the model is made on first use. With the journal off an operation pays the
+//! atomics and the lock that keeps its resources.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -132,11 +140,7 @@ impl Stream {
                 Ok(()) => Outcome::Captured,
                 Err(f) => failed(f),
             };
-            let mut e = Entry::taking(&mut op, Some(raw), outcome);
-            if result.is_ok() && op.kind == Kind::Work {
-                e.node = captured_node(self.raw()).map(|n| n as usize);
-            }
-            e
+            Entry::taking(&mut op, Some(raw), outcome)
         });
         let failure = match result {
             Err(f) if capture_code(f.code) => entry.as_ref().map(Entry::cloned),
@@ -144,17 +148,41 @@ impl Stream {
         };
         let waits_for = op.waits_for;
         let keep = op.keep;
+        // The node this operation became is asked of the driver only when it cannot be found
+        // later (`graph/captured_nodes.rs`): when the operation before it in the capture was
+        // not one-node work on this stream.
+        let mut anchor = None;
         {
             let mut records = self.ctx.records();
             let Some(rec) = records.get_mut(&id) else {
                 return;
             };
             if result.is_ok() {
-                rec.keep.extend(keep);
+                rec.add_keep(keep);
             }
-            if let Some(e) = entry {
+            if let Some(mut e) = entry {
+                if e.outcome == Outcome::Captured && e.kind == Kind::Work {
+                    let one_node = crate::context::one_node_kind(e.op).is_some();
+                    e.chained = one_node && rec.entries.last().is_some_and(|l| l.ends_chain(raw));
+                    if !e.chained {
+                        anchor = Some(rec.entries.len());
+                    }
+                }
                 rec.note_stream(raw, &self.label, waits_for);
                 rec.entries.push(e);
+            }
+        }
+        if let Some(index) = anchor {
+            // Outside the lock: a driver call. Entries are only appended while the capture
+            // runs, so the index still names this entry.
+            let node = captured_node(self.raw()).map(|n| n as usize);
+            if let Some(e) = self
+                .ctx
+                .records()
+                .get_mut(&id)
+                .and_then(|r| r.entries.get_mut(index))
+            {
+                e.node = node;
             }
         }
         if let Some(e) = failure {

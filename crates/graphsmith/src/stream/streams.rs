@@ -271,7 +271,8 @@ impl Stream {
             return result;
         }
         let mut keep = args.keep();
-        keep.push(Arc::new(kernel.module.clone()) as Keep);
+        // The module's own `Arc`, so the journal keeps it once for many launches.
+        keep.push(kernel.module.inner.clone() as Keep);
         let journal = Op {
             accesses: args.take_accesses(),
             keep,

@@ -1,12 +1,12 @@
-//! A capture's record: the journal in public form, the escapes it saw, and the node labels
-//! handed to the graph when the capture ends.
+//! A capture's record: the journal in public form and the escapes it saw. The entries go to
+//! the graph when the capture ends, which labels its nodes with them when first read back.
 
 use std::collections::HashMap;
 
-use graphsmith_model::{Access, Provenance};
+use graphsmith_model::Access;
 
 use crate::context::{failed, writes, Entry, Kind, Op};
-use crate::context::{CaptureOptions, CaptureRecord, NodeMeta};
+use crate::context::{CaptureOptions, CaptureRecord};
 use crate::driver::Failure;
 use crate::error::SourceLine;
 use crate::stream::Stream;
@@ -122,30 +122,6 @@ impl CaptureRecord {
         }
         out
     }
-
-    /// Labels, lines, ranges and accesses of the captured nodes, by node handle (moved out of
-    /// the journal, which is not needed afterwards).
-    pub(crate) fn fill_nodes(&mut self) {
-        self.nodes.reserve(self.entries.len());
-        for e in &mut self.entries {
-            let Some(node) = e.node else { continue };
-            let provenance = Provenance {
-                file: e.at.file.to_string(),
-                line: e.at.line,
-                column: e.at.column,
-                ranges: e.ranges.to_vec(),
-                thread: Some(e.thread.1.to_string()),
-            };
-            self.nodes.insert(
-                node,
-                NodeMeta {
-                    label: std::mem::take(&mut e.label),
-                    provenance,
-                    accesses: std::mem::take(&mut e.accesses),
-                },
-            );
-        }
-    }
 }
 
 /// A new capture's record.
@@ -159,7 +135,6 @@ pub(crate) fn new_record(
     let mut streams = HashMap::new();
     streams.insert(origin.raw() as usize, origin.label.clone());
     CaptureRecord {
-        nodes: HashMap::new(),
         keep: Vec::new(),
         label: label.to_string(),
         options,

@@ -1,0 +1,300 @@
+//! Which node each journaled operation of a capture became, worked out when the captured graph
+//! is first read back, and the labels, lines, ranges and accesses handed to those nodes.
+//!
+//! The journal asks the driver for an operation's node (`cuStreamGetCaptureInfo`) only where it
+//! cannot be found later: the first work on a stream, and work after anything else happened in
+//! the capture (a wait, a record, a join, an operation on another stream, a library call, an
+//! operation graphsmith only journaled). Such an entry is *anchored* to its node. Every other
+//! work entry is *chained*: the operation just before it in the whole capture was one-node work
+//! on the same stream, so its node is the one node that depends on exactly that node, is of the
+//! operation's kind and belongs to no other entry. A chained entry whose node is not found so
+//! (e.g. work issued behind graphsmith's back in between) stays unlabelled, as do the chained
+//! entries after it up to the next anchor.
+
+use std::collections::HashMap;
+
+use cudarc::driver::sys;
+use graphsmith_analysis::Outcome;
+use graphsmith_model::{self as model, Provenance};
+
+use crate::context::{one_node_kind, Entry, Kind};
+
+/// What matching needs of one node of the read-back graph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NodeFacts {
+    pub handle: usize,
+    pub kind: &'static str,
+    /// The node's one dependency (index), when it has exactly one.
+    pub single_dep: Option<usize>,
+}
+
+/// What matching needs of one journal entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Wanted {
+    /// Whether the entry is captured work (only those became nodes).
+    pub work: bool,
+    pub stream: Option<usize>,
+    /// The node the driver named right after the operation.
+    pub anchor: Option<usize>,
+    /// The entry follows one-node work on the same stream, with nothing in between.
+    pub chained: bool,
+    /// The kind of node the operation makes, when it makes exactly one.
+    pub kind: Option<&'static str>,
+}
+
+impl Wanted {
+    pub(crate) fn of(e: &Entry) -> Wanted {
+        Wanted {
+            work: e.kind == Kind::Work && e.outcome == Outcome::Captured,
+            stream: e.stream,
+            anchor: e.node,
+            chained: e.chained,
+            kind: one_node_kind(e.op),
+        }
+    }
+}
+
+/// The node (index into `nodes`) of each entry, `None` where unknown.
+pub(crate) fn match_nodes(nodes: &[NodeFacts], entries: &[Wanted]) -> Vec<Option<usize>> {
+    let by_handle: HashMap<usize, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.handle, i))
+        .collect();
+    // Nodes by their one dependency, in index order.
+    let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        if let Some(dep) = n.single_dep {
+            children.entry(dep).or_default().push(i);
+        }
+    }
+    let mut claimed = vec![false; nodes.len()];
+    let mut last: HashMap<usize, Option<usize>> = HashMap::new();
+    let mut out = Vec::with_capacity(entries.len());
+    for w in entries {
+        if !w.work {
+            out.push(None);
+            continue;
+        }
+        let found = match (w.anchor, w.chained) {
+            (Some(handle), _) => by_handle.get(&handle).copied(),
+            (None, true) => {
+                let prev = w.stream.and_then(|s| last.get(&s).copied().flatten());
+                let mut candidates = prev
+                    .and_then(|p| children.get(&p))
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&c| !claimed[c] && w.kind.is_none_or(|k| nodes[c].kind == k));
+                match (candidates.next(), candidates.next()) {
+                    (Some(c), None) => Some(c),
+                    _ => None,
+                }
+            }
+            (None, false) => None,
+        };
+        if let Some(i) = found {
+            claimed[i] = true;
+        }
+        if let Some(s) = w.stream {
+            last.insert(s, found);
+        }
+        out.push(found);
+    }
+    out
+}
+
+/// What matching needs of the read-back graph.
+fn node_facts(graph: &model::Graph, handles: &[sys::CUgraphNode]) -> Vec<NodeFacts> {
+    let mut deps: Vec<(usize, Option<usize>)> = vec![(0, None); graph.nodes.len()];
+    for e in &graph.edges {
+        if let Some(d) = deps.get_mut(e.to.index()) {
+            d.0 += 1;
+            d.1 = Some(e.from.index());
+        }
+    }
+    graph
+        .nodes
+        .iter()
+        .zip(handles)
+        .zip(deps)
+        .map(|((n, &h), (count, dep))| NodeFacts {
+            handle: h as usize,
+            kind: n.kind.name(),
+            single_dep: if count == 1 { dep } else { None },
+        })
+        .collect()
+}
+
+/// Labels the nodes of a captured graph, read back into `graph` (with the driver node of each
+/// model node in `handles`), with what the capture's journal recorded: label, line, thread,
+/// ranges and accesses. Where two entries name one node, the later wins.
+pub(crate) fn label_captured(
+    graph: &mut model::Graph,
+    handles: &[sys::CUgraphNode],
+    journal: Vec<Entry>,
+) {
+    let wanted: Vec<Wanted> = journal.iter().map(Wanted::of).collect();
+    let found = match_nodes(&node_facts(graph, handles), &wanted);
+    for (e, index) in journal.into_iter().zip(found) {
+        let Some(node) = index.and_then(|i| graph.nodes.get_mut(i)) else {
+            continue;
+        };
+        node.provenance = Some(Provenance {
+            file: e.at.file.to_string(),
+            line: e.at.line,
+            column: e.at.column,
+            ranges: e.ranges.to_vec(),
+            thread: Some(e.thread.1.to_string()),
+        });
+        node.label = e.label;
+        node.accesses = e.accesses;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(handle: usize, kind: &'static str, dep: Option<usize>) -> NodeFacts {
+        NodeFacts {
+            handle,
+            kind,
+            single_dep: dep,
+        }
+    }
+
+    fn work(stream: usize, anchor: Option<usize>, chained: bool) -> Wanted {
+        Wanted {
+            work: true,
+            stream: Some(stream),
+            anchor,
+            chained,
+            kind: Some("kernel"),
+        }
+    }
+
+    fn other(stream: usize) -> Wanted {
+        Wanted {
+            work: false,
+            stream: Some(stream),
+            anchor: None,
+            chained: false,
+            kind: None,
+        }
+    }
+
+    #[test]
+    fn a_chain_follows_its_anchor() {
+        let nodes = [
+            node(10, "kernel", None),
+            node(11, "kernel", Some(0)),
+            node(12, "kernel", Some(1)),
+        ];
+        let entries = [
+            work(1, Some(10), false),
+            work(1, None, true),
+            work(1, None, true),
+        ];
+        assert_eq!(
+            match_nodes(&nodes, &entries),
+            vec![Some(0), Some(1), Some(2)]
+        );
+    }
+
+    #[test]
+    fn nodes_in_any_order_are_found_by_their_dependency() {
+        // The driver lists the nodes in another order than they were made.
+        let nodes = [
+            node(12, "kernel", Some(2)),
+            node(11, "kernel", Some(2)),
+            node(10, "kernel", None),
+        ];
+        let mut second_branch = work(2, Some(12), false);
+        second_branch.chained = false;
+        let entries = [
+            work(1, Some(10), false),
+            other(2),
+            second_branch,
+            other(1),
+            work(1, Some(11), false),
+        ];
+        assert_eq!(
+            match_nodes(&nodes, &entries),
+            vec![Some(2), None, Some(0), None, Some(1)]
+        );
+    }
+
+    #[test]
+    fn a_fork_is_told_apart_by_what_is_claimed_and_by_kind() {
+        // Root 0 has two children: a kernel (1, anchored on another stream) and a memset (2).
+        let nodes = [
+            node(10, "kernel", None),
+            node(11, "kernel", Some(0)),
+            node(12, "memset", Some(0)),
+        ];
+        let memset = Wanted {
+            kind: Some("memset"),
+            ..work(1, None, true)
+        };
+        let entries = [work(1, Some(10), false), memset];
+        assert_eq!(match_nodes(&nodes, &entries), vec![Some(0), Some(2)]);
+        // Two kernels depending on the root: a chained kernel is ambiguous until one is claimed.
+        let ambiguous = [work(1, Some(10), false), work(1, None, true)];
+        let nodes = [
+            node(10, "kernel", None),
+            node(11, "kernel", Some(0)),
+            node(12, "kernel", Some(0)),
+        ];
+        assert_eq!(match_nodes(&nodes, &ambiguous), vec![Some(0), None]);
+        let claimed = [
+            work(2, Some(10), false),
+            work(3, Some(12), false),
+            work(2, None, true),
+        ];
+        assert_eq!(
+            match_nodes(&nodes, &claimed),
+            vec![Some(0), Some(2), Some(1)]
+        );
+    }
+
+    #[test]
+    fn a_lost_chain_stays_lost_until_the_next_anchor() {
+        // Foreign work (node 1, a memcpy) between two graphsmith kernels on one stream.
+        let nodes = [
+            node(10, "kernel", None),
+            node(11, "memcpy", Some(0)),
+            node(12, "kernel", Some(1)),
+            node(13, "kernel", Some(2)),
+            node(14, "kernel", Some(3)),
+        ];
+        let entries = [
+            work(1, Some(10), false),
+            work(1, None, true),
+            work(1, None, true),
+            work(1, Some(14), false),
+        ];
+        assert_eq!(
+            match_nodes(&nodes, &entries),
+            vec![Some(0), None, None, Some(4)]
+        );
+    }
+
+    #[test]
+    fn entries_that_are_not_captured_work_get_no_node() {
+        let nodes = [node(10, "kernel", None)];
+        let mut failed = work(1, Some(10), false);
+        failed.work = false;
+        assert_eq!(match_nodes(&nodes, &[failed]), vec![None]);
+        // An anchor the graph does not hold (a node of another graph) matches nothing.
+        assert_eq!(match_nodes(&nodes, &[work(1, Some(99), false)]), vec![None]);
+    }
+
+    #[test]
+    fn one_node_kinds() {
+        assert_eq!(one_node_kind("Stream::launch"), Some("kernel"));
+        assert_eq!(one_node_kind("Stream::memset"), Some("memset"));
+        assert_eq!(one_node_kind("Stream::copy"), Some("memcpy"));
+        assert_eq!(one_node_kind("Stream::library_call"), None);
+    }
+}

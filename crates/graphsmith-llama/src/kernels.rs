@@ -47,17 +47,27 @@ pub enum Gemm {
     Gemv,
 }
 
+/// The choice named `s` among `choices`, or an error naming `what` and every choice.
+fn parse_choice<T: Copy>(s: &str, what: &str, choices: &[(&str, T)]) -> Result<T, String> {
+    choices
+        .iter()
+        .find(|(name, _)| *name == s)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            format!("unknown {what} {s:?} (want {})", names.join(", "))
+        })
+}
+
 impl std::str::FromStr for Gemm {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Gemm, String> {
-        match s {
-            "auto" => Ok(Gemm::Auto),
-            "cublas" => Ok(Gemm::Cublas),
-            "gemv" => Ok(Gemm::Gemv),
-            other => Err(format!(
-                "unknown GEMM path {other:?} (want auto, cublas or gemv)"
-            )),
-        }
+        let choices = [
+            ("auto", Gemm::Auto),
+            ("cublas", Gemm::Cublas),
+            ("gemv", Gemm::Gemv),
+        ];
+        parse_choice(s, "GEMM path", &choices)
     }
 }
 
@@ -221,12 +231,8 @@ pub enum Pdl {
 impl std::str::FromStr for Pdl {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Pdl, String> {
-        match s {
-            "auto" => Ok(Pdl::Auto),
-            "on" => Ok(Pdl::On),
-            "off" => Ok(Pdl::Off),
-            other => Err(format!("unknown --pdl {other:?} (want auto, on or off)")),
-        }
+        let choices = [("auto", Pdl::Auto), ("on", Pdl::On), ("off", Pdl::Off)];
+        parse_choice(s, "--pdl", &choices)
     }
 }
 
@@ -439,5 +445,20 @@ mod tests {
         assert_eq!(warps_per_column(4, 2048, 2), 8);
         assert_eq!(warps_per_column(12, 1032, 2), 4);
         assert_eq!(warps_per_column(20, 576, 2), 2);
+    }
+
+    #[test]
+    fn choices_parse_and_name_every_choice_when_unknown() {
+        use super::{Gemm, Pdl};
+        assert_eq!("cublas".parse::<Gemm>(), Ok(Gemm::Cublas));
+        assert_eq!("off".parse::<Pdl>(), Ok(Pdl::Off));
+        assert_eq!(
+            "fast".parse::<Gemm>(),
+            Err("unknown GEMM path \"fast\" (want auto, cublas, gemv)".to_string())
+        );
+        assert_eq!(
+            "yes".parse::<Pdl>(),
+            Err("unknown --pdl \"yes\" (want auto, on, off)".to_string())
+        );
     }
 }

@@ -245,8 +245,10 @@ impl Stream {
         let (g, b) = (cfg.grid, cfg.block);
         // Programmatic only between two opted-in kernels of this stream; `issue` clears the
         // flag for every other operation.
-        let programmatic =
-            kernel.programmatic && self.after_programmatic.load(Ordering::Acquire);
+        let programmatic = kernel.programmatic
+            && self
+                .after_programmatic
+                .swap(kernel.programmatic, Ordering::AcqRel);
         // SAFETY: func is alive (kernel holds its module); argument count and sizes were
         // checked against cuFuncGetParamInfo above; the pointers point into `args`, alive and
         // unchanged for the call.

@@ -162,9 +162,15 @@ pub(crate) unsafe fn trial_programmatic_edge(func: sys::CUfunction) -> Result<()
     let a = unsafe { kernel_node(&g, func, &[]) }?;
     // SAFETY: as above.
     let b = unsafe { kernel_node(&g, func, &[]) }?;
+    let edge = sys::CUgraphEdgeData {
+        from_port: 1, // CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+        to_port: 0,
+        type_: 1, // CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        reserved: [0; 5],
+    };
     // SAFETY: a and b are live kernel nodes of g.
     check(
-        unsafe { sys::cuGraphAddDependencies_v2(g.0, &a, &b, &super::graph::PROGRAMMATIC_EDGE, 1) },
+        unsafe { sys::cuGraphAddDependencies_v2(g.0, &a, &b, &edge, 1) },
         "cuGraphAddDependencies",
     )?;
     g.instantiate(0)

@@ -111,15 +111,6 @@ pub(crate) unsafe fn add_kernel_node(
     Ok(node)
 }
 
-/// The edge data of a programmatic edge: from `CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC` (1), of
-/// type `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC` (1).
-pub(crate) const PROGRAMMATIC_EDGE: sys::CUgraphEdgeData = sys::CUgraphEdgeData {
-    from_port: 1,
-    to_port: 0,
-    type_: 1,
-    reserved: [0; 5],
-};
-
 /// Adds a programmatic edge `from -> to` between two kernel nodes of `graph`
 /// (`cuGraphAddDependencies_v2`, from `CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC`, of type
 /// `CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC`).
@@ -131,9 +122,15 @@ pub(crate) unsafe fn add_programmatic_edge(
     from: sys::CUgraphNode,
     to: sys::CUgraphNode,
 ) -> Result<(), Failure> {
+    let edge = sys::CUgraphEdgeData {
+        from_port: 1, // CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+        to_port: 0,
+        type_: 1, // CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+        reserved: [0; 5],
+    };
     // SAFETY: forwarded contract; the one-element arrays are locals alive for the call.
     check(
-        unsafe { sys::cuGraphAddDependencies_v2(graph, &from, &to, &PROGRAMMATIC_EDGE, 1) },
+        unsafe { sys::cuGraphAddDependencies_v2(graph, &from, &to, &edge, 1) },
         "cuGraphAddDependencies",
     )
 }

@@ -18,7 +18,7 @@ import os
 import sys
 import tempfile
 
-GRAPHSMITH = ["graphsmith-eager", "graphsmith-graphs"]
+GRAPHSMITH = ["graphsmith-eager", "graphsmith-graphs", "graphsmith-eager-nopdl", "graphsmith-graphs-nopdl"]
 PYTORCH = ["hf-generate-eager", "hf-generate-static-compiled", "lean-compiled"]
 IMPL_ORDER = GRAPHSMITH + PYTORCH
 BATCHES = [1, 8, 64]

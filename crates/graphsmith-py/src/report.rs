@@ -120,6 +120,13 @@ impl Report {
         self.graph.to_dot_with(&self.hazards.dot_options())
     }
 
+    /// The graph as SVG, hazards drawn in red, rendered by Graphviz's `dot` (which must be on
+    /// PATH: `apt install graphviz`, `conda install graphviz`, ...). Raises `RuntimeError`
+    /// naming Graphviz when `dot` is missing or fails.
+    fn to_svg(&self) -> PyResult<String> {
+        render_svg(&self.to_dot()).map_err(pyo3::exceptions::PyRuntimeError::new_err)
+    }
+
     /// The report as JSON: path, format, summary and the hazard report.
     fn to_json(&self) -> PyResult<String> {
         let value = serde_json::json!({
@@ -234,4 +241,45 @@ fn count_kernels(graph: &Graph) -> (usize, usize) {
         }
     }
     (all, without)
+}
+
+/// Runs Graphviz's `dot -Tsvg` on `dot_text` and returns the SVG.
+fn render_svg(dot_text: &str) -> Result<String, String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                "to_svg() needs Graphviz's `dot` on PATH (apt install graphviz, conda install \
+                 graphviz); to_dot() gives the DOT text without it"
+                    .to_string()
+            } else {
+                format!("cannot run Graphviz's `dot`: {e}")
+            }
+        })?;
+    // Written from another thread, so a large graph cannot fill both pipes and stall.
+    let mut stdin = child.stdin.take();
+    let text = dot_text.to_string();
+    let writer = std::thread::spawn(move || match stdin.as_mut() {
+        Some(pipe) => pipe.write_all(text.as_bytes()),
+        None => Ok(()),
+    });
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("Graphviz's `dot` did not finish: {e}"))?;
+    let written = writer.join().unwrap_or(Ok(()));
+    if !out.status.success() {
+        return Err(format!(
+            "Graphviz's `dot -Tsvg` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    written.map_err(|e| format!("cannot send the graph to Graphviz's `dot`: {e}"))?;
+    String::from_utf8(out.stdout).map_err(|e| format!("Graphviz's `dot` wrote no UTF-8: {e}"))
 }

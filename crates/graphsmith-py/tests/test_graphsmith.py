@@ -6,6 +6,7 @@ Run them against an installed wheel (scripts/build-wheel.sh --test does) or afte
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,17 @@ import graphsmith
 FIXTURES = (
     Path(__file__).resolve().parents[2] / "graphsmith-model" / "tests" / "fixtures" / "driver-dot"
 )
+
+
+def test_to_svg_renders_with_graphviz_or_names_it(tmp_path, monkeypatch):
+    report = graphsmith.doctor(FIXTURES / "attention-racy.json")
+    if shutil.which("dot"):
+        svg = report.to_svg()
+        assert "<svg" in svg and "attention" in svg
+    # Without Graphviz on PATH the error names it and the way around it.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RuntimeError, match="Graphviz.*to_dot"):
+        report.to_svg()
 
 
 def test_racy_json_names_both_hazards():

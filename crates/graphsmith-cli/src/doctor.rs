@@ -327,7 +327,17 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
     } else if r.hazards.is_empty() {
         out.push_str("hazards: none\n");
     } else {
-        let _ = writeln!(out, "hazards: {}", r.hazards.len());
+        let possible = r.hazards.iter().filter(|h| h.kind.is_possible()).count();
+        if possible == 0 {
+            let _ = writeln!(out, "hazards: {}", r.hazards.len());
+        } else {
+            let _ = writeln!(
+                out,
+                "hazards: {} ({} certain, {possible} possible: to be confirmed)",
+                r.hazards.len(),
+                r.hazards.len() - possible
+            );
+        }
         for (i, h) in r.hazards.iter().enumerate() {
             let _ = writeln!(
                 out,
@@ -406,6 +416,17 @@ fn text_report(file: &str, f: &Findings, notes: &[String]) -> String {
 
 /// Why a possible kernel hazard is only possible; `None` for other hazards.
 fn only_possible(h: &Hazard) -> Option<String> {
+    if h.kind == HazardKind::PossibleWrite {
+        let unknown = if h.first.mode == AccessMode::Unknown {
+            &h.first.label
+        } else {
+            &h.second.label
+        };
+        return Some(format!(
+            "whether '{unknown}' writes these bytes is unknown (a pointer found inside a kernel \
+             parameter): a race only if it does"
+        ));
+    }
     if h.kind != HazardKind::PossibleKernelAccess {
         return None;
     }

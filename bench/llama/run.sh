@@ -14,6 +14,7 @@
 # BENCH_STEPS (128), BENCH_WARMUP (16), BENCH_RUNS (5), BENCH_IMPLS (the three PyTorch contenders),
 # BENCH_TUNE (empty; 1: inductor's coordinate-descent tuning for the compiled contenders),
 # BENCH_RUST (1; 0: skip graphsmith-llama bench, e.g. when only re-running a PyTorch contender),
+# BENCH_PDL (auto,off: graphsmith with and without programmatic dependent launch),
 # CHECK_TOLERANCE (empty: graphsmith-llama's default).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/../.."
 mode=${1:-}
 out=${2:-}
 if [ -z "$mode" ] || [ -z "$out" ]; then
-  sed -n '2,20p' "$0"
+  sed -n '2,21p' "$0"
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -171,9 +172,10 @@ open(path, "w").writelines(keep)' "$rows" "$@"
     if [ "${BENCH_RUST:-1}" = 0 ]; then
       say "BENCH_RUST=0: graphsmith-llama bench not run"
     elif [ -x "$gs" ]; then
-      drop graphsmith-eager graphsmith-graphs
+      drop graphsmith-eager graphsmith-graphs graphsmith-eager-nopdl graphsmith-graphs-nopdl
       step "graphsmith-llama bench $cfg" "$gs" bench --model "$models/$name" --batch "$batch" --steps "$steps" \
-        --warmup "$warmup" --mode eager,graphs --json >"$rows.gs" || fail "graphsmith-llama bench $cfg"
+        --warmup "$warmup" --mode eager,graphs --pdl "${BENCH_PDL:-auto,off}" --json >"$rows.gs" \
+        || fail "graphsmith-llama bench $cfg"
       # The report keys rows on the config's name; the Rust bench may print the folder instead.
       grep '^{' "$rows.gs" | "$py" -c 'import json,sys
 for line in sys.stdin:
@@ -207,7 +209,7 @@ report)
   ;;
 
 *)
-  sed -n '2,20p' "$0"
+  sed -n '2,21p' "$0"
   exit 2
   ;;
 esac

@@ -165,6 +165,15 @@ fn conditional_errors_say_what_to_do() {
 }
 
 #[test]
+fn ending_a_capture_into_a_graph_says_to_return_from_the_closure() {
+    let e = crate::graph::ending_capture_into("branch/then", "Stream::end_capture", at());
+    assert_eq!(
+        e.to_string(),
+        "Stream::end_capture on Capture 'branch/then' at src/main.rs:12:5: invalid input: capture 'branch/then' adds to an existing graph (Stream::capture_into), which ends the capture itself and keeps the graph; return from the closure; capture_into ends the capture"
+    );
+}
+
+#[test]
 fn a_condition_handle_is_a_plain_u64_argument() {
     let h = crate::graph::ConditionHandle::from_raw(0x1122_3344_5566_7788, Some(1));
     let args = crate::args![h, 3u32];

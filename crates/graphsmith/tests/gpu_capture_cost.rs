@@ -248,3 +248,97 @@ fn an_instantiated_graph_stays_usable_and_independent_of_its_executable() {
         gpu.ctx.drop_failures()
     );
 }
+
+/// A captured graph whose model was never asked for, built on with a node of no dependencies:
+/// the node enters the model once (the model is read back before the node is added, not after).
+#[test]
+#[ignore = "needs an NVIDIA GPU: builds on a captured graph"]
+fn a_node_added_to_a_captured_graph_enters_the_model_once() {
+    let gpu = Gpu::new();
+    let add = gpu.kernel("gs_add_scalar_f32");
+    let cfg = LaunchConfig::for_elements(N as u32);
+    let mut x = gpu.buffer("x", &vec![0.0; N]);
+    let mut y = gpu.buffer("y", &vec![0.0; N]);
+    let (mut g, ()) = gpu
+        .stream
+        .capture(CaptureMode::ThreadLocal, "captured", |s| {
+            s.launch("k0", &add, cfg, args![&mut x, 1.0f32, N as u32])
+        })
+        .unwrap();
+    // Nothing has read the captured graph back yet.
+    g.kernel("k1", &add, cfg, args![&mut y, 2.0f32, N as u32], &[])
+        .unwrap();
+    let mut labels: Vec<&str> = g.model().nodes.iter().map(|n| n.label.as_str()).collect();
+    labels.sort();
+    assert_eq!(labels, ["k0", "k1"], "{:?}", g.model());
+    assert_eq!(g.read_back().unwrap().nodes.len(), 2);
+    assert_eq!(g.node_refs().len(), 2);
+    let mut exec = g.instantiate().unwrap();
+    exec.launch(&gpu.stream).unwrap();
+    assert_same("k0", &gpu.read(&x), &vec![1.0; N]);
+    assert_same("k1", &gpu.read(&y), &vec![2.0; N]);
+}
+
+/// A kernel launched through raw driver calls (not journaled) between two launches of a chain
+/// is a node of the same kind as theirs: it takes no journal label, and no graphsmith node gets
+/// another's label.
+#[test]
+#[ignore = "needs an NVIDIA GPU: captures a foreign kernel inside a chain"]
+fn a_foreign_kernel_inside_a_chain_takes_no_label() {
+    use graphsmith::sys;
+    let gpu = Gpu::new();
+    let add = gpu.kernel("gs_add_scalar_f32");
+    let scale = gpu.kernel("gs_scale_f32");
+    let cfg = LaunchConfig::for_elements(N as u32);
+    let mut x = gpu.buffer("x", &vec![0.0; N]);
+    let y = gpu.buffer("y", &vec![0.0; N]);
+    let raw = gpu.stream.raw();
+    let (graph, _) = gpu
+        .stream
+        .capture(CaptureMode::ThreadLocal, "foreign-kernel", |s| {
+            s.launch("k0", &add, cfg, args![&mut x, 1.0f32, N as u32])?;
+            let (yp, a, n) = (y.device_ptr(), 0.5f32, N as u32);
+            let mut params: [*mut std::ffi::c_void; 3] = [
+                &yp as *const u64 as *mut _,
+                &a as *const f32 as *mut _,
+                &n as *const u32 as *mut _,
+            ];
+            // SAFETY: scale's function is live (the kernel holds its module); params point to
+            // its three arguments, alive for the call; y is a live allocation of N f32; the
+            // stream is live and capturing.
+            let rc = unsafe {
+                sys::cuLaunchKernel(
+                    scale.raw(),
+                    cfg.grid.x,
+                    1,
+                    1,
+                    cfg.block.x,
+                    1,
+                    1,
+                    0,
+                    raw,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            };
+            assert_eq!(rc, sys::CUresult::CUDA_SUCCESS);
+            s.launch("k1", &add, cfg, args![&mut x, 1.0f32, N as u32])?;
+            s.launch("k2", &add, cfg, args![&mut x, 1.0f32, N as u32])?;
+            Ok(())
+        })
+        .unwrap();
+    let model = graph.try_model().unwrap();
+    assert_eq!(model.nodes.len(), 4, "{model:?}");
+    for n in &model.nodes {
+        let graphsmith::model::NodeKind::Kernel(k) = &n.kind else {
+            panic!("not a kernel: {n:?}");
+        };
+        if ["k0", "k1", "k2"].contains(&n.label.as_str()) {
+            assert_eq!(
+                k.name, "gs_add_scalar_f32",
+                "a journal label on another kernel's node: {n:?}"
+            );
+        }
+    }
+    assert!(model.find("k0").is_some_and(|n| n.provenance.is_some()));
+}

@@ -436,3 +436,75 @@ fn whole_graph_update_keeps_the_conditional_structure_and_names_the_node_otherwi
     }
     println!("conditional update: pass");
 }
+
+/// An IF node whose condition defaults to 1 at every launch, with an empty body.
+fn always_if(gpu: &Gpu, label: &str) -> (Graph, BodyRef) {
+    let mut g = gpu.ctx.graph(label).expect("graph");
+    let h = g.condition_handle("c", Some(1)).expect(WHY);
+    let (_, body) = g.if_("maybe", h, &[]).expect(WHY);
+    (g, body)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (compute capability 9.0+ for conditional nodes with ELSE/SWITCH: driver 12.8+)"]
+fn end_capture_inside_capture_into_is_refused_and_the_body_survives() {
+    use graphsmith::ErrorKind;
+    let gpu = Gpu::new();
+    let add = gpu.kernel("gs_add_scalar_f32");
+    let cfg = LaunchConfig::for_elements(N as u32);
+    let x0 = inputs(N, 12);
+    let mut x = gpu.buffer("x", &x0);
+    let (mut g, body) = always_if(&gpu, "end-inside");
+    let mut b = g.body(&body).expect("body");
+    let err = gpu
+        .stream
+        .capture_into(&mut b, CaptureMode::ThreadLocal, |s| {
+            s.launch("add", &add, cfg, args![&mut x, 1.0f32, N as u32])?;
+            s.end_capture().map(|_| ())
+        })
+        .expect_err("end_capture inside capture_into");
+    let text = err.to_string();
+    assert_eq!(err.op, "Stream::end_capture", "{text}");
+    assert!(matches!(err.kind, ErrorKind::InvalidInput { .. }), "{text}");
+    assert!(err.at.file.ends_with("gpu_conditional.rs"), "{text}");
+    assert!(
+        text.contains("return from the closure; capture_into ends the capture"),
+        "the error says what to do: {text}"
+    );
+    // The failed capture's node was removed; the body is whole and captures again.
+    assert!(b.model().nodes.is_empty(), "{:?}", b.model());
+    gpu.stream
+        .capture_into(&mut b, CaptureMode::ThreadLocal, |s| {
+            s.launch("add", &add, cfg, args![&mut x, 1.0f32, N as u32])
+        })
+        .expect("capture into the body again");
+    let labels: Vec<&str> = b.model().nodes.iter().map(|n| n.label.as_str()).collect();
+    assert_eq!(labels, ["add"]);
+    drop(b);
+    let mut exec = g.into_exec().expect("instantiate");
+    exec.launch(&gpu.stream).expect("launch");
+    assert_same("the body ran once", &gpu.read(&x), &plus(&x0, 1.0));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (compute capability 9.0+ for conditional nodes with ELSE/SWITCH: driver 12.8+)"]
+fn into_exec_is_refused_while_another_executable_shares_the_graph() {
+    let gpu = Gpu::new();
+    let (mut g, body) = always_if(&gpu, "two-execs");
+    g.body(&body)
+        .expect("body")
+        .empty("nothing", &[])
+        .expect("empty node");
+    let first = g.instantiate().expect("the first executable");
+    let err = g
+        .into_exec()
+        .expect_err("a second executable of a graph with conditional nodes");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("Graph::into_exec on Graph 'two-execs' at ")
+            && text.contains("'maybe'")
+            && text.contains("cuGraphClone"),
+        "the error names the call, the graph, the conditional node and why: {text}"
+    );
+    drop(first);
+}

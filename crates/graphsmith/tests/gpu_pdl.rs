@@ -250,3 +250,53 @@ fn reading_before_the_wait_races_and_the_checker_says_so() {
     let hazards = m.hazards().unwrap().hazards;
     assert_eq!(hazards.len(), 1, "{hazards:?}");
 }
+
+/// A graph launched after an opted-in kernel is other work on the stream: the next opted-in
+/// launch waits for the whole graph (no programmatic attribute), so a consumer that reads
+/// before its wait still sees what the graph's producer wrote.
+#[test]
+#[ignore = "needs a CUDA GPU with compute capability 9.0+"]
+fn a_kernel_after_a_graph_launch_waits_for_the_whole_graph() {
+    let gpu = Gpu::new();
+    let add = programmatic(&gpu, "gs_pdl_add_scalar_f32");
+    let fill = programmatic(&gpu, "gs_pdl_spin_fill_f32");
+    let early = programmatic(&gpu, "gs_pdl_copy_early_f32");
+    let n = 4096usize;
+    let one = LaunchConfig {
+        grid: graphsmith::model::Dim3::linear(1),
+        block: graphsmith::model::Dim3::linear(256),
+        shared_mem_bytes: 0,
+    };
+    let cfg = LaunchConfig::for_elements(n as u32);
+    let cycles = 20_000_000u64; // ~10 ms at ~2 GHz
+    let s = &gpu.stream;
+    let mut x = gpu.buffer("x", &vec![0.0; n]);
+    let mut other = gpu.buffer("other", &vec![0.0; n]);
+    let mut dst = gpu.poisoned("dst", n);
+    // The producer, alone in a graph: it lets its dependents start at once, then spins.
+    let mut g = gpu.ctx.graph("producer").unwrap();
+    g.kernel(
+        "fill",
+        &fill,
+        one,
+        args![&mut x, 1.0f32, n as u32, cycles],
+        &[],
+    )
+    .unwrap();
+    let mut exec = g.instantiate().unwrap();
+    for run in 0..3 {
+        s.upload(&mut x, &vec![0.0; n]).unwrap();
+        gpu.poison(&mut dst);
+        // An opted-in kernel, then the graph, then an opted-in consumer that reads early.
+        s.launch("before", &add, cfg, args![&mut other, 1.0f32, n as u32])
+            .unwrap();
+        exec.launch(s).unwrap();
+        s.launch("copy-early", &early, cfg, args![&x, &mut dst, n as u32])
+            .unwrap();
+        assert_same(
+            &format!("run {run}: the consumer after the graph"),
+            &gpu.read(&dst),
+            &vec![1.0; n],
+        );
+    }
+}

@@ -99,6 +99,10 @@ pub(crate) struct CaptureRecord {
 pub(crate) struct ActiveCapture {
     pub id: u64,
     pub label: String,
+    /// The existing graph the capture adds its nodes to (`cuStreamBeginCaptureToGraph`, its
+    /// handle as an integer), which `Stream::capture_into` ends the capture of and keeps;
+    /// `None` for a capture into a new graph, which `end_capture` ends.
+    pub into: Option<usize>,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(1);
@@ -126,6 +130,9 @@ pub(crate) struct Op<'a> {
     pub keep: Vec<Keep>,
     /// For joins: the stream waited for (handle, label).
     pub waits_for: Option<(usize, &'a str)>,
+    /// What tells this operation's node from others of its kind: a kernel's function handle,
+    /// a copy's or set's destination address (see `graph/captured_nodes.rs`).
+    pub target: Option<u64>,
 }
 
 impl<'a> Op<'a> {
@@ -140,6 +147,7 @@ impl<'a> Op<'a> {
             accesses: Vec::new(),
             keep: Vec::new(),
             waits_for: None,
+            target: None,
         }
     }
 }
@@ -163,6 +171,8 @@ pub(crate) struct Entry {
     /// Captured one-node work right after captured one-node work on the same stream: its node
     /// is found from the node before it when the graph is read back.
     pub chained: bool,
+    /// The operation's [`Op::target`].
+    pub target: Option<u64>,
 }
 
 impl Entry {
@@ -181,6 +191,7 @@ impl Entry {
             outcome,
             node: None,
             chained: false,
+            target: op.target,
         }
     }
     /// Like `new`, moving the accesses out of `op` instead of copying them.
@@ -206,6 +217,7 @@ impl Entry {
             outcome: self.outcome.clone(),
             node: self.node,
             chained: self.chained,
+            target: self.target,
         }
     }
 

@@ -25,13 +25,24 @@ pub struct ExecStats {
     pub reinstantiations: u64,
 }
 
-/// Instantiates `graph` (`cuGraphInstantiateWithFlags`).
-pub(crate) fn instantiate_raw(graph: &Graph) -> Result<sys::CUgraphExec, Failure> {
-    graph.ctx.bind()?;
+/// Instantiates `graph` (`cuGraphInstantiateWithFlags`): every instantiation goes through
+/// here, so a second executable of a graph with conditional nodes is refused first
+/// ([`Graph::refuse_second_exec`]; `holders` is how many shares of the driver graph the caller
+/// holds besides `graph`). A driver failure is an error of `op` on `object` at `at`.
+pub(crate) fn instantiate_raw(
+    graph: &Graph,
+    holders: usize,
+    object: ObjectRef,
+    op: &'static str,
+    at: SourceLine,
+) -> Result<sys::CUgraphExec> {
+    graph.refuse_second_exec(holders, op, at)?;
+    let fail = |f: Failure| f.on(object.clone(), op, at);
+    graph.ctx.bind().map_err(fail)?;
     let _guard = graph.raw_guard();
     // SAFETY: graph.raw is live; calls on it are serialised (the guard while an executable's
     // template shares it; Graph is !Sync).
-    unsafe { driver::instantiate(graph.raw) }
+    unsafe { driver::instantiate(graph.raw) }.map_err(fail)
 }
 
 /// An executable graph (`CUgraphExec`) with its own template, kept in step with every update.
@@ -404,6 +415,8 @@ impl Exec {
 
     fn launch_raw(&mut self, stream: &Stream) -> Result<(), Failure> {
         self.template.ctx.bind()?;
+        // A kernel launched after the graph must not overlap it (programmatic attribute).
+        stream.other_work();
         // SAFETY: raw is live; &mut self guarantees no concurrent use of this executable.
         unsafe { driver::launch(self.raw, stream.raw()) }?;
         self.mark_in_flight(stream);
@@ -414,6 +427,7 @@ impl Exec {
     #[track_caller]
     pub fn upload(&mut self, stream: &Stream) -> Result<()> {
         let at = SourceLine::caller();
+        stream.other_work();
         let uploaded = self.template.ctx.bind().and_then(|()| {
             // SAFETY: raw is live; &mut self guarantees exclusive use.
             unsafe { driver::upload(self.raw, stream.raw()) }
@@ -443,9 +457,7 @@ impl Graph {
     #[track_caller]
     pub fn instantiate(&self) -> Result<Exec> {
         let at = SourceLine::caller();
-        self.refuse_second_exec(0, "Graph::instantiate", at)?;
-        let raw =
-            instantiate_raw(self).map_err(|f| f.on(self.object(), "Graph::instantiate", at))?;
+        let raw = instantiate_raw(self, 0, self.object(), "Graph::instantiate", at)?;
         Ok(Exec::new(raw, self.share(), self.id))
     }
 
@@ -458,8 +470,8 @@ impl Graph {
     }
 
     fn into_exec_at(self, origin: u64, at: SourceLine) -> Result<Exec> {
-        let fail = |f: Failure| f.on(self.object(), "Graph::instantiate", at);
-        let raw = instantiate_raw(&self).map_err(fail)?;
+        // Handed over, but an executable made earlier by `Graph::instantiate` may still share it.
+        let raw = instantiate_raw(&self, 0, self.object(), "Graph::into_exec", at)?;
         Ok(Exec::new(raw, self, origin))
     }
 }

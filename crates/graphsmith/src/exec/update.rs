@@ -409,8 +409,7 @@ impl Exec {
                     .flatten()
                     .filter(|t| Arc::ptr_eq(&t.owner, &graph.owner))
                     .count();
-                graph.refuse_second_exec(held, op, at)?;
-                let raw = instantiate_raw(graph).map_err(|f| f.on(self.object(), op, at))?;
+                let raw = instantiate_raw(graph, held, self.object(), op, at)?;
                 self.release();
                 self.raw = raw;
                 self.instantiated_from = graph.id;

@@ -86,6 +86,8 @@ impl Stream {
         }
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
+        // The first launch captured depends on nothing before the capture.
+        self.other_work();
         // Counted before the driver begins, so no other thread destroys anything (which may be
         // an unsafe call) once the capture exists in the driver.
         self.ctx
@@ -146,6 +148,7 @@ impl Stream {
         *slot = Some(ActiveCapture {
             id,
             label: label.to_string(),
+            into: into.map(|g| g as usize),
         });
         Ok(())
     }
@@ -159,6 +162,10 @@ impl Stream {
     /// naming the first offending operation; the capture is ended either way and the stream
     /// can capture again. In strict mode, escapes found only now (work of another thread on
     /// memory the capture touched) fail it too.
+    ///
+    /// A capture into an existing graph ([`Stream::capture_into`]) is not ended here: that is
+    /// refused ([`ErrorKind::InvalidInput`]) and the capture goes on; `capture_into` ends it
+    /// when its closure returns.
     #[track_caller]
     pub fn end_capture(&self) -> Result<Graph> {
         let at = SourceLine::caller();
@@ -180,6 +187,7 @@ impl Stream {
         op: &'static str,
         report: bool,
     ) -> Result<(Graph, CaptureReport)> {
+        self.refuse_ending_capture_into(op, at)?;
         let ended = self
             .end_raw()
             .ok_or_else(|| Error::new(ErrorKind::NotCapturing, self.object(), op, at))?;
@@ -235,6 +243,19 @@ impl Stream {
         let graph =
             unsafe { Graph::from_capture(self.ctx.clone(), raw, &ended.label, journal, keep) };
         Ok((graph, report))
+    }
+
+    /// Refuses to end a capture into an existing graph (`Stream::capture_into`, which ends it
+    /// itself and keeps the graph): ending it here would take the graph, which its conditional
+    /// node owns, and leave `capture_into` nothing to end. The capture goes on.
+    fn refuse_ending_capture_into(&self, op: &'static str, at: SourceLine) -> Result<()> {
+        let slot = self.capture.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_ref() {
+            Some(active) if active.into.is_some() => {
+                Err(ending_capture_into(&active.label, op, at))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Captures everything `body` issues on this stream into a graph. The capture is always
@@ -310,4 +331,21 @@ fn capture_related(error: &Error) -> bool {
             .cuda_code()
             .is_some_and(|c| matches!(c.number(), 900..=908)),
     }
+}
+
+/// The error of ending, with `op` at `at`, capture `label`, which captures into an existing graph
+/// (`Stream::capture_into`).
+pub(crate) fn ending_capture_into(label: &str, op: &'static str, at: SourceLine) -> Error {
+    Error::new(
+        ErrorKind::InvalidInput {
+            reason: format!(
+                "capture '{label}' adds to an existing graph (Stream::capture_into), which ends \
+                 the capture itself and keeps the graph; return from the closure; capture_into \
+                 ends the capture"
+            ),
+        },
+        ObjectRef::new(ObjectKind::Capture, label),
+        op,
+        at,
+    )
 }

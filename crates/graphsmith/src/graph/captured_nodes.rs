@@ -7,9 +7,11 @@
 //! operation graphsmith only journaled). Such an entry is *anchored* to its node. Every other
 //! work entry is *chained*: the operation just before it in the whole capture was one-node work
 //! on the same stream, so its node is the one node that depends on exactly that node, is of the
-//! operation's kind and belongs to no other entry. A chained entry whose node is not found so
-//! (e.g. work issued behind graphsmith's back in between) stays unlabelled, as do the chained
-//! entries after it up to the next anchor.
+//! operation's kind, has its target (a kernel's function, a copy's or set's destination) and
+//! belongs to no other entry. A chained entry whose node is not found so (e.g. work issued
+//! behind graphsmith's back in between, even a raw launch of the same node kind) stays
+//! unlabelled, as do the chained entries after it up to the next anchor; the foreign node
+//! keeps the label the read-back gave it.
 
 use std::collections::HashMap;
 
@@ -18,6 +20,7 @@ use graphsmith_analysis::Outcome;
 use graphsmith_model::{self as model, Provenance};
 
 use crate::context::{one_node_kind, Entry, Kind};
+use crate::graph::KernelFn;
 
 /// What matching needs of one node of the read-back graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +29,8 @@ pub(crate) struct NodeFacts {
     pub kind: &'static str,
     /// The node's one dependency (index), when it has exactly one.
     pub single_dep: Option<usize>,
+    /// A kernel's function handle, a copy's or set's destination address, when known.
+    pub target: Option<u64>,
 }
 
 /// What matching needs of one journal entry.
@@ -40,6 +45,9 @@ pub(crate) struct Wanted {
     pub chained: bool,
     /// The kind of node the operation makes, when it makes exactly one.
     pub kind: Option<&'static str>,
+    /// A kernel's function handle, a copy's or set's destination address: a chained entry's
+    /// node must have the same.
+    pub target: Option<u64>,
 }
 
 impl Wanted {
@@ -50,6 +58,7 @@ impl Wanted {
             anchor: e.node,
             chained: e.chained,
             kind: one_node_kind(e.op),
+            target: e.target,
         }
     }
 }
@@ -85,7 +94,11 @@ pub(crate) fn match_nodes(nodes: &[NodeFacts], entries: &[Wanted]) -> Vec<Option
                     .into_iter()
                     .flatten()
                     .copied()
-                    .filter(|&c| !claimed[c] && w.kind.is_none_or(|k| nodes[c].kind == k));
+                    .filter(|&c| {
+                        !claimed[c]
+                            && w.kind.is_none_or(|k| nodes[c].kind == k)
+                            && w.target.is_none_or(|t| nodes[c].target == Some(t))
+                    });
                 match (candidates.next(), candidates.next()) {
                     (Some(c), None) => Some(c),
                     _ => None,
@@ -104,8 +117,12 @@ pub(crate) fn match_nodes(nodes: &[NodeFacts], entries: &[Wanted]) -> Vec<Option
     out
 }
 
-/// What matching needs of the read-back graph.
-fn node_facts(graph: &model::Graph, handles: &[sys::CUgraphNode]) -> Vec<NodeFacts> {
+/// What matching needs of the read-back graph (`kernels`: each node's kernel, as read back).
+fn node_facts(
+    graph: &model::Graph,
+    handles: &[sys::CUgraphNode],
+    kernels: &[Option<KernelFn>],
+) -> Vec<NodeFacts> {
     let mut deps: Vec<(usize, Option<usize>)> = vec![(0, None); graph.nodes.len()];
     for e in &graph.edges {
         if let Some(d) = deps.get_mut(e.to.index()) {
@@ -118,24 +135,36 @@ fn node_facts(graph: &model::Graph, handles: &[sys::CUgraphNode]) -> Vec<NodeFac
         .iter()
         .zip(handles)
         .zip(deps)
-        .map(|((n, &h), (count, dep))| NodeFacts {
+        .enumerate()
+        .map(|(i, ((n, &h), (count, dep)))| NodeFacts {
             handle: h as usize,
             kind: n.kind.name(),
             single_dep: if count == 1 { dep } else { None },
+            target: match &n.kind {
+                model::NodeKind::Kernel(_) => kernels
+                    .get(i)
+                    .and_then(|k| k.as_ref())
+                    .map(|k| k.func as u64),
+                model::NodeKind::Memcpy(p) => Some(p.dst.address),
+                model::NodeKind::Memset(p) => Some(p.dst),
+                _ => None,
+            },
         })
         .collect()
 }
 
-/// Labels the nodes of a captured graph, read back into `graph` (with the driver node of each
-/// model node in `handles`), with what the capture's journal recorded: label, line, thread,
-/// ranges and accesses. Where two entries name one node, the later wins.
+/// Labels the nodes of a captured graph, read back into `graph` (with the driver node and the
+/// kernel of each model node in `handles` and `kernels`), with what the capture's journal
+/// recorded: label, line, thread, ranges and accesses. Where two entries name one node, the
+/// later wins.
 pub(crate) fn label_captured(
     graph: &mut model::Graph,
     handles: &[sys::CUgraphNode],
+    kernels: &[Option<KernelFn>],
     journal: Vec<Entry>,
 ) {
     let wanted: Vec<Wanted> = journal.iter().map(Wanted::of).collect();
-    let found = match_nodes(&node_facts(graph, handles), &wanted);
+    let found = match_nodes(&node_facts(graph, handles, kernels), &wanted);
     for (e, index) in journal.into_iter().zip(found) {
         let Some(node) = index.and_then(|i| graph.nodes.get_mut(i)) else {
             continue;
@@ -161,6 +190,15 @@ mod tests {
             handle,
             kind,
             single_dep: dep,
+            target: None,
+        }
+    }
+
+    /// A node whose kernel function (or copy or set destination) is `target`.
+    fn node_of(handle: usize, kind: &'static str, dep: Option<usize>, target: u64) -> NodeFacts {
+        NodeFacts {
+            target: Some(target),
+            ..node(handle, kind, dep)
         }
     }
 
@@ -171,6 +209,16 @@ mod tests {
             anchor,
             chained,
             kind: Some("kernel"),
+            target: None,
+        }
+    }
+
+    /// Work of `kind` whose kernel function (or copy or set destination) is `target`.
+    fn work_of(stream: usize, anchor: Option<usize>, kind: &'static str, target: u64) -> Wanted {
+        Wanted {
+            kind: Some(kind),
+            target: Some(target),
+            ..work(stream, anchor, anchor.is_none())
         }
     }
 
@@ -181,6 +229,7 @@ mod tests {
             anchor: None,
             chained: false,
             kind: None,
+            target: None,
         }
     }
 
@@ -278,6 +327,65 @@ mod tests {
             match_nodes(&nodes, &entries),
             vec![Some(0), None, None, Some(4)]
         );
+    }
+
+    #[test]
+    fn a_raw_launch_of_the_same_kind_steals_no_label() {
+        // Kernel A (function 1), then a kernel launched through raw driver calls (function 9,
+        // not journaled), then graphsmith's B (function 2) and C (function 2) on one stream.
+        let nodes = [
+            node_of(10, "kernel", None, 1),
+            node_of(11, "kernel", Some(0), 9),
+            node_of(12, "kernel", Some(1), 2),
+            node_of(13, "kernel", Some(2), 2),
+        ];
+        let entries = [
+            work_of(1, Some(10), "kernel", 1),
+            work_of(1, None, "kernel", 2),
+            work_of(1, None, "kernel", 2),
+        ];
+        // The foreign node stays unlabelled, and so does the chain after it.
+        assert_eq!(match_nodes(&nodes, &entries), vec![Some(0), None, None]);
+        // Without the foreign launch the chain is followed.
+        let nodes = [
+            node_of(10, "kernel", None, 1),
+            node_of(12, "kernel", Some(0), 2),
+            node_of(13, "kernel", Some(1), 2),
+        ];
+        assert_eq!(
+            match_nodes(&nodes, &entries),
+            vec![Some(0), Some(1), Some(2)]
+        );
+        // A kernel whose function was not read back matches no entry that names one.
+        let nodes = [node_of(10, "kernel", None, 1), node(11, "kernel", Some(0))];
+        assert_eq!(match_nodes(&nodes, &entries[..2]), vec![Some(0), None]);
+    }
+
+    #[test]
+    fn copies_and_sets_are_told_apart_by_their_destination() {
+        // A graphsmith memset of 0x1000, a raw memset of 0x2000, then graphsmith's memset of
+        // 0x3000 chained to the first; and the same with copies.
+        for kind in ["memset", "memcpy"] {
+            let nodes = [
+                node_of(10, kind, None, 0x1000),
+                node_of(11, kind, Some(0), 0x2000),
+                node_of(12, kind, Some(1), 0x3000),
+            ];
+            let entries = [
+                work_of(1, Some(10), kind, 0x1000),
+                work_of(1, None, kind, 0x3000),
+            ];
+            assert_eq!(match_nodes(&nodes, &entries), vec![Some(0), None], "{kind}");
+            let nodes = [
+                node_of(10, kind, None, 0x1000),
+                node_of(12, kind, Some(0), 0x3000),
+            ];
+            assert_eq!(
+                match_nodes(&nodes, &entries),
+                vec![Some(0), Some(1)],
+                "{kind}"
+            );
+        }
     }
 
     #[test]

@@ -126,6 +126,7 @@ impl Graph {
         crate::graph::label_captured(
             &mut read_model,
             &read_handles,
+            &read_kernels,
             std::mem::take(&mut record.entries),
         );
         let known: HashMap<usize, usize> = self

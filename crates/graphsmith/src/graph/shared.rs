@@ -248,7 +248,7 @@ impl Graph {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(journal) = journal {
-            crate::graph::label_captured(&mut model, &handles, journal);
+            crate::graph::label_captured(&mut model, &handles, &kernels, journal);
         }
         // The bodies of the conditional nodes built here, which the driver cannot read back.
         self.put_bodies(&mut model, &handles);
@@ -261,7 +261,12 @@ impl Graph {
 
     /// The driver graph, to change it: copied first when shared (`cuGraphClone`, the node
     /// handles mapped into the copy), so that no executable's template changes under it.
+    ///
+    /// The parts are made first: a captured graph's model is read back lazily, and a read-back
+    /// after the caller added a node would find that node in the driver graph, and the caller
+    /// would then add it to the model a second time.
     pub(crate) fn editable(&mut self, op: &'static str, at: SourceLine) -> Result<sys::CUgraph> {
+        self.try_parts(op, at)?;
         self.unshare().map_err(|f| f.on(self.object(), op, at))?;
         Ok(self.raw)
     }

@@ -51,6 +51,8 @@ impl Stream {
             .remove(&active.id);
         super::CAPTURE_EPOCH.fetch_add(1, Ordering::AcqRel);
         self.capture_hint.store(0, Ordering::Release);
+        // The last launch of the capture is a node of its graph, not work on the stream.
+        self.other_work();
         let graph = self.ctx.bind().and_then(|()| {
             // SAFETY: the stream is live and was put into capture by begin_capture.
             let (ended, raw) = unsafe { driver::end_capture(self.raw()) };

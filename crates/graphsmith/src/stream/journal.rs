@@ -64,7 +64,7 @@ impl Stream {
     ) -> Result<()> {
         // Whatever this operation is, the next programmatic launch does not follow a kernel
         // that opted in (`Stream::launch` sets the flag again after its own call).
-        self.after_programmatic.store(false, Ordering::Release);
+        self.other_work();
         if !self.ctx.captures_active() {
             return call().map_err(fail);
         }

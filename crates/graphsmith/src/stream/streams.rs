@@ -115,7 +115,9 @@ pub struct Stream {
     pub(crate) hint_epoch: AtomicU64,
     /// Whether the last operation issued through graphsmith on this stream was a launch of a
     /// kernel that opted into programmatic dependent launch ([`Kernel::programmatic`]): only
-    /// then may the next opted-in launch use the programmatic attribute.
+    /// then may the next opted-in launch use the programmatic attribute. Set by
+    /// [`Stream::launch`]; cleared by [`Stream::other_work`], which every other operation
+    /// that puts work on the stream or begins or ends its capture calls.
     pub(crate) after_programmatic: AtomicBool,
     /// An event used to hand this stream's progress to another stream ([`Stream::join`]).
     marker: Option<Event>,
@@ -210,6 +212,14 @@ impl Stream {
         ObjectRef::new(ObjectKind::Stream, &self.label)
     }
 
+    /// Notes that something other than a launch of an opted-in kernel goes on this stream (an
+    /// operation through [`Stream::issue`], a graph launch or upload, the beginning or end of a
+    /// capture): the next opted-in launch must not get the programmatic attribute, which would
+    /// let it overlap that work.
+    pub(crate) fn other_work(&self) {
+        self.after_programmatic.store(false, Ordering::Release);
+    }
+
     fn op<'a>(&self, name: &'static str, label: &'a str, at: SourceLine, kind: Kind) -> Op<'a> {
         Op {
             name,
@@ -219,6 +229,7 @@ impl Stream {
             accesses: Vec::new(),
             keep: Vec::new(),
             waits_for: None,
+            target: None,
         }
     }
 
@@ -276,6 +287,7 @@ impl Stream {
         let journal = Op {
             accesses: args.take_accesses(),
             keep,
+            target: Some(kernel.function.func as u64),
             ..self.op(op, label, at, Kind::Work)
         };
         let mut pointers = args.pointers();
@@ -303,6 +315,7 @@ impl Stream {
         let journal = Op {
             accesses: vec![access(dst, AccessMode::Write)],
             keep: vec![dst.alloc.clone() as Keep],
+            target: Some(ptr),
             ..self.op(op, label, at, Kind::Work)
         };
         self.issue(journal, fail, || {
@@ -337,6 +350,7 @@ impl Stream {
                 access(dst, AccessMode::Write),
             ],
             keep: vec![dst.alloc.clone() as Keep, src.alloc.clone() as Keep],
+            target: Some(dst.alloc.ptr),
             ..self.op(op, label, at, Kind::Work)
         };
         let (d, s, bytes) = (dst.alloc.ptr, src.alloc.ptr, dst.bytes());

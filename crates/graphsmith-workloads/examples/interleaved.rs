@@ -15,7 +15,11 @@
 //! side's medians, and the median over reps of the per-rep ratio (graphsmith / C++) and, for
 //! replay submit, of the per-rep difference. Results are checked on both sides.
 //!
-//! `interleaved LIBCHAIN_REF.so [nodes,nodes,...] [reps]` (reps: 30 for N <= 1000, 20 above).
+//! `interleaved LIBCHAIN_REF.so [nodes,nodes,...] [reps]` (nodes: 10,100,1000,10000 by default,
+//! every size the capture, instantiation and update goals name; reps: 30 for N <= 1000, 20
+//! above). After each N's JSON line, stderr gets the ratios next to their goals (capture at
+//! most 1.5x with the journal, 1.1x without, from 100 nodes; instantiation 1.05x; whole-graph
+//! update 1.10x): a reading aid, the JSON is the record.
 //! With `GS_KERNEL_IMAGE=FILE`, graphsmith's side loads its kernel from that cubin or fatbin
 //! instead of the built-in PTX; with `GS_INTO_EXEC=1` its executable is made by `into_exec`
 //! (from a graph of its own) instead of `instantiate`.
@@ -268,18 +272,23 @@ impl Pairs {
         }
     }
 
+    /// The median over reps of the per-rep ratio graphsmith / C++.
+    fn ratio(&self) -> f64 {
+        let mut ratio: Vec<f64> = self.0.iter().map(|p| p.1 / p.0).collect();
+        median(&mut ratio)
+    }
+
     /// `"name": {"cpp": .., "graphsmith": .., "ratio": .., "diff": ..}`, each figure divided
     /// by `per`; ratio and diff are medians of the per-rep values.
     fn json(&self, name: &str, per: f64) -> String {
         let mut cpp: Vec<f64> = self.0.iter().map(|p| p.0 / per).collect();
         let mut gs: Vec<f64> = self.0.iter().map(|p| p.1 / per).collect();
-        let mut ratio: Vec<f64> = self.0.iter().map(|p| p.1 / p.0).collect();
         let mut diff: Vec<f64> = self.0.iter().map(|p| (p.1 - p.0) / per).collect();
         format!(
             "\"{name}\": {{\"cpp\": {:.4}, \"graphsmith\": {:.4}, \"ratio\": {:.4}, \"diff\": {:.4}}}",
             median(&mut cpp),
             median(&mut gs),
-            median(&mut ratio),
+            self.ratio(),
             median(&mut diff)
         )
     }
@@ -377,6 +386,7 @@ fn run(
     )?;
     // Capture, chain and fork/join, journal on and off (C++ has no journal: the same figure).
     let mut captures = Vec::new();
+    let mut capture_ratios = Vec::new();
     for (forkjoin, journal, name) in [
         (false, true, "capture_us"),
         (false, false, "capture_journal_off_us"),
@@ -390,7 +400,29 @@ fn run(
             |_| Ok((gs.capture(forkjoin, journal)?, 0.0)),
         )?;
         captures.push(pairs.json(name, 1.0));
+        capture_ratios.push(pairs.ratio());
     }
+    let goal = |ratio: f64, limit: f64| {
+        let verdict = if ratio <= limit { "ok" } else { "over" };
+        format!("{ratio:.3}x (goal {limit}x: {verdict})")
+    };
+    let capture_goal = |ratio: f64, limit: f64| {
+        if n >= 100 {
+            goal(ratio, limit)
+        } else {
+            format!("{ratio:.3}x (no goal below 100 nodes)")
+        }
+    };
+    eprintln!(
+        "interleaved: N={n}: capture chain {} journal on, {} off; fork/join {} on, {} off; \
+         instantiate {}; whole-graph update {}",
+        capture_goal(capture_ratios[0], 1.5),
+        capture_goal(capture_ratios[1], 1.1),
+        capture_goal(capture_ratios[2], 1.5),
+        capture_goal(capture_ratios[3], 1.1),
+        goal(instantiate.ratio(), 1.05),
+        goal(whole.ratio(), 1.10),
+    );
     // The last whole-graph update chose graph ((last % 2) ^ 1): 0 adds 0.5, 1 adds 0.25.
     let last = warmup + reps - 1;
     let step_last = if (last % 2) ^ 1 == 0 { 0.5f32 } else { 0.25 };
@@ -422,7 +454,7 @@ fn main() {
     };
     let sizes: Vec<usize> = argv
         .next()
-        .unwrap_or_else(|| "1000,10000".into())
+        .unwrap_or_else(|| "10,100,1000,10000".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .filter(|&n| n > 0)

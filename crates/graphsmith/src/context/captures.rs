@@ -14,7 +14,7 @@ use cudarc::driver::sys;
 use graphsmith_analysis::Outcome;
 use graphsmith_model::{Access, AccessMode};
 
-use crate::context::Context;
+use crate::context::{keep_id, remember_kept, Context, Footprint, Records};
 use crate::driver::Failure;
 use crate::error::{CudaCode, Error, Result, SourceLine};
 
@@ -93,6 +93,10 @@ pub(crate) struct CaptureRecord {
     pub streams: HashMap<usize, String>,
     /// The stream of the last journaled operation (its label is in `streams`).
     pub last_stream: usize,
+    /// The label and accesses of the last entry that had them, shared by the next entries
+    /// with the same (a chain of launches of one kernel on one buffer builds them once).
+    pub last_label: Option<Arc<str>>,
+    pub last_accesses: Option<Arc<[Access]>>,
 }
 
 /// The capture a stream began.
@@ -128,6 +132,9 @@ pub(crate) struct Op<'a> {
     pub kind: Kind,
     pub accesses: Vec<Access>,
     pub keep: Vec<Keep>,
+    /// What the operation touches and keeps besides `accesses` and `keep`, read only when a
+    /// capture needs it (a launch's arguments and module).
+    pub footprint: Option<&'a dyn Footprint>,
     /// For joins: the stream waited for (handle, label).
     pub waits_for: Option<(usize, &'a str)>,
     /// What tells this operation's node from others of its kind: a kernel's function handle,
@@ -146,22 +153,55 @@ impl<'a> Op<'a> {
             kind: Kind::Other,
             accesses: Vec::new(),
             keep: Vec::new(),
+            footprint: None,
             waits_for: None,
             target: None,
         }
     }
+
+    /// Calls `f` with each resource a graph of this operation must keep (see
+    /// [`Footprint::each_keep`]).
+    pub(crate) fn each_keep(&self, f: &mut dyn FnMut(usize, &dyn Fn() -> Keep)) {
+        for k in &self.keep {
+            f(keep_id(k), &|| k.clone());
+        }
+        if let Some(fp) = self.footprint {
+            fp.each_keep(f);
+        }
+    }
+
+    /// The memory the operation touches, built.
+    pub(crate) fn built_accesses(&self) -> Vec<Access> {
+        match self.footprint {
+            None => self.accesses.clone(),
+            Some(fp) => {
+                let mut all = self.accesses.clone();
+                all.extend(fp.accesses());
+                all
+            }
+        }
+    }
+
+    /// Whether the operation touches exactly `built` (nothing is built to tell).
+    fn same_accesses(&self, built: &[Access]) -> bool {
+        match self.footprint {
+            None => self.accesses == built,
+            Some(fp) => self.accesses.is_empty() && fp.same_accesses(built),
+        }
+    }
 }
 
-/// A journal entry as recorded (cheap to make); turned into a [`JournalEntry`] on demand.
+/// A journal entry as recorded (cheap to make: label and accesses are shared with the entry
+/// before when they are the same); turned into a [`JournalEntry`] on demand.
 pub(crate) struct Entry {
     pub seq: u64,
     pub op: &'static str,
-    pub label: String,
+    pub label: Arc<str>,
     pub at: SourceLine,
     pub thread: (ThreadId, Arc<str>),
     pub stream: Option<usize>,
     pub ranges: Arc<[String]>,
-    pub accesses: Vec<Access>,
+    pub accesses: Arc<[Access]>,
     pub kind: Kind,
     pub waits_for: Option<usize>,
     pub outcome: Outcome,
@@ -180,12 +220,12 @@ impl Entry {
         Entry {
             seq: SEQ.fetch_add(1, Ordering::Relaxed),
             op: op.name,
-            label: op.label.to_string(),
+            label: op.label.into(),
             at: op.at,
             thread: crate::ranges::thread(),
             stream,
             ranges: crate::ranges::snapshot(),
-            accesses: op.accesses.clone(),
+            accesses: op.built_accesses().into(),
             kind: op.kind,
             waits_for: op.waits_for.map(|w| w.0),
             outcome,
@@ -194,12 +234,45 @@ impl Entry {
             target: op.target,
         }
     }
-    /// Like `new`, moving the accesses out of `op` instead of copying them.
-    pub(crate) fn taking(op: &mut Op<'_>, stream: Option<usize>, outcome: Outcome) -> Entry {
-        let accesses = std::mem::take(&mut op.accesses);
+    /// Like `new`, for the journal of `rec`: the label and accesses are those of the last entry
+    /// that had them when they are the same (compared, not built), else built and remembered.
+    pub(crate) fn interned(
+        op: &Op<'_>,
+        stream: Option<usize>,
+        outcome: Outcome,
+        rec: &mut CaptureRecord,
+    ) -> Entry {
+        let label = match &rec.last_label {
+            Some(l) if **l == *op.label => l.clone(),
+            _ => {
+                let l: Arc<str> = op.label.into();
+                rec.last_label = Some(l.clone());
+                l
+            }
+        };
+        let accesses = match &rec.last_accesses {
+            Some(a) if op.same_accesses(a) => a.clone(),
+            _ => {
+                let a: Arc<[Access]> = op.built_accesses().into();
+                rec.last_accesses = Some(a.clone());
+                a
+            }
+        };
         Entry {
+            seq: SEQ.fetch_add(1, Ordering::Relaxed),
+            op: op.name,
+            label,
+            at: op.at,
+            thread: crate::ranges::thread(),
+            stream,
+            ranges: crate::ranges::snapshot(),
             accesses,
-            ..Entry::new(op, stream, outcome)
+            kind: op.kind,
+            waits_for: op.waits_for.map(|w| w.0),
+            outcome,
+            node: None,
+            chained: false,
+            target: op.target,
         }
     }
     pub(crate) fn cloned(&self) -> Entry {
@@ -232,16 +305,19 @@ impl Entry {
 }
 
 impl CaptureRecord {
-    /// Keeps `keep` alive with the graph. A resource that one of the last few kept already is
-    /// not kept again (a capture launching one kernel on one buffer a thousand times keeps two
-    /// resources, not two thousand).
-    pub(crate) fn add_keep(&mut self, keep: Vec<Keep>) {
+    /// Keeps `keep` alive with the graph, and remembers on this thread that capture `id` holds
+    /// it. A resource that one of the last few kept already is not kept again (a capture
+    /// launching one kernel on one buffer a thousand times keeps two resources, not two
+    /// thousand).
+    pub(crate) fn add_keep(&mut self, id: u64, keep: impl IntoIterator<Item = Keep>) {
         const RECENT: usize = 8;
         for k in keep {
             let start = self.keep.len().saturating_sub(RECENT);
-            if !self.keep[start..].iter().any(|old| Arc::ptr_eq(old, &k)) {
+            let kid = keep_id(&k);
+            if !self.keep[start..].iter().any(|old| keep_id(old) == kid) {
                 self.keep.push(k);
             }
+            remember_kept(id, kid);
         }
     }
 }
@@ -282,7 +358,7 @@ pub(crate) fn stream_status(raw: sys::CUstream) -> Result<Status, Failure> {
 }
 
 impl Context {
-    pub(crate) fn records(&self) -> std::sync::MutexGuard<'_, HashMap<u64, CaptureRecord>> {
+    pub(crate) fn records(&self) -> std::sync::MutexGuard<'_, Records> {
         self.inner
             .captures
             .lock()

@@ -1,13 +1,12 @@
 //! The CUDA context: one device's primary context, retained for as long as any graphsmith object
 //! made from it lives.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use crate::context::CaptureRecord;
+use crate::context::Records;
 use crate::driver::{self, Failure};
 use crate::error::{CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 
@@ -48,7 +47,7 @@ pub(crate) struct ContextInner {
     /// after free).
     pub deferred: Mutex<Vec<crate::context::Deferred>>,
     /// Running captures by the driver's capture id.
-    pub captures: Mutex<HashMap<u64, CaptureRecord>>,
+    pub captures: Mutex<Records>,
 }
 
 // SAFETY: CUcontext and CUdevice are plain handles; the driver API is thread-safe for contexts
@@ -186,7 +185,7 @@ impl Context {
                 drop_failures: Mutex::new(Vec::new()),
                 active_captures: AtomicUsize::new(0),
                 deferred: Mutex::new(Vec::new()),
-                captures: Mutex::new(HashMap::new()),
+                captures: Mutex::new(Records::default()),
             }),
         };
         ctx.bind().map_err(fail)?;

@@ -5,7 +5,9 @@
 mod captures;
 mod deferred;
 mod device;
+mod footprint;
 
 pub use captures::*;
 pub(crate) use deferred::*;
 pub use device::*;
+pub(crate) use footprint::*;

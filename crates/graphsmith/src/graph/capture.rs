@@ -156,7 +156,7 @@ impl Stream {
     /// Ends the capture this stream began and returns the graph (`cuStreamEndCapture`), its
     /// model carrying each node's label, line, ranges and accesses. The model is read back from
     /// the driver when first asked for ([`Graph::model`]), not here: ending a capture costs the
-    /// driver's `cuStreamEndCapture` and a look at the journal for escapes.
+    /// driver's `cuStreamEndCapture` (and, in strict mode, a look at the journal for escapes).
     ///
     /// When the capture failed, the error is [`ErrorKind::CaptureFailed`] with a [`Diagnosis`]
     /// naming the first offending operation; the capture is ended either way and the stream
@@ -191,15 +191,10 @@ impl Stream {
         let ended = self
             .end_raw()
             .ok_or_else(|| Error::new(ErrorKind::NotCapturing, self.object(), op, at))?;
-        let object = ObjectRef::new(ObjectKind::Capture, &ended.label);
-        let failed = |d: Diagnosis| {
-            Error::new(
-                ErrorKind::CaptureFailed(Box::new(d)),
-                object.clone(),
-                op,
-                at,
-            )
-        };
+        // Made only for an error: a capture that ended well allocates nothing here.
+        let object = || ObjectRef::new(ObjectKind::Capture, &ended.label);
+        let failed =
+            |d: Diagnosis| Error::new(ErrorKind::CaptureFailed(Box::new(d)), object(), op, at);
         let raw = match ended.graph {
             Ok(raw) => raw,
             Err(f) => {
@@ -210,7 +205,7 @@ impl Stream {
                     {
                         failed(rec.diagnosis(Some(f.code), Some(at)))
                     }
-                    _ => f.on(object.clone(), op, at),
+                    _ => f.on(object(), op, at),
                 })
             }
         };
@@ -221,21 +216,30 @@ impl Stream {
                 ErrorKind::NullHandle {
                     what: "the capture's journal",
                 },
-                object,
+                object(),
                 op,
                 at,
             ));
         };
-        let escapes = record.escapes();
+        // The escapes are looked for only where someone reads them: strict mode, or a report.
+        let escapes = if record.options.strict || report {
+            record.escapes()
+        } else {
+            Vec::new()
+        };
         if record.options.strict && !escapes.is_empty() {
             // SAFETY: the driver handed us raw; nobody else owns it.
             let _ = unsafe { driver::graph_destroy(raw) };
             return Err(failed(record.diagnosis(None, Some(at))));
         }
-        let report = CaptureReport {
-            capture: record.label.clone(),
-            journal: if report { record.journal() } else { Vec::new() },
-            escapes,
+        let report = if report {
+            CaptureReport {
+                capture: record.label.clone(),
+                journal: record.journal(),
+                escapes,
+            }
+        } else {
+            CaptureReport::default()
         };
         let journal = std::mem::take(&mut record.entries);
         let keep = std::mem::take(&mut record.keep);

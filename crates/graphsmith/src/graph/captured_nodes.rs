@@ -176,8 +176,8 @@ pub(crate) fn label_captured(
             ranges: e.ranges.to_vec(),
             thread: Some(e.thread.1.to_string()),
         });
-        node.label = e.label;
-        node.accesses = e.accesses;
+        node.label = e.label.to_string();
+        node.accesses = e.accesses.to_vec();
     }
 }
 

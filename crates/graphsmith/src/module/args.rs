@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use graphsmith_model::{Access, AccessMode};
 
-use crate::context::Keep;
+use crate::context::{Footprint, Keep};
 use crate::memory::{Allocation, DeviceBuffer, Element, View, ViewMut};
 
 /// Kernel arguments, in order. Device buffers passed by shared borrow are recorded as reads,
@@ -120,6 +120,14 @@ impl<'a> Args<'a> {
     pub(crate) fn pointers(&mut self) -> ArgPointers<'_> {
         self.data.pointers()
     }
+    /// The pointers for the driver, with the buffers beside them (what a launch's
+    /// [`LaunchFootprint`] reads, only if a capture needs it).
+    pub(crate) fn pointers_and_buffers(&mut self) -> (ArgPointers<'_>, &[BufferArg]) {
+        let data = &mut self.data;
+        let buffers = &data.buffers[..];
+        let base = data.bytes.as_mut_ptr();
+        (pointers_into(base, &data.spans), buffers)
+    }
     /// The memory the arguments touch, for the model.
     pub(crate) fn take_accesses(&self) -> Vec<Access> {
         self.data.take_accesses()
@@ -175,32 +183,12 @@ impl ArgData {
     /// The guard borrows `self` mutably, so the values can be neither moved nor changed while
     /// the pointers are in use.
     pub(crate) fn pointers(&mut self) -> ArgPointers<'_> {
-        let base = self.bytes.as_mut_ptr();
-        let pointers = self
-            .spans
-            .iter()
-            // SAFETY: every span lies inside `bytes` (push_bytes), so each offset stays in
-            // bounds of the one allocation.
-            .map(|&(start, _)| unsafe { base.add(start) } as *mut c_void)
-            .collect();
-        ArgPointers {
-            pointers,
-            _values: PhantomData,
-        }
+        pointers_into(self.bytes.as_mut_ptr(), &self.spans)
     }
 
     /// The memory the arguments touch, for the model.
     pub(crate) fn take_accesses(&self) -> Vec<Access> {
-        self.buffers
-            .iter()
-            .map(|b| Access {
-                buffer: b.alloc.ptr,
-                label: b.alloc.label.clone(),
-                offset: b.offset,
-                len: b.len,
-                mode: b.mode,
-            })
-            .collect()
+        self.buffers.iter().map(BufferArg::access).collect()
     }
 
     /// The allocations a graph using these arguments must keep alive.
@@ -209,6 +197,67 @@ impl ArgData {
             .iter()
             .map(|b| b.alloc.clone() as Keep)
             .collect()
+    }
+}
+
+/// Pointers to each span's bytes from `base`, the start of the values' buffer, which the caller
+/// borrows mutably for as long as the guard lives.
+fn pointers_into<'a>(base: *mut u8, spans: &[(usize, usize)]) -> ArgPointers<'a> {
+    let pointers = spans
+        .iter()
+        // SAFETY: every span lies inside the buffer `base` starts (push_bytes), so each offset
+        // stays in bounds of the one allocation.
+        .map(|&(start, _)| unsafe { base.add(start) } as *mut c_void)
+        .collect();
+    ArgPointers {
+        pointers,
+        _values: PhantomData,
+    }
+}
+
+/// What a launch touches and what its graph must keep: its buffer arguments and the kernel's
+/// module, read only when a capture needs them (nothing is built or cloned for an eager launch,
+/// nor for a capture without journal that keeps them already).
+pub(crate) struct LaunchFootprint<'a, M> {
+    pub(crate) buffers: &'a [BufferArg],
+    pub(crate) module: &'a Arc<M>,
+}
+
+impl<M: std::any::Any + Send + Sync> Footprint for LaunchFootprint<'_, M> {
+    fn each_keep(&self, f: &mut dyn FnMut(usize, &dyn Fn() -> Keep)) {
+        for b in self.buffers {
+            f(Arc::as_ptr(&b.alloc) as usize, &|| b.alloc.clone() as Keep);
+        }
+        f(Arc::as_ptr(self.module) as usize, &|| {
+            self.module.clone() as Keep
+        });
+    }
+
+    fn accesses(&self) -> Vec<Access> {
+        self.buffers.iter().map(BufferArg::access).collect()
+    }
+
+    fn same_accesses(&self, built: &[Access]) -> bool {
+        built.len() == self.buffers.len()
+            && self.buffers.iter().zip(built).all(|(b, a)| {
+                a.buffer == b.alloc.ptr
+                    && a.offset == b.offset
+                    && a.len == b.len
+                    && a.mode == b.mode
+                    && a.label == b.alloc.label
+            })
+    }
+}
+
+impl BufferArg {
+    fn access(&self) -> Access {
+        Access {
+            buffer: self.alloc.ptr,
+            label: self.alloc.label.clone(),
+            offset: self.offset,
+            len: self.len,
+            mode: self.mode,
+        }
     }
 }
 
@@ -263,4 +312,20 @@ macro_rules! args {
         $(args.push($a);)*
         args
     }};
+}
+
+#[cfg(test)]
+mod tests {
+    /// Packing a typical launch's arguments (up to eight values of up to 64 bytes in all) and
+    /// handing the driver its pointers stay on the stack: no heap allocation per launch.
+    #[test]
+    fn packing_arguments_does_not_allocate() {
+        let mut args = crate::args![1.5f32, 7u32, -2i64, 3u64, 4u8, 5u16, 6i32, 7.0f64];
+        assert!(!args.data.bytes.spilled() && !args.data.spans.spilled());
+        assert!(!args.data.buffers.spilled());
+        let (mut pointers, buffers) = args.pointers_and_buffers();
+        assert!(buffers.is_empty());
+        assert!(!pointers.pointers.spilled());
+        assert_eq!(pointers.as_mut_slice().len(), 8);
+    }
 }

@@ -5,22 +5,28 @@
 //!
 //! Cost: while no capture runs in the context an operation pays one atomic load. During a
 //! capture, an operation on a capturing stream confirms its capture with atomics (a lock only
-//! after some capture ended), makes its driver call and takes one lock to append its entry and
-//! what the graph must keep (a resource already kept by the entry before is not kept twice).
-//! The entry is compact: the label, the caller's line, the thread and the range stack (shared,
-//! not copied), the stream, the accesses moved out of the operation. The node the operation
-//! became is asked of the driver (`cuStreamGetCaptureInfo`) only where it cannot be found later:
-//! the first work on a stream, and work after anything else happened in the capture (a wait, a
-//! join, a record, work on another stream); a run of work on one stream is matched to its nodes
-//! when the graph is first read back (`graph/captured_nodes.rs`). Ending the capture reads
-//! nothing back: the model is made on first use. With the journal off an operation pays the
-//! atomics and the lock that keeps its resources.
+//! after some capture ended), makes its driver call and takes one lock to append its entry. What
+//! the graph must keep is cloned (and, with the journal off, locked for) only when this thread
+//! did not keep it for this capture lately (`context/footprint.rs`). The entry is compact: the
+//! caller's line, the thread and the range stack (shared, not copied), the stream, and the label
+//! and accesses shared with the entry before when they are the same (a launch's arguments are
+//! compared, not built: `Footprint`); strings for the model and the public journal are made when
+//! those are asked for. The node the operation became is asked of the driver
+//! (`cuStreamGetCaptureInfo`) only where it cannot be found later: the first work on a stream,
+//! and work after anything else happened in the capture (a wait, a join, a record, work on
+//! another stream); a run of work on one stream is matched to its nodes when the graph is first
+//! read back (`graph/captured_nodes.rs`). Ending the capture reads nothing back: the model is
+//! made on first use. With the journal off a launch pays the atomics
+//! and the driver call: it builds nothing and allocates nothing.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use cudarc::driver::sys;
 
-use crate::context::{capture_code, failed, stream_status, writes, Entry, Kind, Op, Status};
+use smallvec::SmallVec;
+
+use crate::context::{capture_code, failed, recently_kept, stream_status, writes};
+use crate::context::{Entry, Keep, Kind, Op, Status};
 use crate::driver::Failure;
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result};
 use crate::stream::Stream;
@@ -127,50 +133,58 @@ impl Stream {
         self.hint_epoch.store(epoch, Ordering::Release);
     }
 
-    fn journal_captured(
-        &self,
-        id: u64,
-        journal: bool,
-        mut op: Op<'_>,
-        result: &Result<(), Failure>,
-    ) {
+    fn journal_captured(&self, id: u64, journal: bool, op: Op<'_>, result: &Result<(), Failure>) {
         let raw = self.raw() as usize;
-        let entry = journal.then(|| {
-            let outcome = match result {
-                Ok(()) => Outcome::Captured,
-                Err(f) => failed(f),
-            };
-            Entry::taking(&mut op, Some(raw), outcome)
-        });
-        let failure = match result {
-            Err(f) if capture_code(f.code) => entry.as_ref().map(Entry::cloned),
-            _ => None,
+        // What the graph must keep, less what this thread kept for this capture lately (no
+        // clone, no lock for those: a chain of launches of one kernel on one buffer keeps its
+        // two resources once).
+        let mut keep: SmallVec<[Keep; 4]> = SmallVec::new();
+        if result.is_ok() {
+            op.each_keep(&mut |kid, make| {
+                if !recently_kept(id, kid) {
+                    keep.push(make());
+                }
+            });
+        }
+        if !journal {
+            if !keep.is_empty() {
+                if let Some(rec) = self.ctx.records().get_mut(&id) {
+                    rec.add_keep(id, keep);
+                }
+            }
+            return;
+        }
+        let outcome = match result {
+            Ok(()) => Outcome::Captured,
+            Err(f) => failed(f),
         };
-        let waits_for = op.waits_for;
-        let keep = op.keep;
+        let capture_failure = matches!(result, Err(f) if capture_code(f.code));
         // The node this operation became is asked of the driver only when it cannot be found
         // later (`graph/captured_nodes.rs`): when the operation before it in the capture was
         // not one-node work on this stream.
         let mut anchor = None;
+        let mut failure = None;
         {
             let mut records = self.ctx.records();
             let Some(rec) = records.get_mut(&id) else {
                 return;
             };
-            if result.is_ok() {
-                rec.add_keep(keep);
+            if !keep.is_empty() {
+                rec.add_keep(id, keep);
             }
-            if let Some(mut e) = entry {
-                if e.outcome == Outcome::Captured && e.kind == Kind::Work {
-                    let one_node = crate::context::one_node_kind(e.op).is_some();
-                    e.chained = one_node && rec.entries.last().is_some_and(|l| l.ends_chain(raw));
-                    if !e.chained {
-                        anchor = Some(rec.entries.len());
-                    }
+            let mut e = Entry::interned(&op, Some(raw), outcome, rec);
+            if e.outcome == Outcome::Captured && e.kind == Kind::Work {
+                let one_node = crate::context::one_node_kind(e.op).is_some();
+                e.chained = one_node && rec.entries.last().is_some_and(|l| l.ends_chain(raw));
+                if !e.chained {
+                    anchor = Some(rec.entries.len());
                 }
-                rec.note_stream(raw, &self.label, waits_for);
-                rec.entries.push(e);
             }
+            if capture_failure {
+                failure = Some(e.cloned());
+            }
+            rec.note_stream(raw, &self.label, op.waits_for);
+            rec.entries.push(e);
         }
         if let Some(index) = anchor {
             // Outside the lock: a driver call. Entries are only appended while the capture
@@ -225,17 +239,18 @@ impl Stream {
     /// memory a capture of another thread has touched.
     fn refuse_escape(&self, op: &Op<'_>) -> Result<()> {
         let (thread, _) = crate::ranges::thread();
+        let accesses = op.built_accesses();
         let mut records = self.ctx.records();
         let mut refused: Option<Escape> = None;
         for rec in records.values_mut() {
             if !rec.options.strict || !rec.options.journal {
                 continue;
             }
-            let touching = rec.touching(&op.accesses);
+            let touching = rec.touching(&accesses);
             let conflict = touching.iter().any(|&i| {
                 let e = &rec.entries[i];
                 e.accesses.iter().any(|a| {
-                    op.accesses
+                    accesses
                         .iter()
                         .any(|b| a.overlaps(b) && (writes(a) || writes(b)))
                 })

@@ -17,7 +17,7 @@ use crate::driver::{self, check, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::memory::access;
 use crate::memory::{DeviceBuffer, Element};
-use crate::module::{Args, Kernel, LaunchConfig};
+use crate::module::{Args, Kernel, LaunchConfig, LaunchFootprint};
 
 /// The legacy default stream (`CU_STREAM_LEGACY`).
 const LEGACY: usize = 0x1;
@@ -228,6 +228,7 @@ impl Stream {
             kind,
             accesses: Vec::new(),
             keep: Vec::new(),
+            footprint: None,
             waits_for: None,
             target: None,
         }
@@ -281,16 +282,18 @@ impl Stream {
                 .store(kernel.programmatic && result.is_ok(), Ordering::Release);
             return result;
         }
-        let mut keep = args.keep();
-        // The module's own `Arc`, so the journal keeps it once for many launches.
-        keep.push(kernel.module.inner.clone() as Keep);
+        // The arguments' buffers and the module (its own `Arc`, so the capture keeps it once for
+        // many launches) are read only if the capture needs them: nothing is built here.
+        let (mut pointers, buffers) = args.pointers_and_buffers();
+        let footprint = LaunchFootprint {
+            buffers,
+            module: &kernel.module.inner,
+        };
         let journal = Op {
-            accesses: args.take_accesses(),
-            keep,
+            footprint: Some(&footprint),
             target: Some(kernel.function.func as u64),
             ..self.op(op, label, at, Kind::Work)
         };
-        let mut pointers = args.pointers();
         let result = self.issue(journal, fail, || launch(pointers.as_mut_slice()));
         self.after_programmatic
             .store(kernel.programmatic && result.is_ok(), Ordering::Release);

@@ -80,12 +80,12 @@ impl CaptureRecord {
         JournalEntry {
             seq: e.seq,
             op: e.op,
-            label: e.label.clone(),
+            label: e.label.to_string(),
             at: e.at,
             thread: e.thread.1.to_string(),
             stream: self.stream_label(e.stream),
             ranges: e.ranges.to_vec(),
-            accesses: e.accesses.clone(),
+            accesses: e.accesses.to_vec(),
             waits_for: self.stream_label(waits_for),
             outcome: e.outcome.clone(),
         }
@@ -145,5 +145,7 @@ pub(crate) fn new_record(
         entries: Vec::new(),
         streams,
         last_stream: origin.raw() as usize,
+        last_label: None,
+        last_accesses: None,
     }
 }

@@ -333,6 +333,49 @@ extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* 
     pos[r] = p < max_ctx ? p : -1;
 }
 
+// ---- The device-side decode loop: a WHILE node whose body is one decode step and then
+// ll_loop_control, so one graph launch runs up to K steps with no host round trip.
+//
+// cudaGraphSetConditional comes from the driver (an `.extern .func` the module loader resolves;
+// see graphsmith_kernels.cu), declared here because NVRTC declares it only for relocatable code.
+extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
+
+// One iteration's bookkeeping, after the step's ll_advance. state (written by the host before
+// each launch): [0] steps left, [1] steps done, [2] end-of-sequence id (< 0: none), [3 + r] 1
+// while row r decodes. Each decoding row's token of this step goes to history[done * rows + r]
+// (-1 for a row that no longer decodes); a row that produced the end-of-sequence id, or reached
+// the context's end (ll_advance made it padding), stops and becomes padding. The loop goes on
+// while steps are left and some row decodes. One block; rows <= blockDim.x * 32.
+extern "C" __global__ void ll_loop_control(const int* next, int* pos, int* history, int* state,
+                                           int rows, int history_steps,
+                                           unsigned long long handle) {
+    pdl_wait();
+    int done = state[1];
+    int eos = state[2];
+    int* live = state + 3;
+    int any = 0;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        int t = -1;
+        if (live[r]) {
+            t = next[r];
+            if ((eos >= 0 && t == eos) || pos[r] < 0) {
+                live[r] = 0;
+                pos[r] = -1;
+            } else {
+                any = 1;
+            }
+        }
+        if (done < history_steps) history[(size_t)done * rows + r] = t;
+    }
+    any = __syncthreads_or(any);
+    if (threadIdx.x == 0) {
+        int left = state[0] - 1;
+        state[0] = left;
+        state[1] = done + 1;
+        cudaGraphSetConditional(handle, (left > 0 && any && done + 1 < history_steps) ? 1u : 0u);
+    }
+}
+
 // ---- GEMV for small batches: y[r, n] = sum_k x'[r, k] * w[n, k], weights [N, K] row-major bf16.
 //
 // x' is the input after an optional prologue, computed by every block for its R rows into shared

@@ -252,7 +252,7 @@ impl Decoder {
         }
     }
 
-    fn issue_step(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
+    pub(crate) fn issue_step(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let rows = rows.min(self.capacity);
         let r = rows as u32;
         let h = self.config.hidden_size as i32;

@@ -10,8 +10,10 @@ pub mod checkpoint;
 pub mod config;
 pub mod cublas;
 pub mod decoder;
+pub mod device_loop;
 pub mod error;
 pub mod kernels;
+pub mod loop_bench;
 pub mod model;
 pub mod reference;
 pub mod run;
@@ -21,6 +23,7 @@ pub mod weights;
 
 pub use config::{Config, RopeScaling};
 pub use decoder::{Gemm, Pdl};
+pub use device_loop::{DecodeLoop, LoopRun};
 pub use error::{LlamaError, Result};
 pub use model::{Mode, Model};
 pub use run::{tour_decode, TourDecode};

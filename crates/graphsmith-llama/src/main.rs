@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use graphsmith::Context;
+use graphsmith_llama::loop_bench::{bench_loop, LoopBench};
 use graphsmith_llama::model::Mode;
 use graphsmith_llama::run::{self, Source};
 use graphsmith_llama::tokenizer::Codec;
@@ -104,6 +105,26 @@ enum Command {
         /// Programmatic dependent launch, one or more of auto, on, off (each is measured; a
         /// line measured with off is named e.g. graphsmith-graphs-nopdl).
         #[arg(long, value_delimiter = ',', default_value = "auto")]
+        pdl: Vec<Pdl>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The device-side decode loop (one launch runs K steps) against K host launches of the
+    /// step graph, turn by turn, with and without programmatic dependent launch.
+    BenchLoop {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        batch: Vec<usize>,
+        /// Steps per launch of the loop (one point each).
+        #[arg(long, value_delimiter = ',', default_value = "16,64,256")]
+        k: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// Timed runs per point (the median is reported).
+        #[arg(long, default_value_t = 9)]
+        runs: usize,
+        #[arg(long, value_delimiter = ',', default_value = "auto,off")]
         pdl: Vec<Pdl>,
         #[arg(long)]
         json: bool,
@@ -261,6 +282,46 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 },
             )?;
             Ok(true)
+        }
+        Command::BenchLoop {
+            model,
+            batch,
+            k,
+            warmup,
+            runs,
+            pdl,
+            json,
+        } => {
+            let source = model.source()?;
+            let what = LoopBench {
+                source: &source,
+                batches: &batch,
+                ks: &k,
+                pdls: &pdl,
+                warmup,
+                runs,
+                progress: tty,
+            };
+            let mut all_same = true;
+            bench_loop(context, &what, |line| {
+                all_same &= line.same_tokens;
+                if json {
+                    println!("{}", serde_json::to_string(line).unwrap_or_default());
+                } else {
+                    println!(
+                        "{:<22} batch {:>2} K {:>3}: loop {:.4} ms/step, {} host launches {:.4} ms/step, {:.3}x{}",
+                        line.implementation,
+                        line.batch,
+                        line.k,
+                        line.loop_ms_per_step,
+                        line.k,
+                        line.host_ms_per_step,
+                        line.speedup,
+                        if line.same_tokens { "" } else { " (TOKENS DIFFER)" }
+                    );
+                }
+            })?;
+            Ok(all_same)
         }
         Command::Generate {
             model,

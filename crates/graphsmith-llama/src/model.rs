@@ -2,6 +2,7 @@
 //! plain stream (eager) or a [`GraphCache`] with batch buckets 1..64 (graphs). Requests above
 //! the largest bucket run eagerly with the cache's reason.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use graphsmith::model::HazardReport;
@@ -10,6 +11,7 @@ use graphsmith::{CacheConfig, CaptureMode, Context, GraphCache, Oversize, Path, 
 use crate::checkpoint::HostWeights;
 use crate::config::Config;
 use crate::decoder::{Decoder, Gemm};
+use crate::device_loop::DecodeLoop;
 use crate::error::{LlamaError, Result};
 use crate::weights::DeviceWeights;
 
@@ -62,6 +64,9 @@ pub struct Model {
     ctx: Context,
     runner: Runner,
     mode: Mode,
+    /// Device-side decode loops by bucket (`device_loop.rs`), built on first use; dropped
+    /// whenever the step graphs change (kernels, projections, weights).
+    pub(crate) loops: HashMap<usize, DecodeLoop>,
 }
 
 /// What a weight swap took.
@@ -133,7 +138,29 @@ impl Model {
             ctx: ctx.clone(),
             runner,
             mode,
+            loops: HashMap::new(),
         })
+    }
+
+    /// The context the model lives in.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The stream, the decoder and the loops, in graphs mode (the device-side loop is built
+    /// from the step graph's kernels and replays on the cache's stream).
+    pub(crate) fn loop_parts(
+        &mut self,
+    ) -> Result<(&Stream, &mut Decoder, &mut HashMap<usize, DecodeLoop>)> {
+        match &mut self.runner {
+            Runner::Graphs(cache) => {
+                let (stream, work) = cache.parts();
+                Ok((stream, work, &mut self.loops))
+            }
+            Runner::Eager { .. } => Err(LlamaError::Input(
+                "the device-side decode loop runs in graphs mode (--mode graphs)".into(),
+            )),
+        }
     }
 
     /// The mode.
@@ -160,6 +187,7 @@ impl Model {
     /// Chooses the kernels that run the projections ([`Gemm`]); held graphs are captured
     /// again so that every bucket follows the choice.
     pub fn set_gemm(&mut self, gemm: Gemm) -> Result<()> {
+        self.loops.clear();
         match &mut self.runner {
             Runner::Eager { work, .. } => work.gemm = gemm,
             Runner::Graphs(cache) => {
@@ -178,6 +206,7 @@ impl Model {
     /// Plain kernels or kernels with programmatic dependent launch (held graphs are
     /// re-instantiated with the new choice).
     pub fn set_pdl(&mut self, pdl: crate::Pdl) -> Result<()> {
+        self.loops.clear();
         match &mut self.runner {
             Runner::Eager { work, .. } => work.set_pdl(pdl)?,
             Runner::Graphs(cache) => {
@@ -342,6 +371,8 @@ impl Model {
     /// executable to them in place ([`graphsmith::Exec::relocate`]: no capture, no
     /// instantiation) and frees the old buffers once no launch uses them.
     pub fn swap_weights(&mut self, host: &HostWeights) -> Result<SwapReport> {
+        // The loops point at the old weights: built again on next use.
+        self.loops.clear();
         let t = Instant::now();
         let upload = self.ctx.stream("swap-upload")?;
         let new = DeviceWeights::upload(&self.ctx, &upload, host, "weights-swapped", |_, _| {})?;

@@ -370,7 +370,7 @@ pub fn bench_prompt(len: usize, vocab: usize) -> Vec<i32> {
         .collect()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

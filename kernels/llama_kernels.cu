@@ -118,7 +118,7 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 // for the next launch) combines the active blocks' partials into the output.
 // Cache layout per layer: [rows, n_kv, max_ctx, head_dim]. qkv row: [q heads | k heads | v heads]
 // x head_dim. part: [rows, n_kv, splits, group, head_dim + 2] floats (acc, then m and l per head);
-// counters: [rows, n_kv], 0 between launches. splits <= ATT_MAX_SPLITS.
+// counters: [rows, n_kv], 0 between launches. Any split count works (the decoder caps it at 64).
 // Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group + (splits + 1) * group)
 // floats.
 // A bf16 load (as f32) when `ok`, 0 otherwise: predicated in PTX, so the loads of a round issue
@@ -143,10 +143,9 @@ __device__ __forceinline__ float ld_cg(const float* p) {
 }
 
 #define ATT_U 4
-// Fewest positions per block (two per warp) and most blocks per (row, KV head); the decoder's
-// split rule (crates/graphsmith-llama/src/kernels.rs) uses the same numbers.
+// Fewest positions per block (two per warp); the decoder's split rule
+// (crates/graphsmith-llama/src/kernels.rs, ATTENTION_MIN_CHUNK) uses the same number.
 #define ATT_MIN_CHUNK 16
-#define ATT_MAX_SPLITS 64
 template <int E, int ATT_GMAX>
 __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned short* kcache,
                                           unsigned short* vcache, const int* pos,

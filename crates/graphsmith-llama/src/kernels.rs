@@ -20,7 +20,8 @@ pub const ARGMAX_CHUNK: u32 = ARGMAX_THREADS * 8;
 
 /// Fewest positions per attention block (two per warp): `ATT_MIN_CHUNK` of the kernel.
 pub const ATTENTION_MIN_CHUNK: usize = 16;
-/// Most attention blocks per (row, key/value head): `ATT_MAX_SPLITS` of the kernel.
+/// Most attention blocks per (row, key/value head) the decoder launches (the kernel takes any
+/// count; this bounds the scratch and the last block's combine).
 pub const ATTENTION_MAX_SPLITS: usize = 64;
 
 /// Dynamic shared memory of one attention block (`ll_attention`) for `group` query heads per

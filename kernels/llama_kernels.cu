@@ -99,17 +99,28 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
     return rbf(rbf(bf2f(x[i]) * c[j]) + rbf(bf2f(x[j]) * s[j]));
 }
 
-// Decode attention fused with RoPE and the KV-cache append. Grid (rows, n_kv_heads), blockDim a
-// multiple of 32 (W warps); a block serves the `group` query heads that share one key/value head
-// (group <= ATT_GMAX), so it appends that head's K and V at pos[r] and then reads them back itself (no
-// other block needs them). Positions are spread over the warps, four at a time: warp w takes
-// t = w + W * (4i + u), u < 4, and issues the four positions' K and V loads together (one memory
-// round trip per four positions). Within a warp the lanes split head_dim (lane holds elements
-// lane + 32e, e < E, so head_dim <= 32E), scores are warp reductions, and each warp keeps an
-// online softmax (running max m, sum l, weighted V sum) per query head for all the group's heads
-// in one pass; the W partial results are combined at the end. Cache layout per layer:
-// [rows, n_kv, max_ctx, head_dim]. qkv row: [q heads | k heads | v heads] x head_dim.
-// Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group) floats.
+// Decode attention fused with RoPE and the KV-cache append, split over blocks (flash-decoding).
+// Grid (rows, n_kv_heads, splits), blockDim a multiple of 32 (W warps); a block serves the
+// `group` query heads that share one key/value head (group <= ATT_GMAX) over one contiguous chunk
+// of the row's positions 0..=pos[r]. The chunk length comes from the device-side position, so the
+// split count (gridDim.z) can stay fixed in a captured graph: chunk = max(ceil(len / splits),
+// ATT_MIN_CHUNK), and the `active` = ceil(len / chunk) first blocks have positions (the others
+// return at once). The block whose chunk ends at pos[r] appends that head's K and V there and
+// reads them back itself (no other block reads position pos[r]); every block ropes the queries.
+// Positions are spread over the warps, four at a time: warp w takes t = t0 + w + W * (4i + u),
+// u < 4, and issues the four positions' K and V loads together (one memory round trip per four
+// positions). Within a warp the lanes split head_dim (lane holds elements lane + 32e, e < E, so
+// head_dim <= 32E), scores are warp reductions, and each warp keeps an online softmax (running
+// max m, sum l, weighted V sum) per query head for all the group's heads in one pass; the W
+// partial results are combined in shared memory. With one active block that is the output;
+// otherwise each block writes its (m, l, acc[head_dim]) per query head to `part`, and the last
+// block to finish for (row, KV head) (an atomic count in `counters`, which that block resets to 0
+// for the next launch) combines the active blocks' partials into the output.
+// Cache layout per layer: [rows, n_kv, max_ctx, head_dim]. qkv row: [q heads | k heads | v heads]
+// x head_dim. part: [rows, n_kv, splits, group, head_dim + 2] floats (acc, then m and l per head);
+// counters: [rows, n_kv], 0 between launches. Any split count works (the decoder caps it at 64).
+// Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group + (splits + 1) * group)
+// floats.
 // A bf16 load (as f32) when `ok`, 0 otherwise: predicated in PTX, so the loads of a round issue
 // back to back. A plain (coherent) load: the block itself wrote position p of the cache.
 __device__ __forceinline__ float ld_bf_if(const unsigned short* p, bool ok) {
@@ -124,42 +135,64 @@ __device__ __forceinline__ float ld_bf_if(const unsigned short* p, bool ok) {
     return __uint_as_float(v << 16);
 }
 
+// A load from L2 (not L1): the partials other blocks of this launch wrote.
+__device__ __forceinline__ float ld_cg(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
+
 #define ATT_U 4
+// Fewest positions per block (two per warp); the decoder's split rule
+// (crates/graphsmith-llama/src/kernels.rs, ATTENTION_MIN_CHUNK) uses the same number.
+#define ATT_MIN_CHUNK 16
 template <int E, int ATT_GMAX>
 __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned short* kcache,
                                           unsigned short* vcache, const int* pos,
                                           const float* cos_t, const float* sin_t,
                                           unsigned short* out, int nq, int nkv, int hd,
-                                          int max_ctx, float scale) {
+                                          int max_ctx, float scale, float* part,
+                                          unsigned int* counters) {
     extern __shared__ float smem[];
+    __shared__ int is_last;
     const float NEG_INF = __int_as_float(0xff800000);
     pdl_trigger();
     pdl_wait();
-    int r = blockIdx.x, kvh = blockIdx.y;
+    int r = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
     int group = nq / nkv;
     int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float* qs = smem;                          // group * hd
     float* pacc = qs + group * hd;             // nw * group * hd
     float* pm = pacc + nw * group * hd;        // nw * group
     float* pl = pm + nw * group;               // nw * group
+    float* bw = pl + nw * group;               // (splits + 1) * group: the combine's weights
     int p = pos[r];
     unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
     if (p < 0 || p >= max_ctx) {
-        for (int i = threadIdx.x; i < group * hd; i += blockDim.x) orow[i] = 0;
+        if (split == 0) {
+            for (int i = threadIdx.x; i < group * hd; i += blockDim.x) orow[i] = 0;
+        }
         return;
     }
+    int len = p + 1;
+    int chunk = max((len + splits - 1) / splits, ATT_MIN_CHUNK);
+    int active = (len + chunk - 1) / chunk;
+    if (split >= active) return;
+    int t_begin = split * chunk, t_end = min(len, t_begin + chunk);
     int half = hd / 2;
     const float* c = cos_t + (size_t)p * half;
     const float* s = sin_t + (size_t)p * half;
     const unsigned short* row = qkv + (size_t)r * (nq + 2 * nkv) * hd;
-    const unsigned short* k_new = row + (size_t)nq * hd + (size_t)kvh * hd;
-    const unsigned short* v_new = row + (size_t)(nq + nkv) * hd + (size_t)kvh * hd;
     size_t base = ((size_t)r * nkv + kvh) * (size_t)max_ctx * hd;
     unsigned short* kc = kcache + base;
     unsigned short* vc = vcache + base;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        kc[(size_t)p * hd + i] = f2bf(rope_at(k_new, c, s, i, half));
-        vc[(size_t)p * hd + i] = v_new[i];
+    if (t_end == len) {
+        const unsigned short* k_new = row + (size_t)nq * hd + (size_t)kvh * hd;
+        const unsigned short* v_new = row + (size_t)(nq + nkv) * hd + (size_t)kvh * hd;
+        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+            kc[(size_t)p * hd + i] = f2bf(rope_at(k_new, c, s, i, half));
+            vc[(size_t)p * hd + i] = v_new[i];
+        }
     }
     for (int idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
         int j = idx / hd, i = idx % hd;
@@ -167,7 +200,6 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     }
     // The appended K/V (global) and the roped queries (shared) are visible to the whole block.
     __syncthreads();
-    int len = p + 1;
     float q[ATT_GMAX][E], acc[ATT_GMAX][E], m[ATT_GMAX], l[ATT_GMAX];
 #pragma unroll
     for (int j = 0; j < ATT_GMAX; ++j) {
@@ -180,7 +212,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         m[j] = NEG_INF;
         l[j] = 0.0f;
     }
-    for (int t0 = warp; t0 < len; t0 += ATT_U * nw) {
+    for (int t0 = t_begin + warp; t0 < t_end; t0 += ATT_U * nw) {
         float kf[ATT_U][E], vf[ATT_U][E];
 #pragma unroll
         for (int u = 0; u < ATT_U; ++u) {
@@ -188,7 +220,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 int i = lane + 32 * e;
-                bool ok = t < len && i < hd;
+                bool ok = t < t_end && i < hd;
                 kf[u][e] = ld_bf_if(kc + (size_t)t * hd + i, ok);
                 vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
             }
@@ -196,7 +228,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
 #pragma unroll
         for (int u = 0; u < ATT_U; ++u) {
             int t = t0 + u * nw;
-            if (t >= len) break;  // warp-uniform
+            if (t >= t_end) break;  // warp-uniform
 #pragma unroll
             for (int j = 0; j < ATT_GMAX; ++j) {
                 if (j >= group) break;
@@ -229,6 +261,11 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         }
     }
     __syncthreads();
+    // This block's partial: (max, sum, weighted V sum) per query head, from its W warps' (warp 0
+    // always has a position, so the max is finite).
+    size_t stride = (size_t)group * (hd + 2);
+    float* slots = part + ((size_t)r * nkv + kvh) * splits * stride;
+    float* mine = slots + (size_t)split * stride;
     for (int idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
         int j = idx / hd, i = idx % hd;
         float mx = NEG_INF;
@@ -244,7 +281,57 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                 o += pacc[(size_t)(w * group + j) * hd + i] * sc;
             }
         }
-        orow[idx] = f2bf(o / sum);
+        if (active == 1) {
+            orow[idx] = f2bf(o / sum);
+        } else {
+            mine[idx] = o;
+            if (i == 0) {
+                mine[group * hd + 2 * j] = mx;
+                mine[group * hd + 2 * j + 1] = sum;
+            }
+        }
+    }
+    if (active == 1) return;
+    // Publish the partial; the last of the active blocks to count itself combines them all.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int* cnt = counters + (size_t)r * nkv + kvh;
+        unsigned int done = atomicAdd(cnt, 1u);
+        is_last = done == (unsigned int)(active - 1);
+        if (is_last) atomicExch(cnt, 0u);
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    // Per query head j (a warp each): M = max of the blocks' maxima, the weight exp(m_b - M) of
+    // each block b (bw[b * group + j]) and L = sum of l_b * exp(m_b - M) (bw[active * group + j]).
+    for (int j = warp; j < group; j += nw) {
+        float mx = NEG_INF;
+        for (int b = lane; b < active; b += 32) {
+            float mb = ld_cg(slots + (size_t)b * stride + group * hd + 2 * j);
+            bw[b * group + j] = mb;
+            mx = fmaxf(mx, mb);
+        }
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.0f;
+        for (int b = lane; b < active; b += 32) {
+            float lb = ld_cg(slots + (size_t)b * stride + group * hd + 2 * j + 1);
+            float sc = __expf(bw[b * group + j] - mx);
+            bw[b * group + j] = sc;
+            sum += lb * sc;
+        }
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) bw[active * group + j] = sum;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
+        int j = idx / hd;
+        float o = 0.0f;
+        for (int b = 0; b < active; ++b) {
+            o += ld_cg(slots + (size_t)b * stride + idx) * bw[b * group + j];
+        }
+        orow[idx] = f2bf(o / bw[active * group + j]);
     }
 }
 
@@ -255,9 +342,9 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     extern "C" __global__ void NAME(                                                            \
         const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
         const int* pos, const float* cos_t, const float* sin_t, unsigned short* out, int nq,   \
-        int nkv, int hd, int max_ctx, float scale) {                                            \
+        int nkv, int hd, int max_ctx, float scale, float* part, unsigned int* counters) {      \
         attention<E, G>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,     \
-                        scale);                                                                 \
+                        scale, part, counters);                                                 \
     }
 LL_ATTENTION(ll_attention_1, 1, 16)
 LL_ATTENTION(ll_attention_2, 2, 16)

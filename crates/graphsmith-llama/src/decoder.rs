@@ -8,7 +8,10 @@ use graphsmith::{args, sys, Context, DeviceBuffer, Scope, Stream};
 use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
-use crate::kernels::{allow_smem, device_attribute, grid, DEFAULT_SMEM, GEMV_ROWS};
+use crate::kernels::{
+    allow_smem, attention_partials_len, attention_splits, device_attribute, grid, grid3,
+    DEFAULT_SMEM, GEMV_ROWS,
+};
 pub use crate::kernels::{
     attention_smem, gemv, gemv_head, Gemm, GemvKernels, Kernels, Pdl, ARGMAX_CHUNK, ARGMAX_THREADS,
     ATTENTION_THREADS, GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
@@ -56,6 +59,10 @@ pub struct Decoder {
     gate_up: DeviceBuffer<u16>,
     act: DeviceBuffer<u16>,
     attention_smem: u32,
+    /// The attention blocks' partial results (see `attention_partials_len`).
+    attn_partials: DeviceBuffer<f32>,
+    /// Per (row, key/value head): attention blocks done, 0 between launches.
+    attn_counters: DeviceBuffer<u32>,
 }
 
 impl Decoder {
@@ -79,7 +86,6 @@ impl Decoder {
             )));
         }
         let group = config.num_attention_heads / config.num_key_value_heads;
-        let smem = attention_smem(group, config.head_dim);
         let kernels = Kernels::load(ctx)?;
         let limit = device_attribute(
             ctx,
@@ -93,6 +99,10 @@ impl Decoder {
             "MULTIPROCESSOR_COUNT",
         )?
         .max(1) as u32;
+        // The attention's split count only falls as rows grow: one row has the most.
+        let nkv = config.num_key_value_heads;
+        let splits = attention_splits(1, nkv, max_ctx, sm_count as usize);
+        let smem = attention_smem(group, config.head_dim, splits);
         if smem > limit {
             return Err(LlamaError::Input(format!(
                 "{group} query heads of head_dim {} need {smem} bytes of shared memory per attention block; the device allows {limit}",
@@ -164,6 +174,17 @@ impl Decoder {
         // The argmax folds into `best` with atomicMax; the advance reads it and resets it to 0.
         let mut best = ctx.alloc::<u64>("rows/best", capacity)?;
         stream.upload(&mut best, &vec![0; capacity])?;
+        // The attention's scratch: partial results, and counters zeroed once (the last block of
+        // each (row, key/value head) resets its counter).
+        let partials = attention_partials_len(
+            capacity,
+            (nkv, group, config.head_dim),
+            max_ctx,
+            sm_count as usize,
+        );
+        let attn_partials = ctx.alloc::<f32>("attn/partials", partials)?;
+        let mut attn_counters = ctx.alloc::<u32>("attn/counters", capacity * nkv)?;
+        stream.upload(&mut attn_counters, &vec![0; capacity * nkv])?;
         Ok(Decoder {
             best,
             gemm: Gemm::Auto,
@@ -191,6 +212,8 @@ impl Decoder {
             cos,
             sin,
             attention_smem: smem as u32,
+            attn_partials,
+            attn_counters,
         })
     }
 
@@ -302,13 +325,15 @@ impl Decoder {
             c.head_dim as i32,
         );
         let scale = 1.0 / (c.head_dim as f32).sqrt();
+        // Fixed per bucket (a captured graph keeps it); each block sizes its chunk of positions
+        // from the row's position on the device.
+        let splits = attention_splits(rows, nkv as usize, self.max_ctx, self.sm_count as usize);
         stream.launch(
             "rope + kv append + attention",
             self.kernels
                 .attention_for(c.head_dim, c.num_attention_heads / c.num_key_value_heads),
-            grid(
-                rows as u32,
-                nkv as u32,
+            grid3(
+                (rows as u32, nkv as u32, splits as u32),
                 ATTENTION_THREADS,
                 self.attention_smem,
             ),
@@ -324,7 +349,9 @@ impl Decoder {
                 nkv,
                 hd,
                 self.max_ctx as i32,
-                scale
+                scale,
+                &mut self.attn_partials,
+                &mut self.attn_counters
             ],
         )
     }

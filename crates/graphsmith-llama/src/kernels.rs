@@ -18,11 +18,48 @@ pub const ARGMAX_THREADS: u32 = 256;
 /// Vocabulary entries per argmax block.
 pub const ARGMAX_CHUNK: u32 = ARGMAX_THREADS * 8;
 
+/// Fewest positions per attention block (two per warp): `ATT_MIN_CHUNK` of the kernel.
+pub const ATTENTION_MIN_CHUNK: usize = 16;
+/// Most attention blocks per (row, key/value head) the decoder launches (the kernel takes any
+/// count; this bounds the scratch and the last block's combine).
+pub const ATTENTION_MAX_SPLITS: usize = 64;
+
 /// Dynamic shared memory of one attention block (`ll_attention`) for `group` query heads per
-/// key/value head of `head_dim`: the roped queries, each warp's partial output, max and sum.
-pub fn attention_smem(group: usize, head_dim: usize) -> usize {
+/// key/value head of `head_dim`, launched with `splits` blocks per (row, key/value head): the
+/// roped queries, each warp's partial output, max and sum, and the combine's weight per block.
+pub fn attention_smem(group: usize, head_dim: usize, splits: usize) -> usize {
     let warps = (ATTENTION_THREADS / 32) as usize;
-    (group * head_dim * (warps + 1) + 2 * warps * group) * 4
+    (group * head_dim * (warps + 1) + 2 * warps * group + (splits + 1) * group) * 4
+}
+
+/// Blocks per (row, key/value head) of the attention (grid z), fixed when a step is issued (a
+/// captured graph keeps it while positions move on): enough that the `rows * kv_heads * splits`
+/// blocks about fill one wave on `sm_count` multiprocessors, but no more than `max_ctx` positions
+/// fill with [`ATTENTION_MIN_CHUNK`] each, and at most [`ATTENTION_MAX_SPLITS`]. The kernel
+/// sizes each block's chunk from the row's position on the device (`max(ceil(len / splits),
+/// ATTENTION_MIN_CHUNK)`), so short contexts use fewer blocks.
+pub fn attention_splits(rows: usize, kv_heads: usize, max_ctx: usize, sm_count: usize) -> usize {
+    let per_split = (rows * kv_heads).max(1);
+    sm_count
+        .div_ceil(per_split)
+        .min(max_ctx.div_ceil(ATTENTION_MIN_CHUNK))
+        .clamp(1, ATTENTION_MAX_SPLITS)
+}
+
+/// Floats of the attention's partial results (`part`: per row, key/value head and split, the
+/// `group` heads' weighted sums of `head_dim` values, maxima and sums) for steps of 1 to
+/// `capacity` rows, each with [`attention_splits`] splits.
+pub fn attention_partials_len(
+    capacity: usize,
+    (kv_heads, group, head_dim): (usize, usize, usize),
+    max_ctx: usize,
+    sm_count: usize,
+) -> usize {
+    let slots = (1..=capacity.max(1))
+        .map(|rows| rows * attention_splits(rows, kv_heads, max_ctx, sm_count))
+        .max()
+        .unwrap_or(1);
+    slots * kv_heads * group * (head_dim + 2)
 }
 /// Row counts the GEMV kernels are instantiated for (a batch runs in the smallest that holds it;
 /// more rows run in chunks of the largest).
@@ -261,8 +298,12 @@ impl Kernels {
 }
 
 pub(crate) fn grid(x: u32, y: u32, block: u32, smem: u32) -> LaunchConfig {
+    grid3((x, y, 1), block, smem)
+}
+
+pub(crate) fn grid3((x, y, z): (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
     LaunchConfig {
-        grid: Dim3 { x, y, z: 1 },
+        grid: Dim3 { x, y, z },
         block: Dim3 {
             x: block,
             y: 1,
@@ -450,6 +491,43 @@ mod tests {
         assert_eq!(warps_per_column(4, 2048, 2), 8);
         assert_eq!(warps_per_column(12, 1032, 2), 4);
         assert_eq!(warps_per_column(20, 576, 2), 2);
+    }
+
+    #[test]
+    fn attention_splits_fill_one_wave_with_chunks_of_16_positions() {
+        use super::{attention_partials_len, attention_smem, attention_splits};
+        // Small config (3 KV heads), H200 (132 multiprocessors), the bench's context (177).
+        assert_eq!(attention_splits(1, 3, 177, 132), 12); // 177 / 16 caps the 44 of one wave
+        assert_eq!(attention_splits(1, 3, 4096, 132), 44); // 3 x 44 = 132 blocks
+        assert_eq!(attention_splits(8, 3, 177, 132), 6); // 24 blocks per split
+        assert_eq!(attention_splits(64, 3, 177, 132), 1); // 192 blocks already
+        assert_eq!(attention_splits(1, 8, 4096, 132), 17); // 1B config
+        assert_eq!(attention_splits(1, 1, 1 << 20, 1024), 64); // never above 64
+        assert_eq!(attention_splits(1, 3, 16, 132), 1); // one chunk holds the context
+        assert_eq!(attention_splits(1, 3, 17, 132), 2);
+        assert_eq!(attention_splits(0, 0, 0, 0), 1); // degenerate: one block
+                                                     // The GPU test's shapes (max_ctx 48 and 300, 2 multiprocessors would give 1).
+        assert_eq!(attention_splits(1, 3, 48, 132), 3);
+        assert_eq!(attention_splits(3, 2, 300, 132), 19);
+        // Scratch: the most slots over 1..=capacity rows (batch 1: 12 splits, batch 7: 7 x 7,
+        // batch 8: 8 x 6, batch 43: 43 x 2 = 86, batch 64: 64 x 1).
+        assert_eq!(
+            attention_partials_len(1, (3, 3, 64), 177, 132),
+            12 * 3 * 3 * 66
+        );
+        assert_eq!(
+            attention_partials_len(8, (3, 3, 64), 177, 132),
+            49 * 3 * 3 * 66
+        );
+        assert_eq!(
+            attention_partials_len(64, (3, 3, 64), 177, 132),
+            86 * 3 * 3 * 66
+        );
+        // Shared memory: queries, 8 warps' partials, maxima and sums, 13 combine weights per head.
+        assert_eq!(
+            attention_smem(3, 64, 12),
+            (3 * 64 * 9 + 16 * 3 + 13 * 3) * 4
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! GPU tests of the decoder's kernels one by one (ignored without a GPU), each against a host
 //! reference on random inputs, outputs poisoned first: the fused GEMV variants (rows 1, 3, 8 and
 //! 11, which runs in chunks; K odd and K a multiple of 8; more columns than warps in the grid),
-//! the decode attention (several positions, a padded row, group sizes 2 and 4) and the argmax
+//! the decode attention (several positions, a padded row, group sizes 2 to 16, split over 1 to
+//! 64 blocks per row and KV head, launched twice) and the argmax
 //! with the advance (ties, odd vocabularies, the reset of the packed maximum).
 //!
 //! Run on a machine with an NVIDIA GPU:
@@ -10,8 +11,8 @@
 use graphsmith::model::Dim3;
 use graphsmith::{args, Context, DeviceBuffer, LaunchConfig, Stream};
 use graphsmith_llama::kernels::{
-    attention_smem, gemv, gemv_head, GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS,
-    ATTENTION_THREADS,
+    attention_smem, attention_splits, gemv, gemv_head, GemvKernels, Kernels, ARGMAX_CHUNK,
+    ARGMAX_THREADS, ATTENTION_THREADS,
 };
 use graphsmith_llama::Config;
 
@@ -44,11 +45,15 @@ fn bf(x: f32) -> f32 {
 }
 
 fn cfg(grid: (u32, u32), block: u32, smem: usize) -> LaunchConfig {
+    cfg3((grid.0, grid.1, 1), block, smem)
+}
+
+fn cfg3(grid: (u32, u32, u32), block: u32, smem: usize) -> LaunchConfig {
     LaunchConfig {
         grid: Dim3 {
             x: grid.0,
             y: grid.1,
-            z: 1,
+            z: grid.2,
         },
         block: Dim3 {
             x: block,
@@ -351,9 +356,20 @@ fn host_attention(
     out
 }
 
-fn check_attention(ctx: &Context, st: &Stream, kernels: &Kernels, c: &Config, pos: &[i32]) {
+/// Checks the attention of rows at `pos` (negative: padding) in a cache of `max_ctx` positions,
+/// launched with `splits` blocks per (row, KV head), twice (the counters must be back at 0
+/// after each launch, and the second launch, appending the same K/V again, gives the same out).
+#[allow(clippy::too_many_arguments)]
+fn check_attention(
+    ctx: &Context,
+    st: &Stream,
+    kernels: &Kernels,
+    c: &Config,
+    pos: &[i32],
+    max_ctx: usize,
+    splits: usize,
+) {
     let rows = pos.len();
-    let max_ctx = 48;
     let (nq, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
     let mut rng = Rng(77 + (rows * hd) as u64);
     let qkv = rng.bf16s(rows * c.qkv_dim(), 2.0);
@@ -366,73 +382,86 @@ fn check_attention(ctx: &Context, st: &Stream, kernels: &Kernels, c: &Config, po
     let mut vd = upload(ctx, st, "v", &v0);
     let posd = upload(ctx, st, "pos", pos);
     let (cosd, sind) = (upload(ctx, st, "cos", &cos), upload(ctx, st, "sin", &sin));
-    let mut out = upload(ctx, st, "out", &vec![POISON; rows * nq * hd]);
     let group = nq / nkv;
-    st.launch(
-        "test attention",
-        kernels.attention_for(hd, group),
-        cfg(
-            (rows as u32, nkv as u32),
-            ATTENTION_THREADS,
-            attention_smem(group, hd),
-        ),
-        args![
-            &qkvd,
-            &mut kd,
-            &mut vd,
-            &posd,
-            &cosd,
-            &sind,
-            &mut out,
-            nq as i32,
-            nkv as i32,
-            hd as i32,
-            max_ctx as i32,
-            1.0 / (hd as f32).sqrt()
-        ],
-    )
-    .unwrap();
-    st.synchronize().unwrap();
-    let got: Vec<f32> = st
-        .download(&out)
-        .unwrap()
-        .into_iter()
-        .map(from_bf)
-        .collect();
-    let kc: Vec<f32> = st.download(&kd).unwrap().into_iter().map(from_bf).collect();
-    let vc: Vec<f32> = st.download(&vd).unwrap().into_iter().map(from_bf).collect();
-    for (r, &p) in pos.iter().enumerate() {
-        let o = &got[r * nq * hd..(r + 1) * nq * hd];
-        let per_row = nkv * max_ctx * hd;
-        if p < 0 {
-            assert!(o.iter().all(|&v| v == 0.0), "padded row {r} is zeroed");
-            continue;
-        }
-        let mut kh: Vec<f32> = k0[r * per_row..(r + 1) * per_row]
-            .iter()
-            .map(|&b| from_bf(b))
-            .collect();
-        let mut vh: Vec<f32> = v0[r * per_row..(r + 1) * per_row]
-            .iter()
-            .map(|&b| from_bf(b))
-            .collect();
-        let row = &qkv[r * c.qkv_dim()..(r + 1) * c.qkv_dim()];
-        let want = host_attention(c, row, &mut kh, &mut vh, p as usize, &cos, &sin, max_ctx);
-        assert_eq!(
-            &kc[r * per_row..(r + 1) * per_row],
-            &kh[..],
-            "row {r}: K appended at {p}"
+    let part_len = rows * splits * nkv * group * (hd + 2);
+    let mut part = upload(ctx, st, "part", &vec![f32::NAN; part_len]);
+    let mut counters = upload(ctx, st, "counters", &vec![0u32; rows * nkv]);
+    let mut out = upload(ctx, st, "out", &vec![POISON; rows * nq * hd]);
+    for launch in 0..2 {
+        st.upload(&mut out, &vec![POISON; rows * nq * hd]).unwrap();
+        st.launch(
+            "test attention",
+            kernels.attention_for(hd, group),
+            cfg3(
+                (rows as u32, nkv as u32, splits as u32),
+                ATTENTION_THREADS,
+                attention_smem(group, hd, splits),
+            ),
+            args![
+                &qkvd,
+                &mut kd,
+                &mut vd,
+                &posd,
+                &cosd,
+                &sind,
+                &mut out,
+                nq as i32,
+                nkv as i32,
+                hd as i32,
+                max_ctx as i32,
+                1.0 / (hd as f32).sqrt(),
+                &mut part,
+                &mut counters
+            ],
+        )
+        .unwrap();
+        st.synchronize().unwrap();
+        let left = st.download(&counters).unwrap();
+        assert!(
+            left.iter().all(|&n| n == 0),
+            "hd {hd} splits {splits} launch {launch}: counters reset, got {left:?}"
         );
-        assert_eq!(
-            &vc[r * per_row..(r + 1) * per_row],
-            &vh[..],
-            "row {r}: V appended at {p}"
-        );
-        for (i, (a, b)) in o.iter().zip(&want).enumerate() {
-            assert!(
-                a.is_finite() && (a - b).abs() <= b.abs().max(0.25) / 64.0,
-                "hd {hd} row {r} pos {p}: out[{i}] = {a}, want {b}"
+        let got: Vec<f32> = st
+            .download(&out)
+            .unwrap()
+            .into_iter()
+            .map(from_bf)
+            .collect();
+        let kc: Vec<f32> = st.download(&kd).unwrap().into_iter().map(from_bf).collect();
+        let vc: Vec<f32> = st.download(&vd).unwrap().into_iter().map(from_bf).collect();
+        for (r, &p) in pos.iter().enumerate() {
+            let o = &got[r * nq * hd..(r + 1) * nq * hd];
+            let per_row = nkv * max_ctx * hd;
+            if p < 0 {
+                assert!(o.iter().all(|&v| v == 0.0), "padded row {r} is zeroed");
+                continue;
+            }
+            let mut kh: Vec<f32> = k0[r * per_row..(r + 1) * per_row]
+                .iter()
+                .map(|&b| from_bf(b))
+                .collect();
+            let mut vh: Vec<f32> = v0[r * per_row..(r + 1) * per_row]
+                .iter()
+                .map(|&b| from_bf(b))
+                .collect();
+            let row = &qkv[r * c.qkv_dim()..(r + 1) * c.qkv_dim()];
+            let want = host_attention(c, row, &mut kh, &mut vh, p as usize, &cos, &sin, max_ctx);
+            assert_eq!(
+                &kc[r * per_row..(r + 1) * per_row],
+                &kh[..],
+                "row {r}: K appended at {p}"
             );
+            assert_eq!(
+                &vc[r * per_row..(r + 1) * per_row],
+                &vh[..],
+                "row {r}: V appended at {p}"
+            );
+            for (i, (a, b)) in o.iter().zip(&want).enumerate() {
+                assert!(
+                    a.is_finite() && (a - b).abs() <= b.abs().max(0.25) / 64.0,
+                    "hd {hd} splits {splits} row {r} pos {p}: out[{i}] = {a}, want {b}"
+                );
+            }
         }
     }
 }
@@ -461,10 +490,20 @@ fn attention_matches_a_host_reference() {
     group16.head_dim = 40;
     let mut hd256 = wide.clone();
     hd256.head_dim = 256;
+    // Split counts as the decoder picks them for 132 multiprocessors (and 1: one block per row
+    // and KV head); the long context crosses chunk edges (15/16/17 positions) and uses 64 splits.
     for c in [&tiny, &small, &wide, &hd128, &group8, &group16, &hd256] {
-        check_attention(&ctx, &st, &kernels, c, &[0]);
-        check_attention(&ctx, &st, &kernels, c, &[5, -1, 47]);
-        check_attention(&ctx, &st, &kernels, c, &[1, 2, 3, 9, 17, 30, 31, 40]);
+        let nkv = c.num_key_value_heads;
+        let cases: [&[i32]; 3] = [&[0], &[5, -1, 47], &[1, 2, 3, 9, 17, 30, 31, 40]];
+        for pos in cases {
+            for splits in [1, attention_splits(pos.len(), nkv, 48, 132)] {
+                check_attention(&ctx, &st, &kernels, c, pos, 48, splits);
+            }
+        }
+        let long: &[i32] = &[299, 150, -1, 15, 16, 17, 33, 64];
+        for splits in [attention_splits(long.len(), nkv, 300, 132), 7, 64] {
+            check_attention(&ctx, &st, &kernels, c, long, 300, splits);
+        }
     }
 }
 

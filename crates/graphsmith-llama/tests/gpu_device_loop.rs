@@ -55,8 +55,13 @@ fn loop_matches_host_launches(pdl: Pdl) {
             got.tokens, want,
             "{pdl:?} batch {batch}: the loop's tokens against {steps} replays of the step graph"
         );
-        let distinct: std::collections::HashSet<_> = want[0].iter().collect();
-        assert!(distinct.len() > 1, "a degenerate decode: {:?}", want[0]);
+        // Rows read different prompts: together they must not be one repeated token (the
+        // tiny random model may repeat one token within a row).
+        let distinct: std::collections::HashSet<_> = want.iter().flatten().collect();
+        assert!(
+            batch == 1 || distinct.len() > 1,
+            "a degenerate decode: {want:?}"
+        );
 
         // The end-of-sequence id: row 0 stops right after producing it; with one row, so
         // does the loop.

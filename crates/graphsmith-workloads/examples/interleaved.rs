@@ -212,7 +212,10 @@ impl Side {
     }
 
     /// Host time of capturing the workload, from `begin_capture` to `end_capture` (the graph
-    /// is dropped untimed), as `chain_ref_capture` does in C++: the chain, or the fork/join
+    /// is dropped untimed), as `chain_ref_capture` does in C++ from `cudaStreamBeginCapture` to
+    /// `cudaStreamEndCapture`; graphsmith's figure includes making the `Graph` that
+    /// `end_capture` returns (no read-back: the model is made when first asked for), its
+    /// counterpart of the `cudaGraph_t` C++ gets, and building each launch's `Args`: the chain, or the fork/join
     /// (a root kernel, three side streams joined to the stream, floor(n/4) kernels on each of
     /// the four, the sides joined back, a final kernel); with the journal on or off.
     fn capture(&mut self, forkjoin: bool, journal: bool) -> graphsmith::Result<f64> {

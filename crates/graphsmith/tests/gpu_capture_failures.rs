@@ -1008,3 +1008,38 @@ fn journal_off_still_keeps_buffers_alive() {
     exec.launch(&gpu.stream).unwrap();
     assert_eq!(gpu.read(&x), vec![2.0; N]);
 }
+
+/// With the journal off, a launch whose buffers and module the capture keeps already goes
+/// straight to the driver: every buffer of the chain is still kept, also one whose handle is
+/// dropped before the graph is instantiated and launched (twice).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn journal_off_chains_keep_every_buffer_alive() {
+    let gpu = Gpu::new();
+    let add = gpu.kernel("gs_add_scalar_f32");
+    let copy = gpu.kernel("gs_copy_f32");
+    let mut x = gpu.buffer("x", &[1.0; N]);
+    let mut y = gpu.buffer("y", &[10.0; N]);
+    let opts = CaptureOptions::new(CaptureMode::Global).journal(false);
+    let (graph, ()) = gpu
+        .stream
+        .capture_with(opts, "quiet-chain", |s| {
+            for _ in 0..3 {
+                s.launch("y", &add, cfg(), args![&mut y, 1.0f32, N as u32])?;
+            }
+            s.launch("copy", &copy, cfg(), args![&y, &mut x, N as u32])?;
+            for _ in 0..2 {
+                s.launch("x", &add, cfg(), args![&mut x, 1.0f32, N as u32])?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    drop(y);
+    assert_eq!(graph.model().len(), 6);
+    let mut exec = graph.instantiate().unwrap();
+    exec.launch(&gpu.stream).unwrap();
+    assert_eq!(gpu.read(&x), vec![15.0; N]);
+    // y lives on in the graph: it went on from 13.
+    exec.launch(&gpu.stream).unwrap();
+    assert_eq!(gpu.read(&x), vec![18.0; N]);
+}

@@ -25,26 +25,44 @@ pub(crate) trait Footprint {
     fn same_accesses(&self, built: &[Access]) -> bool;
 }
 
-/// The identity of a kept resource: the address its `Arc` points to.
-pub(crate) fn keep_id(k: &Keep) -> usize {
+/// The identity of a kept resource: the address its `Arc` points to (the same for the resource's
+/// own `Arc` and for its [`Keep`]).
+pub(crate) fn keep_id<T: ?Sized>(k: &std::sync::Arc<T>) -> usize {
     std::sync::Arc::as_ptr(k) as *const () as usize
 }
 
-/// How many resources a thread remembers having kept.
-const KEPT_SLOTS: usize = 8;
+/// How many resources a thread remembers having kept: with the capture id and the next slot,
+/// one cache line.
+const KEPT_SLOTS: usize = 6;
 
-#[derive(Clone, Copy)]
+/// The resources this thread kept lately, read and written in place (no copy of the whole
+/// memory per question: a captured launch asks once per resource).
+#[repr(align(64))]
 struct Kept {
     /// The driver's id of the capture they were kept in (unique for the process's lifetime);
     /// 0: none.
-    capture: u64,
-    ids: [usize; KEPT_SLOTS],
-    next: usize,
+    capture: Cell<u64>,
+    ids: [Cell<usize>; KEPT_SLOTS],
+    next: Cell<usize>,
+}
+
+impl Kept {
+    /// Whether these are capture `capture`'s (never for id 0, no capture).
+    fn of(&self, capture: u64) -> bool {
+        capture != 0 && self.capture.get() == capture
+    }
+    fn holds(&self, id: usize) -> bool {
+        self.ids.iter().any(|k| k.get() == id)
+    }
 }
 
 thread_local! {
-    static KEPT: Cell<Kept> = const {
-        Cell::new(Kept { capture: 0, ids: [0; KEPT_SLOTS], next: 0 })
+    static KEPT: Kept = const {
+        Kept {
+            capture: Cell::new(0),
+            ids: [const { Cell::new(0) }; KEPT_SLOTS],
+            next: Cell::new(0),
+        }
     };
 }
 
@@ -53,25 +71,30 @@ thread_local! {
 /// resource: the record keeps it until the capture ends, so its address cannot be reused while
 /// the capture runs, and a capture id is never reused.
 pub(crate) fn recently_kept(capture: u64, id: usize) -> bool {
-    let kept = KEPT.get();
-    capture != 0 && kept.capture == capture && kept.ids.contains(&id)
+    KEPT.with(|k| k.of(capture) && k.holds(id))
+}
+
+/// Whether this thread kept every resource of `ids` in capture `capture` lately (each as
+/// [`recently_kept`] says), asked in one look: what lets a captured launch with the journal off
+/// go straight to the driver.
+pub(crate) fn all_recently_kept(capture: u64, ids: impl IntoIterator<Item = usize>) -> bool {
+    KEPT.with(|k| k.of(capture) && ids.into_iter().all(|id| k.holds(id)))
 }
 
 /// Remembers that capture `capture`'s record now holds resource `id`.
 pub(crate) fn remember_kept(capture: u64, id: usize) {
-    let mut kept = KEPT.get();
-    if kept.capture != capture {
-        kept = Kept {
-            capture,
-            ids: [0; KEPT_SLOTS],
-            next: 0,
-        };
-    }
-    if !kept.ids.contains(&id) {
-        kept.ids[kept.next] = id;
-        kept.next = (kept.next + 1) % KEPT_SLOTS;
-    }
-    KEPT.set(kept);
+    KEPT.with(|k| {
+        if k.capture.get() != capture {
+            k.capture.set(capture);
+            k.ids.iter().for_each(|slot| slot.set(0));
+            k.next.set(0);
+        }
+        if !k.ids.iter().any(|slot| slot.get() == id) {
+            let next = k.next.get();
+            k.ids[next].set(id);
+            k.next.set((next + 1) % KEPT_SLOTS);
+        }
+    })
 }
 
 /// Hashes a capture id (a number the driver hands out in sequence) as itself, spread by one
@@ -191,6 +214,37 @@ mod tests {
         assert!(!recently_kept(7, 0x1000));
         remember_kept(0, 0x4000);
         assert!(!recently_kept(0, 0x4000));
+    }
+
+    #[test]
+    fn all_kept_asks_for_every_resource_at_once() {
+        remember_kept(11, 0x1000);
+        remember_kept(11, 0x2000);
+        assert!(all_recently_kept(11, [0x1000, 0x2000]));
+        assert!(all_recently_kept(11, [0x2000]));
+        // One resource not kept, or another capture, or no capture id: not all kept.
+        assert!(!all_recently_kept(11, [0x1000, 0x3000]));
+        assert!(!all_recently_kept(12, [0x1000]));
+        assert!(!all_recently_kept(0, [0x1000]));
+        remember_kept(0, 0x5000);
+        assert!(!all_recently_kept(0, [0x5000]));
+    }
+
+    /// A resource's own `Arc` and its `Keep` have one identity: what a launch compares without
+    /// cloning is what the record remembered after keeping it, and a graph's set of kept
+    /// resources is found among an executable's retired ones.
+    #[test]
+    fn a_resource_and_its_keep_have_one_identity() {
+        let set = Arc::new(vec![Arc::new(1u8) as Keep]);
+        let module = Arc::new(3u64);
+        assert_eq!(keep_id(&set), keep_id(&(set.clone() as Keep)));
+        assert_eq!(keep_id(&module), keep_id(&(module.clone() as Keep)));
+        assert_ne!(keep_id(&set), keep_id(&module));
+    }
+
+    #[test]
+    fn the_memory_of_kept_resources_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Kept>(), 64);
     }
 
     #[test]

@@ -200,13 +200,15 @@ impl Graph {
         journal: Vec<Entry>,
         keep: Vec<Keep>,
     ) -> Graph {
+        // One label for the graph and its driver graph's owner.
+        let label: Arc<str> = label.into();
         Graph {
             raw,
-            owner: SharedRaw::new(ctx.clone(), raw, label),
+            owner: SharedRaw::new(ctx.clone(), raw, label.clone()),
             lazy: Lazy::pending(journal),
             ctx,
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
-            label: label.into(),
+            label,
             keep: Arc::new(keep),
             facts: OnceCell::new(),
             bodies: Arc::new(Vec::new()),

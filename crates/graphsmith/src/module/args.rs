@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 
 use graphsmith_model::{Access, AccessMode};
 
-use crate::context::{Footprint, Keep};
+use crate::context::{keep_id, Footprint, Keep};
 use crate::memory::{Allocation, DeviceBuffer, Element, View, ViewMut};
 
 /// Kernel arguments, in order. Device buffers passed by shared borrow are recorded as reads,
@@ -223,14 +223,25 @@ pub(crate) struct LaunchFootprint<'a, M> {
     pub(crate) module: &'a Arc<M>,
 }
 
+impl<'a, M> LaunchFootprint<'a, M> {
+    /// The identities of what the launch's graph must keep ([`keep_id`]), in the order
+    /// [`Footprint::each_keep`] names them, with nothing cloned: what a captured launch with the
+    /// journal off compares with what this thread kept for the capture lately.
+    pub(crate) fn keep_ids(&self) -> impl Iterator<Item = usize> + 'a {
+        let module = keep_id(self.module);
+        self.buffers
+            .iter()
+            .map(|b| keep_id(&b.alloc))
+            .chain(std::iter::once(module))
+    }
+}
+
 impl<M: std::any::Any + Send + Sync> Footprint for LaunchFootprint<'_, M> {
     fn each_keep(&self, f: &mut dyn FnMut(usize, &dyn Fn() -> Keep)) {
         for b in self.buffers {
-            f(Arc::as_ptr(&b.alloc) as usize, &|| b.alloc.clone() as Keep);
+            f(keep_id(&b.alloc), &|| b.alloc.clone() as Keep);
         }
-        f(Arc::as_ptr(self.module) as usize, &|| {
-            self.module.clone() as Keep
-        });
+        f(keep_id(self.module), &|| self.module.clone() as Keep);
     }
 
     fn accesses(&self) -> Vec<Access> {
@@ -327,5 +338,25 @@ mod tests {
         assert!(buffers.is_empty());
         assert!(!pointers.pointers.spilled());
         assert_eq!(pointers.as_mut_slice().len(), 8);
+    }
+
+    /// What a captured launch compares without cloning (`keep_ids`) names exactly what it keeps
+    /// (`each_keep`), so a launch found all kept by the one is kept by the capture's record.
+    #[test]
+    fn keep_ids_name_what_each_keep_keeps() {
+        use crate::context::{keep_id, Footprint};
+        use std::sync::Arc;
+        let module = Arc::new(7u64);
+        let footprint = super::LaunchFootprint {
+            buffers: &[],
+            module: &module,
+        };
+        let mut kept = Vec::new();
+        footprint.each_keep(&mut |id, make| {
+            assert_eq!(id, keep_id(&make()));
+            kept.push(id);
+        });
+        assert_eq!(footprint.keep_ids().collect::<Vec<_>>(), kept);
+        assert_eq!(kept, vec![Arc::as_ptr(&module) as usize]);
     }
 }

@@ -92,16 +92,27 @@ impl Stream {
         }
     }
 
+    /// The graphsmith capture this stream takes part in, `(id, journal)`, when known without a
+    /// lock or a driver call: the capture it was last seen in, while no capture has ended since
+    /// (the fast path of `membership`). `None`: ask `membership`.
+    pub(crate) fn confirmed_capture(&self) -> Option<(u64, bool)> {
+        let epoch = CAPTURE_EPOCH.load(Ordering::Acquire);
+        let hint = self.capture_hint.load(Ordering::Acquire);
+        (hint != 0 && self.hint_epoch.load(Ordering::Acquire) == epoch)
+            .then_some((hint & !JOURNAL_BIT, hint & JOURNAL_BIT != 0))
+    }
+
     fn membership(&self) -> Result<Membership, Failure> {
         // Fast path: the capture this stream was last seen in, confirmed while no capture has
         // ended since (a stream leaves a capture only when the capture ends).
+        if let Some((id, journal)) = self.confirmed_capture() {
+            return Ok(Membership::Ours(id, journal));
+        }
+        // Some capture ended since: confirm the remembered one under the lock.
         let epoch = CAPTURE_EPOCH.load(Ordering::Acquire);
         let hint = self.capture_hint.load(Ordering::Acquire);
         if hint != 0 {
             let (id, journal) = (hint & !JOURNAL_BIT, hint & JOURNAL_BIT != 0);
-            if self.hint_epoch.load(Ordering::Acquire) == epoch {
-                return Ok(Membership::Ours(id, journal));
-            }
             if self.ctx.capture_running(id).is_some() {
                 self.hint_epoch.store(epoch, Ordering::Release);
                 return Ok(Membership::Ours(id, journal));

@@ -11,7 +11,7 @@ use graphsmith_model::AccessMode;
 pub use crate::stream::Event;
 
 use crate::context::Context;
-use crate::context::{ActiveCapture, Keep};
+use crate::context::{all_recently_kept, ActiveCapture, Keep};
 use crate::context::{Kind, Op};
 use crate::driver::{self, check, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
@@ -289,6 +289,17 @@ impl Stream {
             buffers,
             module: &kernel.module.inner,
         };
+        // With the journal off, a launch whose buffers and module this thread already kept for
+        // the capture (its record holds them until the capture ends) has nothing to record:
+        // it costs what an eager launch costs, plus the capture check and one look at them.
+        if let Some((id, false)) = self.confirmed_capture() {
+            if all_recently_kept(id, footprint.keep_ids()) {
+                let result = launch(pointers.as_mut_slice()).map_err(fail);
+                self.after_programmatic
+                    .store(kernel.programmatic && result.is_ok(), Ordering::Release);
+                return result;
+            }
+        }
         let journal = Op {
             footprint: Some(&footprint),
             target: Some(kernel.function.func as u64),

@@ -408,3 +408,40 @@ fn whole_graph_updates_keep_the_template_in_step_for_every_kind_of_graph() {
         .collect();
     assert_eq!(copied_from, vec![src2.device_ptr()]);
 }
+
+/// Updating back and forth between two graphs, launching after each update: every update is
+/// applied in place, and the graph updated away from keeps its buffers as long as a launch may
+/// use them, also when its handles are dropped right after a launch.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn updating_back_and_forth_keeps_both_graphs_buffers() {
+    let gpu = Gpu::new();
+    let start = inputs(N, 5);
+    let mut x = gpu.buffer("x", &start);
+    let mut y = gpu.buffer("y", &start);
+    let a = chain(&gpu, "a", &mut x, &[1.0, 2.0], false);
+    let b = chain(&gpu, "b", &mut y, &[10.0, 20.0], false);
+    let mut exec = a.instantiate().unwrap();
+    let mut launches_of_a = 0;
+    for round in 0..100 {
+        let g = if round % 2 == 0 { &b } else { &a };
+        let outcome = exec.update(g, UpdatePolicy::InPlace).unwrap();
+        assert_eq!(outcome, UpdateOutcome::Updated);
+        exec.launch(&gpu.stream).unwrap();
+        launches_of_a += round % 2;
+    }
+    exec.update(&b, UpdatePolicy::InPlace).unwrap();
+    exec.launch(&gpu.stream).unwrap();
+    drop(b);
+    drop(y);
+    exec.update(&a, UpdatePolicy::InPlace).unwrap();
+    exec.launch(&gpu.stream).unwrap();
+    launches_of_a += 1;
+    let want: Vec<f32> = start
+        .iter()
+        .map(|&v| (0..launches_of_a).fold(v, |v, _| (v + 1.0) + 2.0))
+        .collect();
+    assert_same("back and forth", &gpu.read(&x), &want);
+    assert_eq!(exec.stats().graph_updates, 102);
+    assert_eq!(exec.stats().reinstantiations, 0);
+}

@@ -6,7 +6,7 @@ use cudarc::driver::sys;
 use graphsmith_model as model;
 
 use crate::context::Context;
-use crate::context::Keep;
+use crate::context::{keep_id, Keep};
 use crate::driver::{self, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::exec::NodeUpdate;
@@ -28,16 +28,17 @@ pub struct ExecStats {
 /// Instantiates `graph` (`cuGraphInstantiateWithFlags`): every instantiation goes through
 /// here, so a second executable of a graph with conditional nodes is refused first
 /// ([`Graph::refuse_second_exec`]; `holders` is how many shares of the driver graph the caller
-/// holds besides `graph`). A driver failure is an error of `op` on `object` at `at`.
+/// holds besides `graph`). A driver failure is an error of `op` on `object()` at `at`.
 pub(crate) fn instantiate_raw(
     graph: &Graph,
     holders: usize,
-    object: ObjectRef,
+    object: impl Fn() -> ObjectRef,
     op: &'static str,
     at: SourceLine,
 ) -> Result<sys::CUgraphExec> {
     graph.refuse_second_exec(holders, op, at)?;
-    let fail = |f: Failure| f.on(object.clone(), op, at);
+    // The object is named only for an error: an instantiation that works allocates nothing here.
+    let fail = |f: Failure| f.on(object(), op, at);
     graph.ctx.bind().map_err(fail)?;
     let _guard = graph.raw_guard();
     // SAFETY: graph.raw is live; calls on it are serialised (the guard while an executable's
@@ -83,7 +84,10 @@ pub struct Exec {
     /// instantiated from, and the graph of its latest whole-graph update.
     pub(crate) instantiated_from: u64,
     pub(crate) origin: u64,
-    pub(crate) label: String,
+    /// The label of the graph instantiated from or last updated from (shared with it); the
+    /// executable's own label, that plus `#exec`, is made in `label` when first asked for.
+    pub(crate) graph_label: Arc<str>,
+    pub(crate) label: std::sync::OnceLock<String>,
     /// What per-node updates set, by node index, holding the buffers they reference (see
     /// `exec/node_updates.rs`); empty until the first per-node update.
     pub(crate) overrides: Vec<Option<NodeUpdate>>,
@@ -154,7 +158,12 @@ unsafe impl Sync for Exec {}
 
 impl std::fmt::Debug for Exec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Exec '{}' (template: {:?})", self.label, self.current())
+        write!(
+            f,
+            "Exec '{}' (template: {:?})",
+            self.label(),
+            self.current()
+        )
     }
 }
 
@@ -166,14 +175,14 @@ impl Drop for Exec {
 
 impl Exec {
     pub(crate) fn new(raw: sys::CUgraphExec, template: Graph, origin: u64) -> Self {
-        let label = format!("{}#exec", template.label());
         Self {
             raw,
+            graph_label: template.label.clone(),
             template,
             current: None,
             instantiated_from: origin,
             origin,
-            label,
+            label: std::sync::OnceLock::new(),
             overrides: Vec::new(),
             model_cache: std::sync::OnceLock::new(),
             retired: Vec::new(),
@@ -193,8 +202,9 @@ impl Exec {
             return;
         }
         let ctx = self.template.ctx.clone();
-        let label = self.label.clone();
-        let me = || ObjectRef::new(ObjectKind::Exec, &label);
+        // The label is made only where it is used (a failure, a deferred destruction).
+        let graph_label = self.graph_label.clone();
+        let me = || ObjectRef::new(ObjectKind::Exec, format!("{graph_label}#exec"));
         match self.try_wait() {
             Ok(true) => {}
             Ok(false) => {
@@ -212,7 +222,7 @@ impl Exec {
                 }
                 ctx.defer(crate::context::Deferred::Exec(Box::new(RetiredExec {
                     raw,
-                    label: self.label.clone(),
+                    label: self.label().to_string(),
                     streams: std::mem::take(&mut self.launched_on),
                     _keep: keep,
                 })));
@@ -227,7 +237,16 @@ impl Exec {
 
     /// The executable's label (`<graph label>#exec`).
     pub fn label(&self) -> &str {
-        &self.label
+        self.label
+            .get_or_init(|| format!("{}#exec", self.graph_label))
+    }
+    /// Takes `graph`'s label as the one this executable's label is made from (after an update
+    /// or a rebuild from `graph`); a label that stays the same is neither copied nor made again.
+    pub(crate) fn follow_label(&mut self, graph: &Graph) {
+        if *self.graph_label != *graph.label {
+            self.graph_label = graph.label.clone();
+            self.label = std::sync::OnceLock::new();
+        }
     }
     /// The model of the executable's template, with every update applied.
     pub fn model(&self) -> &model::Graph {
@@ -273,7 +292,7 @@ impl Exec {
         &self.template.ctx
     }
     pub(crate) fn object(&self) -> ObjectRef {
-        ObjectRef::new(ObjectKind::Exec, &self.label)
+        ObjectRef::new(ObjectKind::Exec, self.label())
     }
 
     /// Checks that `node` addresses a node of this executable; returns its index.
@@ -335,23 +354,31 @@ impl Exec {
     /// one of them would be released for good, it waits now (so memory comes back promptly),
     /// unless a capture runs.
     pub(crate) fn retire(&mut self, old: Vec<Keep>) -> Result<(), Failure> {
-        self.retire_sets(old, Vec::new())
+        self.retire_sets(old, None)
     }
 
-    /// [`Exec::retire`] for single resources and for whole sets of them (a graph's).
+    /// [`Exec::retire`] for single resources and for a whole set of them (a graph's). A set
+    /// this executable holds anyway (its instantiation template's, or one it retired already and
+    /// has not waited for since) is not held a second time: a whole-graph update going back and
+    /// forth between two graphs retires nothing new, allocates nothing and never fills
+    /// `retired`.
     pub(crate) fn retire_sets(
         &mut self,
         old: Vec<Keep>,
-        sets: Vec<Arc<Vec<Keep>>>,
+        set: Option<Arc<Vec<Keep>>>,
     ) -> Result<(), Failure> {
         if self.launched_on.is_empty() {
             return Ok(());
         }
+        let set = set.filter(|set| !self.holds_set(set));
+        if old.is_empty() && set.is_none() {
+            return Ok(());
+        }
         let last = |k: &Keep| Arc::strong_count(k) == 1;
         let releasing = old.iter().any(last)
-            || sets
-                .iter()
-                .any(|set| Arc::strong_count(set) == 1 && set.iter().any(last));
+            || set
+                .as_ref()
+                .is_some_and(|set| Arc::strong_count(set) == 1 && set.iter().any(last));
         let waited = if releasing {
             self.try_wait()
         } else {
@@ -360,10 +387,18 @@ impl Exec {
         if !matches!(waited, Ok(true)) {
             // Kept, also when the wait failed: dropping them now could free memory in use.
             self.retired.extend(old);
-            self.retired.extend(sets.into_iter().map(|set| set as Keep));
+            self.retired.extend(set.map(|set| set as Keep));
         }
         waited?;
         self.prune_retired()
+    }
+
+    /// Whether this executable keeps `set` alive as long as its launches need it already: it is
+    /// the instantiation template's (held for the executable's whole life), or retired and not
+    /// yet let go (held until a wait covers every launch made so far).
+    fn holds_set(&self, set: &Arc<Vec<Keep>>) -> bool {
+        Arc::ptr_eq(set, &self.template.keep)
+            || self.retired.iter().any(|k| keep_id(k) == keep_id(set))
     }
 
     /// Bounds what `retired` holds between waits: past a few dozen entries it is emptied as
@@ -457,7 +492,7 @@ impl Graph {
     #[track_caller]
     pub fn instantiate(&self) -> Result<Exec> {
         let at = SourceLine::caller();
-        let raw = instantiate_raw(self, 0, self.object(), "Graph::instantiate", at)?;
+        let raw = instantiate_raw(self, 0, || self.object(), "Graph::instantiate", at)?;
         Ok(Exec::new(raw, self.share(), self.id))
     }
 
@@ -471,7 +506,7 @@ impl Graph {
 
     fn into_exec_at(self, origin: u64, at: SourceLine) -> Result<Exec> {
         // Handed over, but an executable made earlier by `Graph::instantiate` may still share it.
-        let raw = instantiate_raw(&self, 0, self.object(), "Graph::into_exec", at)?;
+        let raw = instantiate_raw(&self, 0, || self.object(), "Graph::into_exec", at)?;
         Ok(Exec::new(raw, self, origin))
     }
 }

@@ -409,12 +409,12 @@ impl Exec {
                     .flatten()
                     .filter(|t| Arc::ptr_eq(&t.owner, &graph.owner))
                     .count();
-                let raw = instantiate_raw(graph, held, self.object(), op, at)?;
+                let raw = instantiate_raw(graph, held, || self.object(), op, at)?;
                 self.release();
                 self.raw = raw;
                 self.instantiated_from = graph.id;
                 self.origin = graph.id;
-                self.label = format!("{}#exec", graph.label());
+                self.follow_label(graph);
                 self.template = graph.share();
                 self.current = None;
                 self.overrides.clear();
@@ -459,13 +459,10 @@ impl Exec {
         self.stale.clear();
         self.any_stale = false;
         self.origin = graph.id;
-        let label = graph.label();
-        if !(self.label.len() == label.len() + 5 && self.label.starts_with(label)) {
-            self.label = format!("{label}#exec");
-        }
+        self.follow_label(graph);
         match previous {
             Some(previous) if !Arc::ptr_eq(&previous.keep, &graph.keep) => {
-                self.retire_sets(old, vec![previous.keep.clone()])
+                self.retire_sets(old, Some(previous.keep.clone()))
             }
             _ if old.is_empty() => Ok(()),
             _ => self.retire(old),

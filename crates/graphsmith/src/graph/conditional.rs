@@ -393,19 +393,14 @@ impl Graph {
                 .map(|n| n.label.clone());
             return Some(label.unwrap_or_else(|| format!("#{}", b.node.index())));
         }
-        let model = if read {
-            self.model()
+        let parts = if read {
+            self.parts()
         } else {
-            &self.lazy.made()?.model
+            self.lazy.made()?
         };
-        model
-            .nodes
-            .iter()
-            .find(|n| {
-                matches!(&n.kind, NodeKind::Conditional { .. })
-                    || matches!(&n.kind, NodeKind::Other { name } if name == "conditional")
-            })
-            .map(|n| n.label.clone())
+        // Looked for once per parts, not on every instantiation of a shared graph.
+        let index = self.lazy.conditional(parts)?;
+        parts.model.nodes.get(index).map(|n| n.label.clone())
     }
 
     /// Why this graph cannot be copied (`cuGraphClone`), naming the node; `None` when it can.

@@ -48,7 +48,11 @@ unsafe impl Send for SharedRaw {}
 unsafe impl Sync for SharedRaw {}
 
 impl SharedRaw {
-    pub(crate) fn new(ctx: Context, raw: sys::CUgraph, label: &str) -> Arc<SharedRaw> {
+    pub(crate) fn new(
+        ctx: Context,
+        raw: sys::CUgraph,
+        label: impl Into<Arc<str>>,
+    ) -> Arc<SharedRaw> {
         Arc::new(SharedRaw {
             raw,
             ctx,
@@ -140,6 +144,12 @@ pub(crate) struct Parts {
     pub kernels: Arc<Vec<Option<KernelFn>>>,
 }
 
+/// Whether a model node is a conditional node (built here, or read back from the driver).
+pub(crate) fn is_conditional(n: &model::Node) -> bool {
+    matches!(&n.kind, model::NodeKind::Conditional { .. })
+        || matches!(&n.kind, model::NodeKind::Other { name } if name == "conditional")
+}
+
 /// The parts of a graph, made when first asked for.
 pub(crate) struct Lazy {
     parts: OnceLock<Parts>,
@@ -147,6 +157,9 @@ pub(crate) struct Lazy {
     pending: Mutex<Option<Vec<Entry>>>,
     /// Why the read-back failed, when it did (the parts are then empty).
     failure: OnceLock<Failure>,
+    /// The index of the first conditional node of the model, once looked for (every
+    /// instantiation of a shared graph asks; see [`Lazy::conditional`]). Reset with the parts.
+    conditional: OnceLock<Option<usize>>,
 }
 
 // SAFETY: `Parts` holds driver node handles (plain pointers used as keys and as arguments of
@@ -162,11 +175,24 @@ impl Lazy {
             parts: OnceLock::from(parts),
             pending: Mutex::new(None),
             failure: OnceLock::new(),
+            conditional: OnceLock::new(),
         })
     }
     /// The parts, if made already.
     pub(crate) fn made(&self) -> Option<&Parts> {
         self.parts.get()
+    }
+    /// The index of the first conditional node of `parts` (these parts, made), looked for once:
+    /// the parts change only through [`Graph::parts_mut`], which forgets the answer.
+    pub(crate) fn conditional(&self, parts: &Parts) -> Option<usize> {
+        *self
+            .conditional
+            .get_or_init(|| parts.model.nodes.iter().position(is_conditional))
+    }
+    /// The parts, made, to change them: what was found in them is forgotten.
+    fn parts_to_change(&mut self) -> Option<&mut Parts> {
+        self.conditional.take();
+        self.parts.get_mut()
     }
     /// Parts read back from the driver when first asked for, labelled from `journal`.
     pub(crate) fn pending(journal: Vec<Entry>) -> Arc<Lazy> {
@@ -174,6 +200,7 @@ impl Lazy {
             parts: OnceLock::new(),
             pending: Mutex::new(Some(journal)),
             failure: OnceLock::new(),
+            conditional: OnceLock::new(),
         })
     }
 }
@@ -221,7 +248,7 @@ impl Graph {
             let parts = self.parts().clone();
             self.lazy = Lazy::known(parts);
         }
-        match Arc::get_mut(&mut self.lazy).and_then(|l| l.parts.get_mut()) {
+        match Arc::get_mut(&mut self.lazy).and_then(Lazy::parts_to_change) {
             Some(parts) => parts,
             None => unreachable!("a fresh Lazy is unique and known"),
         }
@@ -301,7 +328,7 @@ impl Graph {
         // SAFETY: self.raw is live; calls on it are serialised (guard or !Sync).
         let raw = unsafe { driver::graph_clone(self.raw) }?;
         // Own the copy at once, so an error below destroys it.
-        let owner = SharedRaw::new(self.ctx.clone(), raw, &self.label);
+        let owner = SharedRaw::new(self.ctx.clone(), raw, self.label.clone());
         let mut handles = Vec::with_capacity(parts.handles.len());
         for &original in &parts.handles {
             // SAFETY: original is a node of self.raw, and raw was cloned from it.
@@ -342,5 +369,43 @@ impl Graph {
             bodies: self.bodies.clone(),
             _not_sync: std::marker::PhantomData,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the first conditional node is is looked for once, and looked for again after the
+    /// parts change (a conditional node added by the builder).
+    #[test]
+    fn the_conditional_node_is_found_once_and_again_after_a_change() {
+        let mut model = model::Graph::new("g");
+        model.add_node(
+            "k",
+            model::NodeKind::Other {
+                name: "kernel".into(),
+            },
+        );
+        let mut lazy = Lazy {
+            parts: OnceLock::from(Parts {
+                model: Arc::new(model),
+                ..Parts::default()
+            }),
+            pending: Mutex::new(None),
+            failure: OnceLock::new(),
+            conditional: OnceLock::new(),
+        };
+        let parts = lazy.made().cloned().unwrap_or_default();
+        assert_eq!(lazy.conditional(&parts), None);
+        let Some(changing) = lazy.parts_to_change() else {
+            panic!("known parts can be changed");
+        };
+        let name = "conditional".to_string();
+        Arc::make_mut(&mut changing.model).add_node("if", model::NodeKind::Other { name });
+        let parts = lazy.made().cloned().unwrap_or_default();
+        assert_eq!(lazy.conditional(&parts), Some(1));
+        assert!(is_conditional(&parts.model.nodes[1]));
+        assert!(!is_conditional(&parts.model.nodes[0]));
     }
 }

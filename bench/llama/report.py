@@ -42,10 +42,24 @@ def load(path):
             if "error" in row:
                 errors.append(f"{row.get('impl')} {row.get('config')} batch {row.get('batch')}: {row['error']}")
             elif all(k in row for k in ("impl", "config", "batch", "steps_per_s")):
+                row["config"] = config_name(row["config"])
                 rows.append(row)
             else:
                 errors.append(f"line {n}: missing impl/config/batch/steps_per_s")
     return rows, errors
+
+
+def config_name(config):
+    """The config a row names: graphsmith-llama names a model by its folder
+    (`/tmp/llama-models/small-a`) or as `random:<config>:<seed>`; torch_bench.py by the
+    folder's name less `-a`/`-b`. All become that short name."""
+    if config.startswith("random:"):
+        return config.split(":")[1]
+    name = os.path.basename(config.rstrip("/"))
+    for suffix in ("-a", "-b"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def index(rows):
@@ -260,6 +274,10 @@ def self_test():
     assert md.index("## Config `small`") < md.index("## Config `1b`")
     # Nothing measured: every goal says so rather than met or missed.
     assert all(s == "not measured" for _, s, _ in goals({}))
+    # graphsmith-llama names models by folder or as random:<config>:<seed>.
+    for given, want in [("/tmp/llama-models/small-a", "small"), ("/m/1b/", "1b"),
+                        ("random:tiny:3", "tiny"), ("1b", "1b")]:
+        assert config_name(given) == want, (given, config_name(given))
     print("report self-test: ok", file=sys.stderr)
     return 0
 

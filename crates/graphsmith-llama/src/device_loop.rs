@@ -143,8 +143,15 @@ impl DecodeLoop {
     }
 
     /// Queues one launch: up to `steps` steps for the first `batch` rows (each decodes from
-    /// the token and position the last step left), a row stopping at `eos`. Returns without
-    /// waiting; [`DecodeLoop::read`] waits and reads the tokens.
+    /// the token and position the last step left), a row stopping at `eos`. The state is
+    /// uploaded first, which waits for the stream; the graph launch itself does not wait:
+    /// [`DecodeLoop::read`] waits and reads the tokens.
+    ///
+    /// Every one of the first `batch` rows must still be decoding (a position of 0 or more):
+    /// a row that already stopped (padding) is recorded with one token, its padding logits'
+    /// argmax, before the loop sees that it stopped. Rows of the bucket past `batch` are not
+    /// recorded; if they still hold a position they decode along, so make them padding first
+    /// (a [`Model::step`] of `batch` rows does).
     pub fn launch(
         &mut self,
         stream: &Stream,
@@ -206,7 +213,8 @@ pub fn split_history(history: &[i32], rows: usize, batch: usize, steps: usize) -
 impl Model {
     /// Runs up to `steps` decode steps for the first `batch` rows in one launch of the
     /// device-side loop (graphs mode), from where the last step left each row. The loop of
-    /// the batch's bucket is built on first use (for at least `steps` steps) and kept.
+    /// the batch's bucket is built on first use (for at least `steps` steps) and kept. The
+    /// rows must still be decoding ([`DecodeLoop::launch`] says why).
     pub fn decode_loop(&mut self, batch: usize, steps: usize, eos: Option<i32>) -> Result<LoopRun> {
         self.launch_loop(batch, steps, eos)?;
         let bucket = bucket_for(batch).unwrap_or(batch);

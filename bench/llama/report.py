@@ -8,8 +8,9 @@ Per config: a table (rows: implementation; columns: batch 1/8/64 steps/s, ms per
 memory), the ratio of graphsmith graphs to the best PyTorch contender at each batch, the 1B
 floor ratio (graphsmith's ms per step over weight bytes / copy bandwidth of the same run); then
 every goal of issue 13 with met/missed, whether PyTorch reached the figures the issue quotes,
-the machine and the command. Lines that do not start with `{` are ignored; rows with an
-"error" field are listed as failures.
+the machine and the command; `graphsmith-llama bench-loop` lines (the device-side loop) get a
+table of their own. Lines that do not start with `{` are ignored; rows with an "error" field
+are listed as failures.
 """
 
 import argparse
@@ -28,7 +29,8 @@ ISSUE_FIGURES = [("small", 1, 528.0), ("1b", 1, 384.0), ("1b", 64, 245.0)]
 
 
 def load(path):
-    rows, errors = [], []
+    """(decode rows, errors, loop rows): `graphsmith-llama bench-loop` lines go apart."""
+    rows, errors, loops = [], [], []
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -39,14 +41,17 @@ def load(path):
             except ValueError as e:
                 errors.append(f"line {n}: not JSON ({e})")
                 continue
-            if "error" in row:
+            if "loop_ms_per_step" in row and "host_ms_per_step" in row and "k" in row:
+                row["config"] = config_name(row.get("config", "?"))
+                loops.append(row)
+            elif "error" in row:
                 errors.append(f"{row.get('impl')} {row.get('config')} batch {row.get('batch')}: {row['error']}")
             elif all(k in row for k in ("impl", "config", "batch", "steps_per_s")):
                 row["config"] = config_name(row["config"])
                 rows.append(row)
             else:
                 errors.append(f"line {n}: missing impl/config/batch/steps_per_s")
-    return rows, errors
+    return rows, errors, loops
 
 
 def config_name(config):
@@ -188,7 +193,40 @@ def machine(rows):
     return "unknown (no row names the machine)"
 
 
-def render(rows, errors, command):
+def loop_section(loops):
+    """The device-side loop against K host launches of the step graph (`bench-loop`), and the
+    loop with PDL against the step graph without it (issue 14's goal: at least 1.15x on the
+    small config)."""
+    if not loops:
+        return []
+    out = ["## The device-side loop (`graphsmith-llama bench-loop`)", "",
+           "| config | batch | K | PDL | loop, ms/step | K launches, ms/step | loop / launches | same tokens |",
+           "|---|---:|---:|---|---:|---:|---:|---|"]
+    key = lambda r: (CONFIG_ORDER.index(r["config"]) if r["config"] in CONFIG_ORDER else 99, r["config"],
+                     r["batch"], r["k"], not r["pdl"])
+    for r in sorted(loops, key=key):
+        out.append(f"| {r['config']} | {r['batch']} | {r['k']} | {'on' if r['pdl'] else 'off'} | "
+                   f"{r['loop_ms_per_step']:.4f} | {r['host_ms_per_step']:.4f} | "
+                   f"{r['host_ms_per_step'] / r['loop_ms_per_step']:.3f}x | {'yes' if r['same_tokens'] else '**no**'} |")
+    plain = {(r["config"], r["batch"], r["k"]): r for r in loops if not r["pdl"]}
+    ratios = []
+    for r in sorted(loops, key=key):
+        p = plain.get((r["config"], r["batch"], r["k"]))
+        if r["pdl"] and p:
+            ratio = p["host_ms_per_step"] / r["loop_ms_per_step"]
+            ratios.append((r, ratio))
+    if ratios:
+        out += ["", "The loop with PDL against the step graph without it (K host launches):", ""]
+        for r, ratio in ratios:
+            goal = ""
+            if r["config"] == "small" and r["batch"] == 1:
+                goal = " (goal 1.15x: " + ("met" if ratio >= 1.15 else "**missed**") + ")"
+            out.append(f"- {r['config']}, batch {r['batch']}, K = {r['k']}: {ratio:.3f}x{goal}")
+    out.append("")
+    return out
+
+
+def render(rows, errors, command, loops=()):
     idx = index(rows)
     configs = ordered({k[0] for k in idx}, CONFIG_ORDER)
     out = ["# Llama decode: graphsmith against PyTorch", ""]
@@ -209,6 +247,7 @@ def render(rows, errors, command):
     out += ["", "## PyTorch against the figures the issue quotes", "", "| figure | status | measured |", "|---|---|---|"]
     out += [f"| {g} | {s} | {e} |" for g, s, e in baselines(idx)]
     out.append("")
+    out += loop_section(list(loops))
     if errors:
         out += ["## Failures", ""] + [f"- {e}" for e in errors] + [""]
     return "\n".join(out)
@@ -237,14 +276,19 @@ def self_test():
         row("graphsmith-graphs", "1b", 64, 250.0, **floor),
         row("lean-compiled", "1b", 64, 200.0),
         json.dumps({"impl": "hf-generate-eager", "config": "1b", "batch": 8, "error": "RuntimeError: boom"}),
+        # bench-loop: the loop with PDL 0.5 ms/step, the step graph without PDL 0.6 (1.2x).
+        json.dumps({"impl": "graphsmith-loop", "config": "/m/small-a", "batch": 1, "k": 16, "pdl": True,
+                    "loop_ms_per_step": 0.5, "host_ms_per_step": 0.51, "same_tokens": True}),
+        json.dumps({"impl": "graphsmith-loop-nopdl", "config": "/m/small-a", "batch": 1, "k": 16, "pdl": False,
+                    "loop_ms_per_step": 0.59, "host_ms_per_step": 0.6, "same_tokens": True}),
     ]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "rows.jsonl")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
-        rows, errors = load(path)
-        assert len(rows) == 11 and len(errors) == 1, (len(rows), errors)
-        md = render(rows, errors, "bash bench/llama/run.sh bench out")
+        rows, errors, loops = load(path)
+        assert len(rows) == 11 and len(errors) == 1 and len(loops) == 2, (len(rows), errors, loops)
+        md = render(rows, errors, "bash bench/llama/run.sh bench out", loops)
         md_path = os.path.join(d, "report.md")
         assert main_args([path, "--md", md_path, "--command", "x"]) == 0 and os.path.getsize(md_path) > 0
     g = {text: (status, ev) for text, status, ev in goals(index(rows))}
@@ -263,6 +307,8 @@ def self_test():
     assert b == {"small, batch 1: best PyTorch ≥ 528 steps/s": "reached",
                  "1b, batch 1: best PyTorch ≥ 384 steps/s": "within 5%",
                  "1b, batch 64: best PyTorch ≥ 245 steps/s": "below"}, b
+    assert "- small, batch 1, K = 16: 1.200x (goal 1.15x: met)" in md, md
+    assert "| small | 1 | 16 | on | 0.5000 | 0.5100 | 1.020x | yes |" in md, md
     for needle in ["GPU NVIDIA H200, driver 570.1, torch 2.11.0, transformers 5.17.0",
                    "`bash bench/llama/run.sh bench out`", "## Config `small`", "## Config `1b`",
                    "**4.72x** (2500.0 vs 530.0 steps/s)", "**1.74x the floor**",
@@ -293,8 +339,8 @@ def main_args(argv):
         return self_test()
     if not args.rows:
         ap.error("ROWS.jsonl is required")
-    rows, errors = load(args.rows)
-    md = render(rows, errors, args.command)
+    rows, errors, loops = load(args.rows)
+    md = render(rows, errors, args.command, loops)
     if args.md:
         with open(args.md, "w") as f:
             f.write(md + "\n")

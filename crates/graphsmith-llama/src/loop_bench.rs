@@ -155,3 +155,39 @@ pub fn bench_loop(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(ks: &[usize], batches: &[usize], runs: usize) -> String {
+        let source = Source::Random {
+            config: "tiny".into(),
+            seed: 1,
+        };
+        let b = LoopBench {
+            source: &source,
+            batches,
+            ks,
+            pdls: &[Pdl::Off],
+            warmup: 1,
+            runs,
+            progress: false,
+        };
+        let no_device =
+            || -> Result<Context> { panic!("bad input must be refused before the device") };
+        match bench_loop(no_device, &b, |_| {}) {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("accepted ks {ks:?} batches {batches:?} runs {runs}"),
+        }
+    }
+
+    #[test]
+    fn bad_requests_are_refused_before_the_device_with_the_flag_named() {
+        assert!(refused(&[0, 16], &[1], 3).contains("--k"));
+        assert!(refused(&[], &[1], 3).contains("--k"));
+        assert!(refused(&[16], &[1], 0).contains("--runs"));
+        assert!(refused(&[16], &[0], 3).contains("zero"));
+        assert!(refused(&[4096], &[1], 3).contains("context"));
+    }
+}

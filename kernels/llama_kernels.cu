@@ -501,6 +501,36 @@ __device__ __forceinline__ uint4 ldg_if(const uint4* p, bool ok) {
     return v;
 }
 
+// The prologue's 16-byte pieces per thread: rows of up to GEMV_XC * blockDim.x * 8 elements
+// (8,192 with 256 threads) are loaded in one round trip, every piece issued before any is used;
+// longer rows, or rows not in whole 16-byte pieces, take the element loop.
+#define GEMV_XC 4
+
+// A 16-byte load of data an earlier kernel wrote (plain global load), zeros when !ok.
+__device__ __forceinline__ uint4 ld_if(const uint4* p, bool ok) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (ok) v = *p;
+    return v;
+}
+
+// The 8 bf16 of a piece as floats.
+__device__ __forceinline__ void unpack8(uint4 v, float* f) {
+    unsigned int u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        f[2 * q] = __uint_as_float(u[q] << 16);
+        f[2 * q + 1] = __uint_as_float(u[q] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint4 pack8(const float* f) {
+    unsigned int u[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+        u[q] = (unsigned int)f2bf(f[2 * q]) | ((unsigned int)f2bf(f[2 * q + 1]) << 16);
+    return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
 template <int R, int PRO, int EPI>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
@@ -532,13 +562,67 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     unsigned long long bk[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) bk[r] = 0ull;
+    // The whole row in 16-byte pieces, one round trip (see GEMV_XC): x and, for the norm, its
+    // weights (read-only: loaded before the wait) must be 16-byte aligned, K a multiple of 8.
+    bool pieces = PRO != 2 && (k & 7) == 0 && k8 <= GEMV_XC * (int)blockDim.x &&
+                  (((unsigned long long)x) & 15ull) == 0ull &&
+                  (PRO != 1 || (((unsigned long long)nw) & 15ull) == 0ull);
+    uint4 nv[GEMV_XC];
+    if (PRO == 1 && pieces) {
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            int c = threadIdx.x + j * blockDim.x;
+            nv[j] = ldg_if((const uint4*)nw + c, c < k8);
+        }
+    }
     pdl_trigger();
     pdl_wait();
     int kpad = (k + 7) & ~7;
     int xstride = PRO == 2 ? 2 * k : k;
     for (int r = 0; r < R; ++r) {
         unsigned short* dst = xs + (size_t)r * kpad;
-        if (r < rows) {
+        if (r < rows && pieces) {
+            const uint4* xr4 = (const uint4*)(x + (size_t)(row0 + r) * xstride);
+            uint4* dst4 = (uint4*)dst;
+            uint4 xv[GEMV_XC];
+#pragma unroll
+            for (int j = 0; j < GEMV_XC; ++j) {
+                int c = threadIdx.x + j * blockDim.x;
+                xv[j] = ld_if(xr4 + c, c < k8);
+            }
+            if (PRO == 1) {
+                // HF RMSNorm as ll_rmsnorm: the sum of squares in f32, then per element
+                // bf16(w * bf16(x * inv)).
+                float ss = 0.0f;
+#pragma unroll
+                for (int j = 0; j < GEMV_XC; ++j) {
+                    float f[8];
+                    unpack8(xv[j], f);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) ss += f[e] * f[e];
+                }
+                ss = block_sum(ss, scratch);
+                float inv = rsqrtf(ss / (float)k + eps);
+#pragma unroll
+                for (int j = 0; j < GEMV_XC; ++j) {
+                    int c = threadIdx.x + j * blockDim.x;
+                    if (c < k8) {
+                        float f[8], g[8];
+                        unpack8(xv[j], f);
+                        unpack8(nv[j], g);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) f[e] = g[e] * rbf(f[e] * inv);
+                        dst4[c] = pack8(f);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < GEMV_XC; ++j) {
+                    int c = threadIdx.x + j * blockDim.x;
+                    if (c < k8) dst4[c] = xv[j];
+                }
+            }
+        } else if (r < rows) {
             const unsigned short* xr = x + (size_t)(row0 + r) * xstride;
             if (PRO == 1) {
                 float ss = 0.0f;
@@ -571,6 +655,16 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     // inside are safe; a group whose column is past n computes zeros and writes nothing.
     for (int base = base0; base < n; base += stride) {
         int o = base + g;
+        // The residual this column adds to (EPI 1), read now so its round trip overlaps the
+        // weights' arithmetic rather than following it.
+        float res[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) res[r] = 0.0f;
+        if (EPI == 1 && lane == 0 && sub == 0 && o < n) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (r < rows) res[r] = bf2f(((const unsigned short*)y)[(size_t)(row0 + r) * n + o]);
+        }
         float acc[P][R];
 #pragma unroll
         for (int p = 0; p < P; ++p)
@@ -658,8 +752,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                     if (EPI == 0) {
                         ((unsigned short*)y)[at] = f2bf(acc[0][r]);
                     } else if (EPI == 1) {
-                        unsigned short* yy = (unsigned short*)y;
-                        yy[at] = f2bf(bf2f(yy[at]) + rbf(acc[0][r]));
+                        ((unsigned short*)y)[at] = f2bf(res[r] + rbf(acc[0][r]));
                     } else if (EPI == 2) {
                         float v = rbf(acc[0][r]);
                         ((float*)y)[at] = v;

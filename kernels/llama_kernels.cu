@@ -403,7 +403,8 @@ extern "C" __global__ void ll_argmax(float* logits, unsigned long long* best, in
 
 // Greedy advance on the device: each row's argmax is decoded from best[r] into next[r] (and
 // best[r] reset to 0 for the next step); each active row takes it as the next token and moves
-// one position on (a row reaching the context's end becomes inactive).
+// one position on (a row reaching the context's end becomes inactive); a padding row's next
+// is -1.
 extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* tokens, int* pos,
                                       int rows, int max_ctx) {
     pdl_trigger();
@@ -412,9 +413,13 @@ extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* 
     if (r >= rows) return;
     unsigned long long b = best[r];
     best[r] = 0ull;
+    if (pos[r] < 0) {
+        // Padding: no token (the device-side loop tells a row that had already stopped by it).
+        next[r] = -1;
+        return;
+    }
     int n = b == 0ull ? 0 : (int)(0xffffffffu - (unsigned int)(b & 0xffffffffull));
     next[r] = n;
-    if (pos[r] < 0) return;
     tokens[r] = n;
     int p = pos[r] + 1;
     pos[r] = p < max_ctx ? p : -1;
@@ -445,7 +450,10 @@ extern "C" __global__ void ll_loop_control(const int* next, int* pos, int* histo
         int t = -1;
         if (live[r]) {
             t = next[r];
-            if ((eos >= 0 && t == eos) || pos[r] < 0) {
+            if (t < 0) {
+                // The row was padding when this step ran: it had stopped before the loop.
+                live[r] = 0;
+            } else if ((eos >= 0 && t == eos) || pos[r] < 0) {
                 live[r] = 0;
                 pos[r] = -1;
             } else {

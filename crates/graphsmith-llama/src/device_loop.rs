@@ -36,6 +36,8 @@ pub struct DecodeLoop {
     history: DeviceBuffer<i32>,
     pdl: bool,
     body_nodes: usize,
+    /// Whether the state of the next launch was written (each launch consumes it).
+    prepared: bool,
 }
 
 /// What one launch of the loop produced.
@@ -112,6 +114,7 @@ impl Decoder {
             history,
             pdl: self.uses_pdl(),
             body_nodes,
+            prepared: false,
         })
     }
 }
@@ -143,16 +146,27 @@ impl DecodeLoop {
     }
 
     /// Queues one launch: up to `steps` steps for the first `batch` rows (each decodes from
-    /// the token and position the last step left), a row stopping at `eos`. The state is
-    /// uploaded first, which waits for the stream; the graph launch itself does not wait:
-    /// [`DecodeLoop::read`] waits and reads the tokens.
+    /// the token and position the last step left), a row stopping at `eos`:
+    /// [`DecodeLoop::prepare`], then [`DecodeLoop::launch_prepared`]. [`DecodeLoop::read`]
+    /// waits and reads the tokens.
     ///
-    /// Every one of the first `batch` rows must still be decoding (a position of 0 or more):
-    /// a row that already stopped (padding) is recorded with one token, its padding logits'
-    /// argmax, before the loop sees that it stopped. Rows of the bucket past `batch` are not
-    /// recorded; if they still hold a position they decode along, so make them padding first
-    /// (a [`Model::step`] of `batch` rows does).
+    /// A row among the first `batch` that already stopped (padding) is recorded with no token.
+    /// Rows of the bucket past `batch` are not recorded; if they still hold a position they
+    /// decode along, so make them padding first (a [`Model::step`] of `batch` rows does).
     pub fn launch(
+        &mut self,
+        stream: &Stream,
+        steps: usize,
+        batch: usize,
+        eos: Option<i32>,
+    ) -> Result<()> {
+        self.prepare(stream, steps, batch, eos)?;
+        self.launch_prepared(stream)
+    }
+
+    /// Writes the state of the next launch (steps, end id, which rows decode). The upload
+    /// waits for the stream, so a timing that should hold only the loop prepares first.
+    pub fn prepare(
         &mut self,
         stream: &Stream,
         steps: usize,
@@ -178,6 +192,18 @@ impl DecodeLoop {
             *live = 1;
         }
         stream.upload(&mut self.state, &state)?;
+        self.prepared = true;
+        Ok(())
+    }
+
+    /// Queues the launch [`DecodeLoop::prepare`] wrote the state of (without waiting).
+    pub fn launch_prepared(&mut self, stream: &Stream) -> Result<()> {
+        if !std::mem::take(&mut self.prepared) {
+            return Err(LlamaError::Input(
+                "a loop launch without its state: call DecodeLoop::prepare first (each launch needs its own)"
+                    .into(),
+            ));
+        }
         self.exec.launch(stream)?;
         Ok(())
     }
@@ -213,8 +239,7 @@ pub fn split_history(history: &[i32], rows: usize, batch: usize, steps: usize) -
 impl Model {
     /// Runs up to `steps` decode steps for the first `batch` rows in one launch of the
     /// device-side loop (graphs mode), from where the last step left each row. The loop of
-    /// the batch's bucket is built on first use (for at least `steps` steps) and kept. The
-    /// rows must still be decoding ([`DecodeLoop::launch`] says why).
+    /// the batch's bucket is built on first use (for at least `steps` steps) and kept.
     pub fn decode_loop(&mut self, batch: usize, steps: usize, eos: Option<i32>) -> Result<LoopRun> {
         self.launch_loop(batch, steps, eos)?;
         let bucket = bucket_for(batch).unwrap_or(batch);
@@ -227,8 +252,27 @@ impl Model {
         }
     }
 
-    /// Queues one launch of the loop without reading its tokens (for timing).
+    /// Queues one launch of the loop without reading its tokens.
     pub fn launch_loop(&mut self, batch: usize, steps: usize, eos: Option<i32>) -> Result<()> {
+        self.prepare_loop(batch, steps, eos)?;
+        self.launch_prepared_loop(batch)
+    }
+
+    /// Queues the launch [`Model::prepare_loop`] prepared (for timing only the loop).
+    pub fn launch_prepared_loop(&mut self, batch: usize) -> Result<()> {
+        let bucket = bucket_for(batch).unwrap_or(batch);
+        let (stream, _, loops) = self.loop_parts()?;
+        match loops.get_mut(&bucket) {
+            Some(l) => l.launch_prepared(stream),
+            None => Err(LlamaError::Input(format!(
+                "no device-side loop for bucket {bucket}: prepare it first"
+            ))),
+        }
+    }
+
+    /// Builds the bucket's loop if needed and writes the state of its next launch
+    /// ([`DecodeLoop::prepare`]).
+    pub fn prepare_loop(&mut self, batch: usize, steps: usize, eos: Option<i32>) -> Result<()> {
         if batch == 0 || steps == 0 {
             return Err(LlamaError::Input(format!(
                 "a device-side loop for {batch} rows and {steps} steps: both must be at least 1"
@@ -248,7 +292,7 @@ impl Model {
             loops.insert(bucket, built);
         }
         match loops.get_mut(&bucket) {
-            Some(l) => l.launch(stream, steps, batch, eos),
+            Some(l) => l.prepare(stream, steps, batch, eos),
             None => Err(LlamaError::Input(format!(
                 "no device-side loop for bucket {bucket}"
             ))),

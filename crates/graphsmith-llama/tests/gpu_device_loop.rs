@@ -89,6 +89,25 @@ fn loop_matches_host_launches(pdl: Pdl) {
             };
             assert_eq!(stopped.tokens[r], expect, "{pdl:?} batch {batch} row {r}");
         }
+        // Going on after the end id: a row that stopped reports nothing; the others decode on
+        // (unless they stopped too).
+        let stopped_rows: Vec<bool> = stopped
+            .tokens
+            .iter()
+            .map(|t| t.last() == Some(&eos))
+            .collect();
+        let more = model.decode_loop(batch, 4, Some(eos)).unwrap();
+        for (r, was_stopped) in stopped_rows.iter().enumerate() {
+            if *was_stopped {
+                assert!(
+                    more.tokens[r].is_empty(),
+                    "{pdl:?} batch {batch} row {r}: a stopped row reports {:?}",
+                    more.tokens[r]
+                );
+            } else {
+                assert!(!more.tokens[r].is_empty(), "{pdl:?} batch {batch} row {r}");
+            }
+        }
         println!(
             "{pdl:?} batch {batch}: {steps} steps match; end id {eos} stops row 0 after {} tokens",
             first + 1

@@ -157,6 +157,8 @@ impl Graph {
             self.handles_mut().push(handle);
             self.kernels_mut().push(kernel);
         }
+        // The nodes are the graph's now, whatever follows: so are the buffers they use.
+        std::sync::Arc::make_mut(&mut self.keep).extend(record.keep);
         for e in &read_model.edges {
             let (from, to) = (ids[e.from.index()], ids[e.to.index()]);
             if known.contains_key(&(read_handles[e.from.index()] as usize))
@@ -175,7 +177,6 @@ impl Graph {
                 )
             })?;
         }
-        std::sync::Arc::make_mut(&mut self.keep).extend(record.keep);
         Ok(())
     }
 

@@ -56,7 +56,51 @@ __device__ float block_max(float v, float* scratch) {
     return v;
 }
 
+// A 16-byte read-only load when `ok`, zeros otherwise: predicated in PTX (no branch), so the
+// loads of a round issue back to back.
+__device__ __forceinline__ uint4 ldg_if(const uint4* p, bool ok) {
+    uint4 v;
+    asm("{\n\t.reg .pred q;\n\t"
+        "setp.ne.b32 q, %5, 0;\n\t"
+        "mov.u32 %0, 0;\n\tmov.u32 %1, 0;\n\tmov.u32 %2, 0;\n\tmov.u32 %3, 0;\n\t"
+        "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p), "r"((int)ok));
+    return v;
+}
+
+// The prologue's 16-byte pieces per thread: rows of up to GEMV_XC * blockDim.x * 8 elements
+// (8,192 with 256 threads) are loaded in one round trip, every piece issued before any is used;
+// longer rows, or rows not in whole 16-byte pieces, take the element loop.
+#define GEMV_XC 4
+
+// A 16-byte load of data an earlier kernel wrote (plain global load), zeros when !ok.
+__device__ __forceinline__ uint4 ld_if(const uint4* p, bool ok) {
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (ok) v = *p;
+    return v;
+}
+
+// The 8 bf16 of a piece as floats.
+__device__ __forceinline__ void unpack8(uint4 v, float* f) {
+    unsigned int u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        f[2 * q] = __uint_as_float(u[q] << 16);
+        f[2 * q + 1] = __uint_as_float(u[q] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint4 pack8(const float* f) {
+    unsigned int u[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+        u[q] = (unsigned int)f2bf(f[2 * q]) | ((unsigned int)f2bf(f[2 * q + 1]) << 16);
+    return make_uint4(u[0], u[1], u[2], u[3]);
+}
+
 // out[r, :] = table[tokens[r], :]; one block per row. Ids outside the vocabulary read row 0.
+// Rows in whole 16-byte pieces (up to GEMV_XC per thread) are copied in one round trip.
 extern "C" __global__ void ll_embed(const int* tokens, const unsigned short* table,
                                     unsigned short* out, int hidden, int vocab) {
     pdl_trigger();
@@ -66,17 +110,78 @@ extern "C" __global__ void ll_embed(const int* tokens, const unsigned short* tab
     if (t < 0 || t >= vocab) t = 0;
     const unsigned short* src = table + (size_t)t * hidden;
     unsigned short* dst = out + (size_t)r * hidden;
+    int h8 = hidden >> 3;
+    if ((hidden & 7) == 0 && h8 <= GEMV_XC * (int)blockDim.x &&
+        ((((unsigned long long)table) | ((unsigned long long)out)) & 15ull) == 0ull) {
+        uint4 v[GEMV_XC];
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            int c = threadIdx.x + j * blockDim.x;
+            v[j] = ldg_if((const uint4*)src + c, c < h8);
+        }
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            int c = threadIdx.x + j * blockDim.x;
+            if (c < h8) ((uint4*)dst)[c] = v[j];
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = src[i];
 }
 
-// HF LlamaRMSNorm: out = w * bf16(x * rsqrt(mean(x^2) + eps)); one block per row.
+// HF LlamaRMSNorm: out = w * bf16(x * rsqrt(mean(x^2) + eps)); one block per row. Rows in whole
+// 16-byte pieces (up to GEMV_XC per thread) are read in one round trip, the weights before the
+// wait; the sum of squares adds 8 neighbours per thread, then the block.
 extern "C" __global__ void ll_rmsnorm(const unsigned short* x, const unsigned short* w,
                                       unsigned short* out, int hidden, float eps) {
     __shared__ float scratch[32];
+    int h8 = hidden >> 3;
+    bool pieces = (hidden & 7) == 0 && h8 <= GEMV_XC * (int)blockDim.x &&
+                  ((((unsigned long long)x) | ((unsigned long long)w) |
+                    ((unsigned long long)out)) & 15ull) == 0ull;
+    uint4 wv[GEMV_XC];
+    if (pieces) {
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            int c = threadIdx.x + j * blockDim.x;
+            wv[j] = ldg_if((const uint4*)w + c, c < h8);
+        }
+    }
     pdl_trigger();
     pdl_wait();
     const unsigned short* xr = x + (size_t)blockIdx.x * hidden;
     unsigned short* yr = out + (size_t)blockIdx.x * hidden;
+    if (pieces) {
+        uint4 xv[GEMV_XC];
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            int c = threadIdx.x + j * blockDim.x;
+            xv[j] = ld_if((const uint4*)xr + c, c < h8);
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            float f[8];
+            unpack8(xv[j], f);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) ss += f[e] * f[e];
+        }
+        ss = block_sum(ss, scratch);
+        float inv = rsqrtf(ss / (float)hidden + eps);
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            int c = threadIdx.x + j * blockDim.x;
+            if (c < h8) {
+                float f[8], g[8];
+                unpack8(xv[j], f);
+                unpack8(wv[j], g);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) f[e] = g[e] * rbf(f[e] * inv);
+                ((uint4*)yr)[c] = pack8(f);
+            }
+        }
+        return;
+    }
     float ss = 0.0f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
         float v = bf2f(xr[i]);
@@ -495,49 +600,6 @@ extern "C" __global__ void ll_loop_control(const int* next, int* pos, int* histo
 // before pdl_wait: weights are read-only.
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
 #define GEMV_U 4
-
-// A 16-byte read-only load when `ok`, zeros otherwise: predicated in PTX (no branch), so the
-// loads of a round issue back to back.
-__device__ __forceinline__ uint4 ldg_if(const uint4* p, bool ok) {
-    uint4 v;
-    asm("{\n\t.reg .pred q;\n\t"
-        "setp.ne.b32 q, %5, 0;\n\t"
-        "mov.u32 %0, 0;\n\tmov.u32 %1, 0;\n\tmov.u32 %2, 0;\n\tmov.u32 %3, 0;\n\t"
-        "@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p), "r"((int)ok));
-    return v;
-}
-
-// The prologue's 16-byte pieces per thread: rows of up to GEMV_XC * blockDim.x * 8 elements
-// (8,192 with 256 threads) are loaded in one round trip, every piece issued before any is used;
-// longer rows, or rows not in whole 16-byte pieces, take the element loop.
-#define GEMV_XC 4
-
-// A 16-byte load of data an earlier kernel wrote (plain global load), zeros when !ok.
-__device__ __forceinline__ uint4 ld_if(const uint4* p, bool ok) {
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (ok) v = *p;
-    return v;
-}
-
-// The 8 bf16 of a piece as floats.
-__device__ __forceinline__ void unpack8(uint4 v, float* f) {
-    unsigned int u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        f[2 * q] = __uint_as_float(u[q] << 16);
-        f[2 * q + 1] = __uint_as_float(u[q] & 0xffff0000u);
-    }
-}
-
-__device__ __forceinline__ uint4 pack8(const float* f) {
-    unsigned int u[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-        u[q] = (unsigned int)f2bf(f[2 * q]) | ((unsigned int)f2bf(f[2 * q + 1]) << 16);
-    return make_uint4(u[0], u[1], u[2], u[3]);
-}
 
 template <int R, int PRO, int EPI>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,

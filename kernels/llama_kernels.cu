@@ -6,8 +6,8 @@
 //
 // Programmatic dependent launch: every kernel lets its dependents start early (pdl_trigger) and
 // waits for the kernel before it (pdl_wait) before it reads or writes anything that kernel or
-// earlier work touches; only the GEMVs read something before the wait (their weights, which no
-// kernel of a step writes). Both are no-ops when the launch was not programmatic, so the same
+// earlier work touches; only the GEMVs and ll_rmsnorm read something before the wait (weights,
+// which no kernel of a step writes). Both are no-ops when the launch was not programmatic, so the same
 // kernels run with and without it (the decoder's --pdl).
 
 __device__ __forceinline__ float bf2f(unsigned short b) {
@@ -864,14 +864,17 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 //                                        ll_argmax does (one atomicMax per block and row)
 // Arguments: (x, nw, w, y, row0, rows, n, k, eps, wpc) and, for ll_gemv_head, best; nw is
 // ignored without the norm; wpc (warps per column) is 1, 2, 4 or 8.
+// One row: at most 64 registers, so four 256-thread blocks fit per multiprocessor (the
+// grid the decoder launches, kernels.rs `launch_gemv`, is one wave of four per multiprocessor).
+#define GEMV_MIN_BLOCKS(R) ((R) == 1 ? 4 : 1)
 #define LL_GEMV(NAME, R, PRO, EPI)                                                              \
-    extern "C" __global__ void NAME(const unsigned short* x, const unsigned short* nw,         \
+    extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
                                     int n, int k, float eps, int wpc) {                        \
         gemv<R, PRO, EPI>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr);                   \
     }
 #define LL_GEMV_HEAD(NAME, R)                                                                   \
-    extern "C" __global__ void NAME(const unsigned short* x, const unsigned short* nw,         \
+    extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
                                     int n, int k, float eps, int wpc,                          \
                                     unsigned long long* best) {                                \

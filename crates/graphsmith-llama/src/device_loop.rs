@@ -36,8 +36,8 @@ pub struct DecodeLoop {
     history: DeviceBuffer<i32>,
     pdl: bool,
     body_nodes: usize,
-    /// Whether the state of the next launch was written (each launch consumes it).
-    prepared: bool,
+    /// The batch whose state the next launch was given (each launch consumes it).
+    prepared: Option<usize>,
 }
 
 /// What one launch of the loop produced.
@@ -114,7 +114,7 @@ impl Decoder {
             history,
             pdl: self.uses_pdl(),
             body_nodes,
-            prepared: false,
+            prepared: None,
         })
     }
 }
@@ -161,7 +161,7 @@ impl DecodeLoop {
         eos: Option<i32>,
     ) -> Result<()> {
         self.prepare(stream, steps, batch, eos)?;
-        self.launch_prepared(stream)
+        self.launch_prepared(stream, batch)
     }
 
     /// Writes the state of the next launch (steps, end id, which rows decode). The upload
@@ -192,17 +192,26 @@ impl DecodeLoop {
             *live = 1;
         }
         stream.upload(&mut self.state, &state)?;
-        self.prepared = true;
+        self.prepared = Some(batch);
         Ok(())
     }
 
-    /// Queues the launch [`DecodeLoop::prepare`] wrote the state of (without waiting).
-    pub fn launch_prepared(&mut self, stream: &Stream) -> Result<()> {
-        if !std::mem::take(&mut self.prepared) {
-            return Err(LlamaError::Input(
-                "a loop launch without its state: call DecodeLoop::prepare first (each launch needs its own)"
-                    .into(),
-            ));
+    /// Queues the launch of `batch` rows that [`DecodeLoop::prepare`] wrote the state of
+    /// (without waiting). Read its tokens after it, not between the two.
+    pub fn launch_prepared(&mut self, stream: &Stream, batch: usize) -> Result<()> {
+        match self.prepared.take() {
+            Some(b) if b == batch => {}
+            Some(b) => {
+                return Err(LlamaError::Input(format!(
+                    "a loop launch for {batch} rows, prepared for {b}: prepare it for {batch}"
+                )))
+            }
+            None => {
+                return Err(LlamaError::Input(
+                    "a loop launch without its state: call DecodeLoop::prepare first (each launch needs its own)"
+                        .into(),
+                ))
+            }
         }
         self.exec.launch(stream)?;
         Ok(())
@@ -263,7 +272,7 @@ impl Model {
         let bucket = bucket_for(batch).unwrap_or(batch);
         let (stream, _, loops) = self.loop_parts()?;
         match loops.get_mut(&bucket) {
-            Some(l) => l.launch_prepared(stream),
+            Some(l) => l.launch_prepared(stream, batch),
             None => Err(LlamaError::Input(format!(
                 "no device-side loop for bucket {bucket}: prepare it first"
             ))),

@@ -107,11 +107,12 @@ pub fn bench_loop(
                 let (mut on_loop, mut on_host) = (Vec::new(), Vec::new());
                 for i in 0..b.warmup.max(1) + b.runs {
                     for contender in [i % 2, 1 - i % 2] {
-                        model.step(&vec![last; batch])?;
                         if contender == 0 {
-                            // Its state upload waits for the stream: outside the timed span.
+                            // Its state upload waits for the stream: before the reset step, so
+                            // both contenders' launches queue behind that step alike.
                             model.prepare_loop(batch, k, None)?;
                         }
+                        model.step(&vec![last; batch])?;
                         model.stream().record(&start)?;
                         if contender == 0 {
                             model.launch_prepared_loop(batch)?;

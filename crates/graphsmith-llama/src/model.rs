@@ -289,7 +289,7 @@ impl Model {
         Ok(all)
     }
 
-    /// The argmax of the first `rows` rows after the last step.
+    /// The argmax of the first `rows` rows after the last step (-1 for a row that was padding).
     pub fn next_tokens(&self, rows: usize) -> Result<Vec<i32>> {
         let mut all = self.stream().download(&self.decoder().next)?;
         all.truncate(rows);

@@ -1,7 +1,10 @@
 //! The `bench-loop` command: the device-side decode loop (one launch of up to K steps) against
 //! K host launches of the step graph, turn by turn in one process, with and without
 //! programmatic dependent launch. Both run the same kernels from the same state, so their
-//! tokens are compared too.
+//! tokens are compared too. In a pass with programmatic launch, a third contender takes its
+//! turns: K host launches of the plain step graph (no programmatic launch) of a second copy of
+//! the model, so that "the loop with PDL against the plain step graph" is measured side by side
+//! too rather than across passes (the second copy's weights take as much device memory again).
 
 use serde::Serialize;
 
@@ -30,7 +33,13 @@ pub struct LoopLine {
     pub speedup: f64,
     pub loop_steps_per_s: f64,
     pub host_steps_per_s: f64,
-    /// Whether one launch of the loop produced the tokens of K step-graph replays.
+    /// K launches of the plain step graph (a second copy of the model without programmatic
+    /// launch), per step, ms; only in a pass with programmatic launch.
+    pub plain_ms_per_step: Option<f64>,
+    /// plain / loop: the loop with programmatic launch against the plain step graph.
+    pub over_plain: Option<f64>,
+    /// Whether one launch of the loop produced the tokens of K step-graph replays (and of K
+    /// replays of the plain step graph, where measured).
     pub same_tokens: bool,
     /// Nodes in the loop's body.
     pub body_nodes: usize,
@@ -77,63 +86,97 @@ pub fn bench_loop(
         Mode::Graphs,
         b.progress,
     )?;
+    // The plain contender: built only when some pass may use programmatic launch.
+    let mut plain = if b.pdls.iter().any(|&p| p != Pdl::Off) {
+        let mut m = build_model(
+            ctx,
+            config.clone(),
+            &host,
+            capacity,
+            max_ctx,
+            Mode::Graphs,
+            b.progress,
+        )?;
+        m.set_pdl(Pdl::Off)?;
+        Some(m)
+    } else {
+        None
+    };
     let (start, end) = (ctx.event("loop/start", true)?, ctx.event("loop/end", true)?);
     for &pdl in b.pdls {
         model.set_pdl(pdl)?;
+        // Only a pass that runs with programmatic launch has a plain step graph to set against.
+        let mut plain = plain.as_mut().filter(|_| model.decoder().uses_pdl());
         for &batch in b.batches {
             for (t, &tok) in prompt.iter().enumerate() {
                 model.step(&vec![(tok, t as i32); batch])?;
+                if let Some(p) = plain.as_deref_mut() {
+                    p.step(&vec![(tok, t as i32); batch])?;
+                }
             }
             let last = (*prompt.last().unwrap_or(&0), prompt.len() as i32 - 1);
             for &k in b.ks {
+                let contenders = if plain.is_some() { 3 } else { 2 };
                 let pb = bar(
                     b.progress,
-                    (2 * (b.runs + b.warmup.max(1))) as u64,
+                    (contenders * (b.runs + b.warmup.max(1))) as u64,
                     &format!("loop b{batch} k{k} pdl {pdl:?}"),
                 );
                 // The same state before each contender: the last prompt token at its position.
-                let mut host_tokens = vec![Vec::new(); batch];
-                model.step(&vec![last; batch])?;
-                for _ in 0..k {
-                    model.run_free(batch, 1)?;
-                    for (r, t) in model.next_tokens(batch)?.into_iter().enumerate() {
-                        host_tokens[r].push(t);
-                    }
-                }
+                let host_tokens = step_tokens(&mut model, batch, k, last)?;
+                let plain_same = match plain.as_deref_mut() {
+                    Some(p) => step_tokens(p, batch, k, last)? == host_tokens,
+                    None => true,
+                };
                 model.step(&vec![last; batch])?;
                 let run = model.decode_loop(batch, k, None)?;
-                let same_tokens = run.tokens == host_tokens;
-                // Turn by turn: the loop first on even runs, the host launches first on odd.
-                let (mut on_loop, mut on_host) = (Vec::new(), Vec::new());
+                let same_tokens = run.tokens == host_tokens && plain_same;
+                // Turn by turn, the order rotating each run: 0 the loop, 1 the host launches,
+                // 2 the plain step graph's host launches.
+                let mut times = vec![Vec::new(); contenders];
                 for i in 0..b.warmup.max(1) + b.runs {
-                    for contender in [i % 2, 1 - i % 2] {
-                        if contender == 0 {
-                            // Its state upload waits for the stream: before the reset step, so
-                            // both contenders' launches queue behind that step alike.
-                            model.prepare_loop(batch, k, None)?;
-                        }
-                        model.step(&vec![last; batch])?;
-                        model.stream().record(&start)?;
-                        if contender == 0 {
-                            model.launch_prepared_loop(batch)?;
+                    for j in 0..contenders {
+                        let contender = (i + j) % contenders;
+                        let ms = if contender == 2 {
+                            let Some(p) = plain.as_deref_mut() else {
+                                continue;
+                            };
+                            p.step(&vec![last; batch])?;
+                            p.stream().record(&start)?;
+                            p.run_free(batch, k)?;
+                            p.stream().record(&end)?;
+                            end.synchronize()?;
+                            end.elapsed_ms_since(&start)? as f64 / k as f64
                         } else {
-                            model.run_free(batch, k)?;
-                        }
-                        model.stream().record(&end)?;
-                        end.synchronize()?;
-                        let ms = end.elapsed_ms_since(&start)? as f64 / k as f64;
-                        if i >= b.warmup.max(1) {
                             if contender == 0 {
-                                on_loop.push(ms);
-                            } else {
-                                on_host.push(ms);
+                                // Its state upload waits for the stream: before the reset step,
+                                // so every contender's launches queue behind that step alike.
+                                model.prepare_loop(batch, k, None)?;
                             }
+                            model.step(&vec![last; batch])?;
+                            model.stream().record(&start)?;
+                            if contender == 0 {
+                                model.launch_prepared_loop(batch)?;
+                            } else {
+                                model.run_free(batch, k)?;
+                            }
+                            model.stream().record(&end)?;
+                            end.synchronize()?;
+                            end.elapsed_ms_since(&start)? as f64 / k as f64
+                        };
+                        if i >= b.warmup.max(1) {
+                            times[contender].push(ms);
                         }
                         pb.inc(1);
                     }
                 }
                 pb.finish_and_clear();
-                let (lp, hs) = (median(on_loop), median(on_host));
+                let mut medians = times.into_iter().map(median);
+                let (lp, hs) = (
+                    medians.next().unwrap_or(f64::NAN),
+                    medians.next().unwrap_or(f64::NAN),
+                );
+                let pl = medians.next();
                 let uses_pdl = model.decoder().uses_pdl();
                 let body_nodes = crate::model::bucket_for(batch)
                     .and_then(|bk| model.held_loop(bk))
@@ -152,6 +195,8 @@ pub fn bench_loop(
                     speedup: hs / lp,
                     loop_steps_per_s: 1e3 / lp,
                     host_steps_per_s: 1e3 / hs,
+                    plain_ms_per_step: pl,
+                    over_plain: pl.map(|pl| pl / lp),
                     same_tokens,
                     body_nodes,
                 });
@@ -159,6 +204,24 @@ pub fn bench_loop(
         }
     }
     Ok(())
+}
+
+/// The tokens of `k` host launches of `model`'s step graph from `last` (each row's, in order).
+fn step_tokens(
+    model: &mut crate::Model,
+    batch: usize,
+    k: usize,
+    last: (i32, i32),
+) -> Result<Vec<Vec<i32>>> {
+    let mut tokens = vec![Vec::new(); batch];
+    model.step(&vec![last; batch])?;
+    for _ in 0..k {
+        model.run_free(batch, 1)?;
+        for (r, t) in model.next_tokens(batch)?.into_iter().enumerate() {
+            tokens[r].push(t);
+        }
+    }
+    Ok(tokens)
 }
 
 #[cfg(test)]

@@ -308,8 +308,14 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 if json {
                     println!("{}", serde_json::to_string(line).unwrap_or_default());
                 } else {
+                    let plain = match (line.plain_ms_per_step, line.over_plain) {
+                        (Some(ms), Some(x)) => {
+                            format!("; plain step graph {ms:.4} ms/step, loop {x:.3}x")
+                        }
+                        _ => String::new(),
+                    };
                     println!(
-                        "{:<22} batch {:>2} K {:>3}: loop {:.4} ms/step, {} host launches {:.4} ms/step, {:.3}x{}",
+                        "{:<22} batch {:>2} K {:>3}: loop {:.4} ms/step, {} host launches {:.4} ms/step, {:.3}x{plain}{}",
                         line.implementation,
                         line.batch,
                         line.k,

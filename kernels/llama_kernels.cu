@@ -530,21 +530,26 @@ extern "C" __global__ void ll_advance(unsigned long long* best, int* next, int* 
     pos[r] = p < max_ctx ? p : -1;
 }
 
-// ---- The device-side decode loop: a WHILE node whose body is one decode step and then
-// ll_loop_control, so one graph launch runs up to K steps with no host round trip.
+// ---- The device-side decode loop: a WHILE node whose body is one decode step ending in
+// ll_loop_advance, so one graph launch runs up to K steps with no host round trip.
 //
 // cudaGraphSetConditional comes from the driver (an `.extern .func` the module loader resolves;
 // see graphsmith_kernels.cu), declared here because NVRTC declares it only for relocatable code.
 extern "C" __device__ void cudaGraphSetConditional(unsigned long long handle, unsigned int value);
 
-// One iteration's bookkeeping, after the step's ll_advance. state (written by the host before
-// each launch): [0] steps left, [1] steps done, [2] end-of-sequence id (< 0: none), [3 + r] 1
-// while row r decodes. Each decoding row's token of this step goes to history[done * rows + r]
-// (-1 for a row that no longer decodes); a row that produced the end-of-sequence id, or reached
-// the context's end (ll_advance made it padding), stops and becomes padding. The loop goes on
-// while steps are left and some row decodes. One block; rows <= blockDim.x * 32.
-extern "C" __global__ void ll_loop_control(const int* next, int* pos, int* history, int* state,
-                                           int rows, int history_steps,
+// The step's ll_advance and one iteration's bookkeeping in one kernel, the last of the loop's
+// body (so an iteration has as many kernels as a step graph). Per row, first what ll_advance
+// does (next[r] from best[r], best[r] reset; an active row takes it as its token and moves one
+// position on, becoming padding at the context's end; a padding row's next is -1); then, with
+// state written by the host before each launch ([0] steps left, [1] steps done, [2]
+// end-of-sequence id (< 0: none), [3 + r] 1 while row r decodes): each decoding row's token of
+// this step goes to history[done * rows + r] (-1 for a row that no longer decodes); a row that
+// produced the end-of-sequence id, or reached the context's end, stops and becomes padding; a
+// row that was padding when the step ran had stopped before the loop. The loop goes on while
+// steps are left and some row decodes. One block; it loops over the rows.
+extern "C" __global__ void ll_loop_advance(unsigned long long* best, int* next, int* tokens,
+                                           int* pos, int* history, int* state, int rows,
+                                           int max_ctx, int history_steps,
                                            unsigned long long handle) {
     pdl_wait();
     int done = state[1];
@@ -552,19 +557,29 @@ extern "C" __global__ void ll_loop_control(const int* next, int* pos, int* histo
     int* live = state + 3;
     int any = 0;
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+        unsigned long long b = best[r];
+        best[r] = 0ull;
+        int p = pos[r];
+        int n = -1;
+        if (p >= 0) {
+            n = b == 0ull ? 0 : (int)(0xffffffffu - (unsigned int)(b & 0xffffffffull));
+            tokens[r] = n;
+            p = p + 1 < max_ctx ? p + 1 : -1;
+        }
+        next[r] = n;
         int t = -1;
         if (live[r]) {
-            t = next[r];
+            t = n;
             if (t < 0) {
-                // The row was padding when this step ran: it had stopped before the loop.
                 live[r] = 0;
-            } else if ((eos >= 0 && t == eos) || pos[r] < 0) {
+            } else if ((eos >= 0 && t == eos) || p < 0) {
                 live[r] = 0;
-                pos[r] = -1;
+                p = -1;
             } else {
                 any = 1;
             }
         }
+        pos[r] = p;
         if (done < history_steps) history[(size_t)done * rows + r] = t;
     }
     any = __syncthreads_or(any);

@@ -47,7 +47,7 @@ pub struct Decoder {
     pub gemv_max_rows: usize,
     sm_count: u32,
     /// Per row: the packed (value, index) maximum of the logits (`ll_argmax`), 0 between steps.
-    best: DeviceBuffer<u64>,
+    pub(crate) best: DeviceBuffer<u64>,
     kcache: Vec<DeviceBuffer<u16>>,
     vcache: Vec<DeviceBuffer<u16>>,
     cos: DeviceBuffer<f32>,
@@ -277,6 +277,33 @@ impl Decoder {
 
     pub(crate) fn issue_step(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let rows = rows.min(self.capacity);
+        self.issue_step_to_argmax(stream, rows)?;
+        let max_ctx = self.max_ctx as i32;
+        stream.launch(
+            "advance",
+            &self.kernels.advance,
+            grid((rows as u32).div_ceil(256), 1, 256, 0),
+            args![
+                &mut self.best,
+                &mut self.next,
+                &mut self.tokens,
+                &mut self.pos,
+                rows as i32,
+                max_ctx
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// A step up to each row's argmax in `best` (embedding, layers, lm_head): what
+    /// [`Decoder::issue_step`] issues before `ll_advance`, and the device-side loop's body
+    /// before `ll_loop_advance`.
+    pub(crate) fn issue_step_to_argmax(
+        &mut self,
+        stream: &Stream,
+        rows: usize,
+    ) -> graphsmith::Result<()> {
+        let rows = rows.min(self.capacity);
         let r = rows as u32;
         let h = self.config.hidden_size as i32;
         let v = self.config.vocab_size as i32;
@@ -298,20 +325,6 @@ impl Decoder {
                 args![&mut self.logits, &mut self.best, v],
             )?;
         }
-        let max_ctx = self.max_ctx as i32;
-        stream.launch(
-            "advance",
-            &self.kernels.advance,
-            grid(r.div_ceil(256), 1, 256, 0),
-            args![
-                &mut self.best,
-                &mut self.next,
-                &mut self.tokens,
-                &mut self.pos,
-                rows as i32,
-                max_ctx
-            ],
-        )?;
         Ok(())
     }
 

@@ -2,10 +2,11 @@
 //! round trip in between.
 //!
 //! The graph holds one WHILE node. Its body is captured from the decoder's own step (embed,
-//! the layers, lm_head with the argmax, `ll_advance`), followed by `ll_loop_control`, which
-//! records each row's token of the step, stops a row at the end-of-sequence id or the
-//! context's end (the row becomes padding), and sets the loop's condition: go on while steps
-//! are left and some row decodes. Steps and the end-of-sequence id are read from a small state
+//! the layers, lm_head with the argmax), ending in `ll_loop_advance` where the step graph has
+//! `ll_advance`: it does what `ll_advance` does, then records each row's token of the step,
+//! stops a row at the end-of-sequence id or the context's end (the row becomes padding), and
+//! sets the loop's condition: go on while steps are left and some row decodes. An iteration
+//! thus has as many kernels as a step. Steps and the end-of-sequence id are read from a small state
 //! buffer written before each launch, so one executable serves any K up to the capacity it was
 //! built for.
 //!
@@ -22,7 +23,7 @@ use crate::error::{LlamaError, Result};
 use crate::kernels::grid;
 use crate::model::{bucket_for, Model};
 
-/// Threads of `ll_loop_control` (one block; it loops over rows).
+/// Threads of `ll_loop_advance` (one block; it loops over rows).
 const CONTROL_THREADS: u32 = 64;
 /// Words of the state buffer before the per-row flags: steps left, steps done, end id.
 const STATE_HEAD: usize = 3;
@@ -73,24 +74,28 @@ impl Decoder {
         stream.upload(&mut state, &vec![0; STATE_HEAD + rows])?;
         let mut history = ctx.alloc::<i32>(&format!("loop{rows}/history"), max_steps * rows)?;
         let mut g = ctx.graph(&format!("decode loop b{rows}"))?;
-        // Every launch enters the loop; ll_loop_control decides when it leaves.
+        // Every launch enters the loop; ll_loop_advance decides when it leaves.
         let more = g.condition_handle("more", Some(1))?;
         let (_, body) = g.while_("decode step", more, &[])?;
         {
             let mut b = g.body(&body)?;
             stream
                 .capture_into(&mut b, CaptureMode::Global, |s| {
-                    self.issue_step(s, rows)?;
+                    self.issue_step_to_argmax(s, rows)?;
+                    let max_ctx = self.max_ctx as i32;
                     s.launch(
-                        "loop control",
-                        &self.kernels.loop_control,
+                        "loop advance",
+                        &self.kernels.loop_advance,
                         grid(1, 1, CONTROL_THREADS, 0),
                         args![
-                            &self.next,
+                            &mut self.best,
+                            &mut self.next,
+                            &mut self.tokens,
                             &mut self.pos,
                             &mut history,
                             &mut state,
                             rows as i32,
+                            max_ctx,
                             max_steps as i32,
                             more
                         ],
@@ -135,7 +140,7 @@ impl DecodeLoop {
         self.pdl
     }
 
-    /// Nodes in the loop's body (the step's and the control kernel).
+    /// Nodes in the loop's body (a step's, its last kernel the loop's advance).
     pub fn body_nodes(&self) -> usize {
         self.body_nodes
     }

@@ -151,9 +151,9 @@ pub struct Kernels {
     pub swiglu: Kernel,
     pub argmax: Kernel,
     pub advance: Kernel,
-    /// `ll_loop_control`: the bookkeeping of one iteration of the device-side decode loop
-    /// (`crate::device_loop`).
-    pub loop_control: Kernel,
+    /// `ll_loop_advance`: `ll_advance` and the bookkeeping of one iteration of the device-side
+    /// decode loop in one kernel, the last of the loop's body.
+    pub loop_advance: Kernel,
     /// GEMV with the RMSNorm as prologue, bf16 out (q/k/v; gate/up on the unfused path).
     pub gemv_norm: GemvKernels,
     /// GEMV with the RMSNorm as prologue and SwiGLU as epilogue (gate/up: two weight rows per
@@ -192,7 +192,7 @@ impl Kernels {
             swiglu: module.kernel("ll_swiglu")?,
             argmax: module.kernel("ll_argmax")?,
             advance: module.kernel("ll_advance")?,
-            loop_control: module.kernel("ll_loop_control")?,
+            loop_advance: module.kernel("ll_loop_advance")?,
             gemv_norm: GemvKernels::load(&module, "ll_gemv_norm")?,
             gemv_norm_swiglu: GemvKernels::load(&module, "ll_gemv_norm_swiglu")?,
             gemv_res: GemvKernels::load(&module, "ll_gemv_res")?,
@@ -240,7 +240,7 @@ impl Kernels {
             swiglu: self.swiglu.clone().programmatic()?,
             argmax: self.argmax.clone().programmatic()?,
             advance: self.advance.clone().programmatic()?,
-            loop_control: self.loop_control.clone().programmatic()?,
+            loop_advance: self.loop_advance.clone().programmatic()?,
             gemv_norm: self.gemv_norm.programmatic()?,
             gemv_norm_swiglu: self.gemv_norm_swiglu.programmatic()?,
             gemv_res: self.gemv_res.programmatic()?,

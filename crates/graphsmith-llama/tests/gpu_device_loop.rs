@@ -113,8 +113,8 @@ fn loop_matches_host_launches(pdl: Pdl) {
             first + 1
         );
     }
-    // The loop's graph: one WHILE node whose body holds the step and the control kernel,
-    // free of hazards.
+    // The loop's graph: one WHILE node whose body holds the step, ending in the loop's own
+    // advance, as many nodes as the step graph, free of hazards.
     let held = model.held_loop(1).expect("the bucket-1 loop is kept");
     let m = held.exec().model();
     assert_eq!(m.nodes.len(), 1, "one WHILE node");
@@ -122,8 +122,17 @@ fn loop_matches_host_launches(pdl: Pdl) {
         panic!("not a conditional node: {:?}", m.nodes[0].kind);
     };
     let body = &body_graphs[0];
-    assert!(body.nodes.iter().any(|n| n.label == "loop control"));
+    assert!(body.nodes.iter().any(|n| n.label == "loop advance"));
+    assert!(!body.nodes.iter().any(|n| n.label == "advance"));
     assert!(body.nodes.len() > 5, "the step's kernels are in the body");
+    let step_nodes = model
+        .node_count(1)
+        .expect("the bucket-1 step graph is held");
+    assert_eq!(
+        body.nodes.len(),
+        step_nodes,
+        "an iteration has a step's nodes"
+    );
     let report = m.hazards().unwrap();
     assert!(report.hazards.is_empty(), "{pdl:?}: {report:?}");
     assert_eq!(held.uses_pdl(), model.decoder().uses_pdl());

@@ -4,7 +4,9 @@
 //! tokens are compared too. In a pass with programmatic launch, a third contender takes its
 //! turns: K host launches of the plain step graph (no programmatic launch) of a second copy of
 //! the model, so that "the loop with PDL against the plain step graph" is measured side by side
-//! too rather than across passes (the second copy's weights take as much device memory again).
+//! too rather than across passes (the second copy takes as much device memory again: weights,
+//! KV cache, buffers and graphs). The turns rotate (0 1 2, 1 2 0, 2 0 1), which balances each
+//! contender's place in a run but not which one runs just before it.
 
 use serde::Serialize;
 

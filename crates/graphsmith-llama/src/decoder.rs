@@ -9,13 +9,14 @@ use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{
-    allow_smem, attention_partials_len, attention_splits, device_attribute, grid, grid3,
+    allow_smem, attention_partials_len, attention_splits, device_attribute, grid, grid3, GemvGrid,
     DEFAULT_SMEM, GEMV_ROWS,
 };
 pub use crate::kernels::{
     attention_smem, gemv, gemv_head, Gemm, GemvKernels, Kernels, Pdl, ARGMAX_CHUNK, ARGMAX_THREADS,
     ATTENTION_THREADS, GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
 };
+use crate::tuning::Tuning;
 use crate::weights::DeviceWeights;
 
 /// The decoder's state on the device: weights, KV cache, per-row inputs and activations, sized
@@ -42,6 +43,9 @@ pub struct Decoder {
     pub logits: DeviceBuffer<f32>,
     /// Which kernels run the projections (set before the first step, or refresh the graphs).
     pub gemm: Gemm,
+    /// Hand-set launch choices of the one-row projections and the attention (default: the
+    /// rules'); set before the first step, or refresh the graphs.
+    pub tuning: Tuning,
     /// The largest row count the GEMV kernels are instantiated for whose input fits in shared
     /// memory (0: none; cuBLAS then serves every batch).
     pub gemv_max_rows: usize,
@@ -188,6 +192,7 @@ impl Decoder {
         Ok(Decoder {
             best,
             gemm: Gemm::Auto,
+            tuning: Tuning::default(),
             gemv_max_rows,
             sm_count,
             next: ctx.alloc::<i32>("rows/next", capacity)?,
@@ -340,7 +345,10 @@ impl Decoder {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         // Fixed per bucket (a captured graph keeps it); each block sizes its chunk of positions
         // from the row's position on the device.
-        let splits = attention_splits(rows, nkv as usize, self.max_ctx, self.sm_count as usize);
+        let mut splits = attention_splits(rows, nkv as usize, self.max_ctx, self.sm_count as usize);
+        if let Some(cap) = self.tuning.attention_splits {
+            splits = splits.min(cap.max(1));
+        }
         stream.launch(
             "rope + kv append + attention",
             self.kernels
@@ -376,7 +384,16 @@ impl Decoder {
         let c = self.config.clone();
         let eps = c.rms_norm_eps;
         let (h, f, q) = (c.hidden_size, c.intermediate_size, c.q_dim());
-        let sms = (self.sm_count, self.gemv_max_rows);
+        let (sm_count, max_rows, wpc) = (
+            self.sm_count,
+            self.gemv_max_rows,
+            self.tuning.warps_per_column,
+        );
+        let sms = move |i: usize| GemvGrid {
+            sm_count,
+            max_rows,
+            warps_per_column: wpc[i],
+        };
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));
             let lw = &self.weights.layers[l];
@@ -384,7 +401,7 @@ impl Decoder {
                 stream,
                 "gemv q/k/v + input norm",
                 &self.kernels.gemv_norm,
-                sms,
+                sms(0),
                 (&self.hidden, &lw.input_norm, &lw.qkv),
                 &mut self.qkv,
                 rows,
@@ -398,7 +415,7 @@ impl Decoder {
                 stream,
                 "gemv o + residual",
                 &k.gemv_res,
-                sms,
+                sms(1),
                 (&self.attn, &lw.o, &lw.o),
                 &mut self.hidden,
                 rows,
@@ -410,7 +427,7 @@ impl Decoder {
                 stream,
                 "gemv gate/up + post-attention norm + swiglu",
                 &k.gemv_norm_swiglu,
-                sms,
+                sms(2),
                 (&self.hidden, &lw.post_norm, &lw.gate_up),
                 &mut self.act,
                 rows,
@@ -422,7 +439,7 @@ impl Decoder {
                 stream,
                 "gemv down + residual",
                 &k.gemv_res,
-                sms,
+                sms(3),
                 (&self.act, &lw.down, &lw.down),
                 &mut self.hidden,
                 rows,
@@ -437,7 +454,7 @@ impl Decoder {
             stream,
             "gemv lm_head + final norm + argmax",
             &self.kernels.gemv_head,
-            sms,
+            sms(4),
             (&self.hidden, &w.final_norm, w.head()),
             &mut self.logits,
             &mut self.best,

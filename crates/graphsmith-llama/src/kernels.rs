@@ -313,6 +313,26 @@ pub(crate) fn grid3((x, y, z): (u32, u32, u32), block: u32, smem: u32) -> Launch
     }
 }
 
+/// How a GEMV is spread over the GPU: the multiprocessors, the most rows one launch takes
+/// (the largest instantiation whose shared memory was allowed), and the warps per output column
+/// (`None`: [`warps_per_column`]'s choice). A `(sm_count, max_rows)` pair converts into it.
+#[derive(Clone, Copy, Debug)]
+pub struct GemvGrid {
+    pub sm_count: u32,
+    pub max_rows: usize,
+    pub warps_per_column: Option<usize>,
+}
+
+impl From<(u32, usize)> for GemvGrid {
+    fn from((sm_count, max_rows): (u32, usize)) -> GemvGrid {
+        GemvGrid {
+            sm_count,
+            max_rows,
+            warps_per_column: None,
+        }
+    }
+}
+
 /// Launches one GEMV variant `y[rows, n] (op)= prologue(x)[rows, k] @ w[n, k]^T` for `rows`
 /// rows, in chunks of at most `max_rows` (1 to 8: the largest instantiation whose shared memory
 /// the kernels were allowed); `inputs` is (x, norm weight, w)
@@ -326,7 +346,7 @@ pub fn gemv<T: graphsmith::Element>(
     stream: &Stream,
     label: &str,
     kernels: &GemvKernels,
-    sms: (u32, usize),
+    sms: impl Into<GemvGrid>,
     inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
     y: &mut DeviceBuffer<T>,
     rows: usize,
@@ -338,7 +358,7 @@ pub fn gemv<T: graphsmith::Element>(
         stream,
         label,
         kernels,
-        sms,
+        sms.into(),
         inputs,
         y,
         None,
@@ -355,7 +375,7 @@ pub fn gemv_head(
     stream: &Stream,
     label: &str,
     kernels: &GemvKernels,
-    sms: (u32, usize),
+    sms: impl Into<GemvGrid>,
     inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
     logits: &mut DeviceBuffer<f32>,
     best: &mut DeviceBuffer<u64>,
@@ -366,7 +386,7 @@ pub fn gemv_head(
         stream,
         label,
         kernels,
-        sms,
+        sms.into(),
         inputs,
         logits,
         Some(best),
@@ -381,7 +401,7 @@ fn launch_gemv<T: graphsmith::Element>(
     stream: &Stream,
     label: &str,
     kernels: &GemvKernels,
-    (sm_count, max_rows): (u32, usize),
+    grid_of: GemvGrid,
     inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
     y: &mut DeviceBuffer<T>,
     mut best: Option<&mut DeviceBuffer<u64>>,
@@ -390,7 +410,10 @@ fn launch_gemv<T: graphsmith::Element>(
 ) -> graphsmith::Result<()> {
     let (x, nw, w) = inputs;
     let warps = (GEMV_THREADS / 32) as usize;
-    let wpc = warps_per_column(n, k, sm_count as usize);
+    let (sm_count, max_rows) = (grid_of.sm_count, grid_of.max_rows);
+    let wpc = grid_of
+        .warps_per_column
+        .unwrap_or_else(|| warps_per_column(n, k, sm_count as usize));
     let mut row0 = 0;
     while row0 < rows {
         let chunk = (rows - row0).min(max_rows.clamp(1, 8));

@@ -19,6 +19,7 @@ pub mod reference;
 pub mod run;
 pub mod tokenizer;
 pub mod tolerance;
+pub mod tuning;
 pub mod weights;
 
 pub use config::{Config, RopeScaling};
@@ -28,3 +29,4 @@ pub use error::{LlamaError, Result};
 pub use model::{Mode, Model};
 pub use run::{tour_decode, TourDecode};
 pub use tolerance::Tolerance;
+pub use tuning::Tuning;

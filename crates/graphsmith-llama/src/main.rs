@@ -13,7 +13,7 @@ use graphsmith_llama::loop_bench::{bench_loop, LoopBench};
 use graphsmith_llama::model::Mode;
 use graphsmith_llama::run::{self, Source};
 use graphsmith_llama::tokenizer::Codec;
-use graphsmith_llama::{Gemm, LlamaError, Pdl, Tolerance};
+use graphsmith_llama::{Gemm, LlamaError, Pdl, Tolerance, Tuning};
 
 #[derive(Parser)]
 #[command(
@@ -106,6 +106,12 @@ enum Command {
         /// line measured with off is named e.g. graphsmith-graphs-nopdl).
         #[arg(long, value_delimiter = ',', default_value = "auto")]
         pdl: Vec<Pdl>,
+        /// Hand-set launch choices, one or more separated by ';', each `default` or
+        /// comma-separated KEY=N: warps per output column of a one-row projection (qkv, o,
+        /// gate_up, down, head: 1, 2, 4 or 8) or a cap on the attention's splits (splits). Each
+        /// is measured; they change where the work runs (and so the order of some sums, not the math).
+        #[arg(long, value_delimiter = ';', default_value = "default")]
+        tune: Vec<Tuning>,
         #[arg(long)]
         json: bool,
     },
@@ -254,6 +260,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             mode,
             gemm,
             pdl,
+            tune,
             json,
         } => {
             let source = model.source()?;
@@ -269,6 +276,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 &mode,
                 gemm,
                 &pdl,
+                &tune,
                 steps,
                 warmup,
                 runs,

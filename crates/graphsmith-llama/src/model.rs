@@ -187,32 +187,38 @@ impl Model {
     /// Chooses the kernels that run the projections ([`Gemm`]); held graphs are captured
     /// again so that every bucket follows the choice.
     pub fn set_gemm(&mut self, gemm: Gemm) -> Result<()> {
-        self.loops.clear();
-        match &mut self.runner {
-            Runner::Eager { work, .. } => work.gemm = gemm,
-            Runner::Graphs(cache) => {
-                let (stream, work) = cache.parts();
-                stream.synchronize()?;
-                work.gemm = gemm;
-                if !cache.held_buckets().is_empty() {
-                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
-                    cache.stream().synchronize()?;
-                }
-            }
-        }
-        Ok(())
+        self.change_decoder(|work| {
+            work.gemm = gemm;
+            Ok(())
+        })
     }
 
     /// Plain kernels or kernels with programmatic dependent launch (held graphs are
     /// re-instantiated with the new choice).
     pub fn set_pdl(&mut self, pdl: crate::Pdl) -> Result<()> {
+        self.change_decoder(|work| work.set_pdl(pdl))
+    }
+
+    /// Hand-set launch choices ([`crate::Tuning`]; held graphs are captured again with them).
+    /// They change how the work is spread over the GPU (and so the order of some sums).
+    pub fn set_tuning(&mut self, tuning: crate::Tuning) -> Result<()> {
+        self.change_decoder(|work| {
+            work.tuning = tuning;
+            Ok(())
+        })
+    }
+
+    /// Changes how steps are issued: the loops are dropped, and in graphs mode the stream is
+    /// drained first and every held bucket is captured again (updated in place where the
+    /// driver allows, re-instantiated where not).
+    fn change_decoder(&mut self, change: impl FnOnce(&mut Decoder) -> Result<()>) -> Result<()> {
         self.loops.clear();
         match &mut self.runner {
-            Runner::Eager { work, .. } => work.set_pdl(pdl)?,
+            Runner::Eager { work, .. } => change(work)?,
             Runner::Graphs(cache) => {
                 let (stream, work) = cache.parts();
                 stream.synchronize()?;
-                work.set_pdl(pdl)?;
+                change(work)?;
                 if !cache.held_buckets().is_empty() {
                     cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
                     cache.stream().synchronize()?;

@@ -361,6 +361,9 @@ pub struct BenchLine {
     pub projections: String,
     /// Whether the decoder's kernels used programmatic dependent launch.
     pub pdl: bool,
+    /// The hand-set launch choices (`default`: the rules'; see [`crate::Tuning`]). A line
+    /// measured with others names them in `impl` too, e.g. `graphsmith-graphs [down=4]`.
+    pub tuning: String,
 }
 
 /// The prompt the bench decodes from (ids below 512, valid for every config).
@@ -409,6 +412,7 @@ pub fn bench(
     modes: &[Mode],
     gemm: Gemm,
     pdls: &[Pdl],
+    tunings: &[crate::Tuning],
     steps: usize,
     warmup: usize,
     runs: usize,
@@ -440,11 +444,23 @@ pub fn bench(
         model.set_gemm(gemm)?;
         model.set_pdl(pdl)?;
         let mut peak = model.device_used_bytes()?.saturating_sub(base);
-        for &batch in batches {
+        let default = [crate::Tuning::default()];
+        let tunings = if tunings.is_empty() {
+            &default[..]
+        } else {
+            tunings
+        };
+        for (&tuning, &batch) in tunings
+            .iter()
+            .flat_map(|t| batches.iter().map(move |b| (t, b)))
+        {
+            if model.decoder().tuning != tuning {
+                model.set_tuning(tuning)?;
+            }
             let pb = bar(
                 progress,
                 (prompt.len() + runs * (warmup + steps)) as u64,
-                &format!("{mode:?} b{batch} pdl {pdl:?}"),
+                &format!("{mode:?} b{batch} pdl {pdl:?} tune {tuning}"),
             );
             let mut path = StepPath::Eager;
             for (t, &tok) in prompt.iter().enumerate() {
@@ -493,8 +509,13 @@ pub fn bench(
             };
             // A run asked to go without programmatic launch is named apart.
             let suffix = if pdl == Pdl::Off { "-nopdl" } else { "" };
+            let tuned = if tuning.is_default() {
+                String::new()
+            } else {
+                format!(" [{tuning}]")
+            };
             emit(&BenchLine {
-                implementation: format!("{implementation}{suffix}"),
+                implementation: format!("{implementation}{suffix}{tuned}"),
                 config: source.name(),
                 batch,
                 steps_per_s: 1e3 / ms,
@@ -508,6 +529,7 @@ pub fn bench(
                 path,
                 projections: projections.to_string(),
                 pdl: model.decoder().uses_pdl(),
+                tuning: tuning.to_string(),
             });
         }
     }

@@ -1,0 +1,127 @@
+//! Launch choices set by hand to measure alternatives to the rules
+//! (`graphsmith-llama bench --tune SPEC`): the warps per output column of each one-row
+//! projection, and a cap on the attention's splits. They change how the work is spread over the
+//! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
+//! may differ from the rules' by rounding, and must pass the same checks
+//! (`tests/gpu_decode.rs` runs the host-reference check with two extreme choices).
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The one-row projections, in the order of [`Tuning::warps_per_column`].
+pub const PROJECTIONS: [&str; 5] = ["qkv", "o", "gate_up", "down", "head"];
+
+/// Hand-set launch choices; `None` everywhere (the default) is the rules' choice.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// Warps per output column of q/k/v, o, gate/up, down and lm_head (1, 2, 4 or 8; the rule
+    /// is `kernels::warps_per_column`).
+    pub warps_per_column: [Option<usize>; 5],
+    /// At most this many blocks share one row's positions in the attention (the rule,
+    /// `kernels::attention_splits`, sized the buffers, so a cap above it changes nothing).
+    pub attention_splits: Option<usize>,
+}
+
+impl Tuning {
+    /// Whether every choice is the rules'.
+    pub fn is_default(&self) -> bool {
+        *self == Tuning::default()
+    }
+}
+
+impl FromStr for Tuning {
+    type Err = String;
+
+    /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
+    /// per column: 1, 2, 4 or 8) and splits (at least 1).
+    fn from_str(s: &str) -> Result<Tuning, String> {
+        let mut t = Tuning::default();
+        let s = s.trim();
+        if s.is_empty() || s == "default" {
+            return Ok(t);
+        }
+        for item in s.split(',') {
+            let (key, value) = item.split_once('=').ok_or_else(|| {
+                format!(
+                    "'{item}' is not KEY=N (keys: {}, splits)",
+                    PROJECTIONS.join(", ")
+                )
+            })?;
+            let (key, value) = (key.trim(), value.trim());
+            let n: usize = value
+                .parse()
+                .map_err(|_| format!("{key}={value}: not a whole number"))?;
+            if key == "splits" {
+                if n == 0 {
+                    return Err("splits=0: at least one block per row".into());
+                }
+                t.attention_splits = Some(n);
+                continue;
+            }
+            let i = PROJECTIONS.iter().position(|&p| p == key).ok_or_else(|| {
+                format!(
+                    "unknown key '{key}' (keys: {}, splits)",
+                    PROJECTIONS.join(", ")
+                )
+            })?;
+            if ![1, 2, 4, 8].contains(&n) {
+                return Err(format!(
+                    "{key}={n}: warps per column must be 1, 2, 4 or 8 (they share out a block of 8 warps)"
+                ));
+            }
+            t.warps_per_column[i] = Some(n);
+        }
+        Ok(t)
+    }
+}
+
+impl fmt::Display for Tuning {
+    /// The form [`Tuning::from_str`] reads (`default` when nothing is set).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = PROJECTIONS
+            .iter()
+            .zip(self.warps_per_column)
+            .filter_map(|(k, v)| v.map(|n| format!("{k}={n}")))
+            .collect();
+        if let Some(n) = self.attention_splits {
+            parts.push(format!("splits={n}"));
+        }
+        if parts.is_empty() {
+            f.write_str("default")
+        } else {
+            f.write_str(&parts.join(","))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_read_and_print_alike() {
+        for spec in [
+            "default",
+            "down=4",
+            "qkv=2,o=8,splits=1",
+            "head=1,splits=64",
+        ] {
+            let t: Tuning = spec.parse().unwrap();
+            assert_eq!(t.to_string(), spec);
+        }
+        let t: Tuning = " down = 4 , splits=2 ".parse().unwrap();
+        assert_eq!(t.warps_per_column[3], Some(4));
+        assert_eq!(t.attention_splits, Some(2));
+        assert!("".parse::<Tuning>().unwrap().is_default());
+    }
+
+    #[test]
+    fn bad_specs_name_the_key_and_the_rule() {
+        let err = |s: &str| s.parse::<Tuning>().unwrap_err();
+        assert!(err("down=3").contains("1, 2, 4 or 8"));
+        assert!(err("up=2").contains("unknown key 'up'"));
+        assert!(err("down").contains("not KEY=N"));
+        assert!(err("splits=0").contains("at least one"));
+        assert!(err("o=x").contains("not a whole number"));
+    }
+}

@@ -212,7 +212,8 @@ def loop_section(loops):
         out.append(f"| {r['config']} | {r['batch']} | {r['k']} | {'on' if r['pdl'] else 'off'} | "
                    f"{r['loop_ms_per_step']:.4f} | {r['host_ms_per_step']:.4f} | "
                    f"{r['host_ms_per_step'] / r['loop_ms_per_step']:.3f}x | "
-                   f"{f'{plain_ms:.4f}' if plain_ms else '–'} | {'yes' if r['same_tokens'] else '**no**'} |")
+                   f"{f'{plain_ms:.4f}' if plain_ms else '–'} | "
+                   f"{'yes' if r['same_tokens'] and r.get('plain_same_tokens') is not False else '**no**'} |")
     plain = {(r["config"], r["batch"], r["k"]): r for r in loops if not r["pdl"]}
     ratios = []
     for r in sorted(loops, key=key):

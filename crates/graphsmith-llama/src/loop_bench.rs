@@ -5,8 +5,9 @@
 //! turns: K host launches of the plain step graph (no programmatic launch) of a second copy of
 //! the model, so that "the loop with PDL against the plain step graph" is measured side by side
 //! too rather than across passes (the second copy takes as much device memory again: weights,
-//! KV cache, buffers and graphs). The turns rotate (0 1 2, 1 2 0, 2 0 1), which balances each
-//! contender's place in a run but not which one runs just before it.
+//! KV cache, buffers and graphs). Run by run, the contenders take their turns in every order
+//! (two orders with two contenders, six with three), so that each runs first, last and after
+//! each other one equally often.
 
 use serde::Serialize;
 
@@ -40,9 +41,10 @@ pub struct LoopLine {
     pub plain_ms_per_step: Option<f64>,
     /// plain / loop: the loop with programmatic launch against the plain step graph.
     pub over_plain: Option<f64>,
-    /// Whether one launch of the loop produced the tokens of K step-graph replays (and of K
-    /// replays of the plain step graph, where measured).
+    /// Whether one launch of the loop produced the tokens of K step-graph replays.
     pub same_tokens: bool,
+    /// Whether K replays of the plain step graph produced those tokens too (where measured).
+    pub plain_same_tokens: Option<bool>,
     /// Nodes in the loop's body.
     pub body_nodes: usize,
 }
@@ -126,19 +128,19 @@ pub fn bench_loop(
                 );
                 // The same state before each contender: the last prompt token at its position.
                 let host_tokens = step_tokens(&mut model, batch, k, last)?;
-                let plain_same = match plain.as_deref_mut() {
-                    Some(p) => step_tokens(p, batch, k, last)? == host_tokens,
-                    None => true,
+                let plain_same_tokens = match plain.as_deref_mut() {
+                    Some(p) => Some(step_tokens(p, batch, k, last)? == host_tokens),
+                    None => None,
                 };
                 model.step(&vec![last; batch])?;
                 let run = model.decode_loop(batch, k, None)?;
-                let same_tokens = run.tokens == host_tokens && plain_same;
-                // Turn by turn, the order rotating each run: 0 the loop, 1 the host launches,
-                // 2 the plain step graph's host launches.
+                let same_tokens = run.tokens == host_tokens;
+                // Turn by turn, run i in the i-th order of all the contenders' orders: 0 the
+                // loop, 1 the host launches, 2 the plain step graph's host launches.
+                let orders = turn_orders(contenders);
                 let mut times = vec![Vec::new(); contenders];
                 for i in 0..b.warmup.max(1) + b.runs {
-                    for j in 0..contenders {
-                        let contender = (i + j) % contenders;
+                    for &contender in &orders[i % orders.len()] {
                         let ms = if contender == 2 {
                             let Some(p) = plain.as_deref_mut() else {
                                 continue;
@@ -200,12 +202,30 @@ pub fn bench_loop(
                     plain_ms_per_step: pl,
                     over_plain: pl.map(|pl| pl / lp),
                     same_tokens,
+                    plain_same_tokens,
                     body_nodes,
                 });
             }
         }
     }
     Ok(())
+}
+
+/// Every order of `n` contenders (n! of them; 0..n first), for runs to take in turn.
+fn turn_orders(n: usize) -> Vec<Vec<usize>> {
+    if n <= 1 {
+        return vec![(0..n).collect()];
+    }
+    let mut out = Vec::new();
+    for rest in turn_orders(n - 1) {
+        for at in 0..n {
+            let mut order = rest.clone();
+            order.insert(at, n - 1);
+            out.push(order);
+        }
+    }
+    out.sort();
+    out
 }
 
 /// The tokens of `k` host launches of `model`'s step graph from `last` (each row's, in order).
@@ -249,6 +269,26 @@ mod tests {
         match bench_loop(no_device, &b, |_| {}) {
             Err(e) => e.to_string(),
             Ok(()) => panic!("accepted ks {ks:?} batches {batches:?} runs {runs}"),
+        }
+    }
+
+    #[test]
+    fn turns_take_every_order_once() {
+        assert_eq!(turn_orders(2), vec![vec![0, 1], vec![1, 0]]);
+        let three = turn_orders(3);
+        assert_eq!(three.len(), 6);
+        assert_eq!(three[0], vec![0, 1, 2]);
+        // Each contender runs right after each other one equally often (twice).
+        for a in 0..3 {
+            for b in 0..3 {
+                if a != b {
+                    let follows = three
+                        .iter()
+                        .filter(|o| o.windows(2).any(|w| w == [a, b]))
+                        .count();
+                    assert_eq!(follows, 2, "{a} then {b}");
+                }
+            }
         }
     }
 

@@ -312,7 +312,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             };
             let mut all_same = true;
             bench_loop(context, &what, |line| {
-                all_same &= line.same_tokens;
+                all_same &= line.same_tokens && line.plain_same_tokens != Some(false);
                 if json {
                     println!("{}", serde_json::to_string(line).unwrap_or_default());
                 } else {
@@ -331,7 +331,11 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                         line.k,
                         line.host_ms_per_step,
                         line.speedup,
-                        if line.same_tokens { "" } else { " (TOKENS DIFFER)" }
+                        match (line.same_tokens, line.plain_same_tokens) {
+                            (true, Some(false)) => " (PLAIN STEP GRAPH'S TOKENS DIFFER)",
+                            (true, _) => "",
+                            (false, _) => " (TOKENS DIFFER)",
+                        }
                     );
                 }
             })?;

@@ -100,6 +100,36 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
 }
 
 // out[r, :] = table[tokens[r], :]; one block per row. Ids outside the vocabulary read row 0.
+// HF RMSNorm of one row held in 16-byte pieces (xv, up to GEMV_XC per thread, piece c =
+// threadIdx.x + j * blockDim.x of n8) with its weights' pieces (wv): the sum of squares in f32
+// (8 neighbours per thread, then the block), then per element bf16(w * bf16(x * inv)) into out.
+// Every thread of the block must call it (block_sum synchronises).
+__device__ __forceinline__ void norm_pieces(const uint4* xv, const uint4* wv, int n8, int n,
+                                            float eps, float* scratch, uint4* out) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GEMV_XC; ++j) {
+        float f[8];
+        unpack8(xv[j], f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) ss += f[e] * f[e];
+    }
+    ss = block_sum(ss, scratch);
+    float inv = rsqrtf(ss / (float)n + eps);
+#pragma unroll
+    for (int j = 0; j < GEMV_XC; ++j) {
+        int c = threadIdx.x + j * blockDim.x;
+        if (c < n8) {
+            float f[8], g[8];
+            unpack8(xv[j], f);
+            unpack8(wv[j], g);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) f[e] = g[e] * rbf(f[e] * inv);
+            out[c] = pack8(f);
+        }
+    }
+}
+
 // Rows in whole 16-byte pieces (up to GEMV_XC per thread) are copied in one round trip.
 extern "C" __global__ void ll_embed(const int* tokens, const unsigned short* table,
                                     unsigned short* out, int hidden, int vocab) {
@@ -158,28 +188,7 @@ extern "C" __global__ void ll_rmsnorm(const unsigned short* x, const unsigned sh
             int c = threadIdx.x + j * blockDim.x;
             xv[j] = ld_if((const uint4*)xr + c, c < h8);
         }
-        float ss = 0.0f;
-#pragma unroll
-        for (int j = 0; j < GEMV_XC; ++j) {
-            float f[8];
-            unpack8(xv[j], f);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) ss += f[e] * f[e];
-        }
-        ss = block_sum(ss, scratch);
-        float inv = rsqrtf(ss / (float)hidden + eps);
-#pragma unroll
-        for (int j = 0; j < GEMV_XC; ++j) {
-            int c = threadIdx.x + j * blockDim.x;
-            if (c < h8) {
-                float f[8], g[8];
-                unpack8(xv[j], f);
-                unpack8(wv[j], g);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) f[e] = g[e] * rbf(f[e] * inv);
-                ((uint4*)yr)[c] = pack8(f);
-            }
-        }
+        norm_pieces(xv, wv, h8, hidden, eps, scratch, (uint4*)yr);
         return;
     }
     float ss = 0.0f;
@@ -676,30 +685,8 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                 xv[j] = ld_if(xr4 + c, c < k8);
             }
             if (PRO == 1) {
-                // HF RMSNorm as ll_rmsnorm: the sum of squares in f32, then per element
-                // bf16(w * bf16(x * inv)).
-                float ss = 0.0f;
-#pragma unroll
-                for (int j = 0; j < GEMV_XC; ++j) {
-                    float f[8];
-                    unpack8(xv[j], f);
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) ss += f[e] * f[e];
-                }
-                ss = block_sum(ss, scratch);
-                float inv = rsqrtf(ss / (float)k + eps);
-#pragma unroll
-                for (int j = 0; j < GEMV_XC; ++j) {
-                    int c = threadIdx.x + j * blockDim.x;
-                    if (c < k8) {
-                        float f[8], g[8];
-                        unpack8(xv[j], f);
-                        unpack8(nv[j], g);
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) f[e] = g[e] * rbf(f[e] * inv);
-                        dst4[c] = pack8(f);
-                    }
-                }
+                // HF RMSNorm as ll_rmsnorm (the same helper).
+                norm_pieces(xv, nv, k8, k, eps, scratch, dst4);
             } else {
 #pragma unroll
                 for (int j = 0; j < GEMV_XC; ++j) {

@@ -4,11 +4,14 @@
 //
 // Every kernel reads positions from device memory: pos[r] < 0 marks an inactive (padded) row.
 //
-// Programmatic dependent launch: every kernel lets its dependents start early (pdl_trigger) and
-// waits for the kernel before it (pdl_wait) before it reads or writes anything that kernel or
-// earlier work touches; only the GEMVs and ll_rmsnorm read something before the wait (weights,
-// which no kernel of a step writes). Both are no-ops when the launch was not programmatic, so the same
-// kernels run with and without it (the decoder's --pdl).
+// Programmatic dependent launch: every kernel waits for the kernel before it (pdl_wait) before it
+// reads or writes anything that kernel or earlier work touches, and lets its dependents start
+// early (pdl_trigger): before its wait, except the q/k/v projection (ll_gemv_norm), which
+// triggers after it. Before the wait, the GEMVs and ll_rmsnorm read weights (which no kernel of
+// a step writes), and the attention reads positions and its cache's earlier positions: the only
+// kernel that can still run then is the q/k/v projection, which writes neither (its late
+// trigger means everything before it has finished). Both are no-ops when the launch was not
+// programmatic, so the same kernels run with and without it (the decoder's --pdl).
 
 __device__ __forceinline__ float bf2f(unsigned short b) {
     return __uint_as_float(((unsigned int)b) << 16);
@@ -220,7 +223,11 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 // split count (gridDim.z) can stay fixed in a captured graph: chunk = max(ceil(len / splits),
 // ATT_MIN_CHUNK), and the `active` = ceil(len / chunk) first blocks have positions (the others
 // return at once). The block whose chunk ends at pos[r] appends that head's K and V there and
-// reads them back itself (no other block reads position pos[r]); every block ropes the queries.
+// uses them from shared memory (no block reads position pos[r] from the cache); every block
+// ropes the queries. Under programmatic launch the position and the first round of cached K and
+// V (positions before pos[r]) are loaded before the wait, overlapping the q/k/v projection: that
+// kernel (ll_gemv_norm) lets its dependents start only after its own wait, so everything that
+// wrote them (the advance, earlier steps' attention) has finished.
 // Positions are spread over the warps, four at a time: warp w takes t = t0 + w + W * (4i + u),
 // u < 4, and issues the four positions' K and V loads together (one memory round trip per four
 // positions). Within a warp the lanes split head_dim (lane holds elements lane + 32e, e < E, so
@@ -233,10 +240,11 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 // Cache layout per layer: [rows, n_kv, max_ctx, head_dim]. qkv row: [q heads | k heads | v heads]
 // x head_dim. part: [rows, n_kv, splits, group, head_dim + 2] floats (acc, then m and l per head);
 // counters: [rows, n_kv], 0 between launches. Any split count works (the decoder caps it at 64).
-// Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group + (splits + 1) * group)
-// floats.
+// Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group + (splits + 1) * group +
+// 2 * head_dim) floats.
 // A bf16 load (as f32) when `ok`, 0 otherwise: predicated in PTX, so the loads of a round issue
-// back to back. A plain (coherent) load: the block itself wrote position p of the cache.
+// back to back. A plain load (the cache's positions before p, which no kernel still running
+// writes).
 __device__ __forceinline__ float ld_bf_if(const unsigned short* p, bool ok) {
     unsigned int v;
     asm("{\n\t.reg .pred q;\n\t"
@@ -266,12 +274,10 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                                           const float* cos_t, const float* sin_t,
                                           unsigned short* out, int nq, int nkv, int hd,
                                           int max_ctx, float scale, float* part,
-                                          unsigned int* counters) {
+                                          unsigned int* counters, int early) {
     extern __shared__ float smem[];
     __shared__ int is_last;
     const float NEG_INF = __int_as_float(0xff800000);
-    pdl_trigger();
-    pdl_wait();
     int r = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
     int group = nq / nkv;
     int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -280,39 +286,74 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     float* pm = pacc + nw * group * hd;        // nw * group
     float* pl = pm + nw * group;               // nw * group
     float* bw = pl + nw * group;               // (splits + 1) * group: the combine's weights
-    int p = pos[r];
+    float* kn = bw + (splits + 1) * group;     // hd: position p's roped K (bf16-rounded)
+    float* vn = kn + hd;                       // hd: position p's V
+    // With `early`, before the wait: the position, and the first round of this block's cached
+    // K and V (positions before p). Only the q/k/v GEMV before this kernel can still be running
+    // (it triggers its dependents after its own wait, so everything earlier has finished), and
+    // it writes none of these: the advance wrote pos, earlier steps wrote the cache. Without
+    // `early` the same loads follow the wait.
+    int p = 0, len = 0, chunk = 0, active = 0, t_begin = 0, t_end = 0;
+    bool live = false;
+    size_t base = ((size_t)r * nkv + kvh) * (size_t)max_ctx * hd;
+    unsigned short* kc = kcache + base;
+    unsigned short* vc = vcache + base;
+    float kf[ATT_U][E], vf[ATT_U][E];
+    auto first_round = [&]() {
+        p = pos[r];
+        live = p >= 0 && p < max_ctx;
+        len = live ? p + 1 : 0;
+        chunk = max((len + splits - 1) / splits, ATT_MIN_CHUNK);
+        active = (len + chunk - 1) / chunk;
+        t_begin = split * chunk;
+        t_end = min(len, t_begin + chunk);
+#pragma unroll
+        for (int u = 0; u < ATT_U; ++u) {
+            int t = t_begin + warp + u * nw;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                int i = lane + 32 * e;
+                bool ok = t < t_end && t < p && i < hd;
+                kf[u][e] = ld_bf_if(kc + (size_t)t * hd + i, ok);
+                vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
+            }
+        }
+    };
+    if (early) first_round();
+    pdl_trigger();
+    pdl_wait();
+    if (!early) first_round();
     unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
-    if (p < 0 || p >= max_ctx) {
+    if (!live) {
         if (split == 0) {
             for (int i = threadIdx.x; i < group * hd; i += blockDim.x) orow[i] = 0;
         }
         return;
     }
-    int len = p + 1;
-    int chunk = max((len + splits - 1) / splits, ATT_MIN_CHUNK);
-    int active = (len + chunk - 1) / chunk;
     if (split >= active) return;
-    int t_begin = split * chunk, t_end = min(len, t_begin + chunk);
     int half = hd / 2;
     const float* c = cos_t + (size_t)p * half;
     const float* s = sin_t + (size_t)p * half;
     const unsigned short* row = qkv + (size_t)r * (nq + 2 * nkv) * hd;
-    size_t base = ((size_t)r * nkv + kvh) * (size_t)max_ctx * hd;
-    unsigned short* kc = kcache + base;
-    unsigned short* vc = vcache + base;
     if (t_end == len) {
+        // This block's chunk ends at p: it appends p's K and V, and reads them from shared
+        // memory (the cache is not read back at p).
         const unsigned short* k_new = row + (size_t)nq * hd + (size_t)kvh * hd;
         const unsigned short* v_new = row + (size_t)(nq + nkv) * hd + (size_t)kvh * hd;
         for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            kc[(size_t)p * hd + i] = f2bf(rope_at(k_new, c, s, i, half));
-            vc[(size_t)p * hd + i] = v_new[i];
+            unsigned short kb = f2bf(rope_at(k_new, c, s, i, half));
+            unsigned short vb = v_new[i];
+            kc[(size_t)p * hd + i] = kb;
+            vc[(size_t)p * hd + i] = vb;
+            kn[i] = bf2f(kb);
+            vn[i] = bf2f(vb);
         }
     }
     for (int idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
         int j = idx / hd, i = idx % hd;
         qs[idx] = rope_at(row + (size_t)(kvh * group + j) * hd, c, s, i, half);
     }
-    // The appended K/V (global) and the roped queries (shared) are visible to the whole block.
+    // The roped queries and p's K and V (shared) are visible to the whole block.
     __syncthreads();
     float q[ATT_GMAX][E], acc[ATT_GMAX][E], m[ATT_GMAX], l[ATT_GMAX];
 #pragma unroll
@@ -327,22 +368,32 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         l[j] = 0.0f;
     }
     for (int t0 = t_begin + warp; t0 < t_end; t0 += ATT_U * nw) {
-        float kf[ATT_U][E], vf[ATT_U][E];
+        // The first round was loaded before the wait; position p comes from shared memory.
+        if (t0 != t_begin + warp) {
 #pragma unroll
-        for (int u = 0; u < ATT_U; ++u) {
-            int t = t0 + u * nw;
+            for (int u = 0; u < ATT_U; ++u) {
+                int t = t0 + u * nw;
 #pragma unroll
-            for (int e = 0; e < E; ++e) {
-                int i = lane + 32 * e;
-                bool ok = t < t_end && i < hd;
-                kf[u][e] = ld_bf_if(kc + (size_t)t * hd + i, ok);
-                vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
+                for (int e = 0; e < E; ++e) {
+                    int i = lane + 32 * e;
+                    bool ok = t < t_end && t < p && i < hd;
+                    kf[u][e] = ld_bf_if(kc + (size_t)t * hd + i, ok);
+                    vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
+                }
             }
         }
 #pragma unroll
         for (int u = 0; u < ATT_U; ++u) {
             int t = t0 + u * nw;
             if (t >= t_end) break;  // warp-uniform
+            if (t == p) {
+#pragma unroll
+                for (int e = 0; e < E; ++e) {
+                    int i = lane + 32 * e;
+                    kf[u][e] = i < hd ? kn[i] : 0.0f;
+                    vf[u][e] = i < hd ? vn[i] : 0.0f;
+                }
+            }
 #pragma unroll
             for (int j = 0; j < ATT_GMAX; ++j) {
                 if (j >= group) break;
@@ -456,9 +507,10 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     extern "C" __global__ void NAME(                                                            \
         const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
         const int* pos, const float* cos_t, const float* sin_t, unsigned short* out, int nq,   \
-        int nkv, int hd, int max_ctx, float scale, float* part, unsigned int* counters) {      \
+        int nkv, int hd, int max_ctx, float scale, float* part, unsigned int* counters,        \
+        int early) {                                                                            \
         attention<E, G>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,     \
-                        scale, part, counters);                                                 \
+                        scale, part, counters, early);                                          \
     }
 LL_ATTENTION(ll_attention_1, 1, 16)
 LL_ATTENTION(ll_attention_2, 2, 16)
@@ -625,7 +677,7 @@ extern "C" __global__ void ll_loop_advance(unsigned long long* best, int* next, 
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
 #define GEMV_U 4
 
-template <int R, int PRO, int EPI>
+template <int R, int PRO, int EPI, bool LATE>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
                                      int n, int k, float eps, int wpc,
@@ -669,8 +721,12 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
             nv[j] = ldg_if((const uint4*)nw + c, c < k8);
         }
     }
-    pdl_trigger();
+    // LATE: dependents start only after this kernel's wait, so when they start everything
+    // before this kernel has finished (the attention reads positions and its cache before
+    // its own wait).
+    if (!LATE) pdl_trigger();
     pdl_wait();
+    if (LATE) pdl_trigger();
     int kpad = (k + 7) & ~7;
     int xstride = PRO == 2 ? 2 * k : k;
     for (int r = 0; r < R; ++r) {
@@ -869,29 +925,30 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 // One row: at most 64 registers, so four 256-thread blocks fit per multiprocessor (the
 // grid the decoder launches, kernels.rs `launch_gemv`, is one wave of four per multiprocessor).
 #define GEMV_MIN_BLOCKS(R) ((R) == 1 ? 4 : 1)
-#define LL_GEMV(NAME, R, PRO, EPI)                                                              \
+#define LL_GEMV(NAME, R, PRO, EPI, LATE)                                                        \
     extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
                                     int n, int k, float eps, int wpc) {                        \
-        gemv<R, PRO, EPI>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr);                   \
+        gemv<R, PRO, EPI, LATE>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr);             \
     }
 #define LL_GEMV_HEAD(NAME, R)                                                                   \
     extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
                                     int n, int k, float eps, int wpc,                          \
                                     unsigned long long* best) {                                \
-        gemv<R, 1, 2>(x, nw, w, y, row0, rows, n, k, eps, wpc, best);                          \
+        gemv<R, 1, 2, false>(x, nw, w, y, row0, rows, n, k, eps, wpc, best);                   \
     }
-#define LL_GEMV_ALL(NAME, PRO, EPI)                                                             \
-    LL_GEMV(NAME##_1, 1, PRO, EPI)                                                              \
-    LL_GEMV(NAME##_2, 2, PRO, EPI)                                                              \
-    LL_GEMV(NAME##_4, 4, PRO, EPI)                                                              \
-    LL_GEMV(NAME##_8, 8, PRO, EPI)
-LL_GEMV_ALL(ll_gemv_norm, 1, 0)
-LL_GEMV_ALL(ll_gemv_norm_swiglu, 1, 3)
-LL_GEMV_ALL(ll_gemv_res, 0, 1)
-LL_GEMV_ALL(ll_gemv_swiglu_res, 2, 1)
-LL_GEMV_ALL(ll_gemv_norm_f32, 1, 2)
+#define LL_GEMV_ALL(NAME, PRO, EPI, LATE)                                                       \
+    LL_GEMV(NAME##_1, 1, PRO, EPI, LATE)                                                        \
+    LL_GEMV(NAME##_2, 2, PRO, EPI, LATE)                                                        \
+    LL_GEMV(NAME##_4, 4, PRO, EPI, LATE)                                                        \
+    LL_GEMV(NAME##_8, 8, PRO, EPI, LATE)
+// The q/k/v projection triggers late: the attention after it reads before its wait.
+LL_GEMV_ALL(ll_gemv_norm, 1, 0, true)
+LL_GEMV_ALL(ll_gemv_norm_swiglu, 1, 3, false)
+LL_GEMV_ALL(ll_gemv_res, 0, 1, false)
+LL_GEMV_ALL(ll_gemv_swiglu_res, 2, 1, false)
+LL_GEMV_ALL(ll_gemv_norm_f32, 1, 2, false)
 LL_GEMV_HEAD(ll_gemv_head_1, 1)
 LL_GEMV_HEAD(ll_gemv_head_2, 2)
 LL_GEMV_HEAD(ll_gemv_head_4, 4)

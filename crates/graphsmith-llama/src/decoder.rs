@@ -372,7 +372,8 @@ impl Decoder {
                 self.max_ctx as i32,
                 scale,
                 &mut self.attn_partials,
-                &mut self.attn_counters
+                &mut self.attn_counters,
+                i32::from(self.tuning.attention_early.unwrap_or(true))
             ],
         )
     }
@@ -384,15 +385,17 @@ impl Decoder {
         let c = self.config.clone();
         let eps = c.rms_norm_eps;
         let (h, f, q) = (c.hidden_size, c.intermediate_size, c.q_dim());
-        let (sm_count, max_rows, wpc) = (
+        let (sm_count, max_rows, wpc, per_sm) = (
             self.sm_count,
             self.gemv_max_rows,
             self.tuning.warps_per_column,
+            self.tuning.gemv_blocks_per_sm,
         );
         let sms = move |i: usize| GemvGrid {
             sm_count,
             max_rows,
             warps_per_column: wpc[i],
+            blocks_per_sm: per_sm,
         };
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));

@@ -26,10 +26,11 @@ pub const ATTENTION_MAX_SPLITS: usize = 64;
 
 /// Dynamic shared memory of one attention block (`ll_attention`) for `group` query heads per
 /// key/value head of `head_dim`, launched with `splits` blocks per (row, key/value head): the
-/// roped queries, each warp's partial output, max and sum, and the combine's weight per block.
+/// roped queries, each warp's partial output, max and sum, the combine's weight per block, and
+/// the new position's K and V.
 pub fn attention_smem(group: usize, head_dim: usize, splits: usize) -> usize {
     let warps = (ATTENTION_THREADS / 32) as usize;
-    (group * head_dim * (warps + 1) + 2 * warps * group + (splits + 1) * group) * 4
+    (group * head_dim * (warps + 1) + 2 * warps * group + (splits + 1) * group + 2 * head_dim) * 4
 }
 
 /// Blocks per (row, key/value head) of the attention (grid z), fixed when a step is issued (a
@@ -321,6 +322,8 @@ pub struct GemvGrid {
     pub sm_count: u32,
     pub max_rows: usize,
     pub warps_per_column: Option<usize>,
+    /// At most this many resident blocks per multiprocessor (`None`: as many as fit, up to 4).
+    pub blocks_per_sm: Option<u32>,
 }
 
 impl From<(u32, usize)> for GemvGrid {
@@ -329,6 +332,7 @@ impl From<(u32, usize)> for GemvGrid {
             sm_count,
             max_rows,
             warps_per_column: None,
+            blocks_per_sm: None,
         }
     }
 }
@@ -422,6 +426,9 @@ fn launch_gemv<T: graphsmith::Element>(
         // Resident blocks per multiprocessor: at most 4 (64 registers x 256 threads), fewer
         // when the staged rows take more shared memory; the grid is one wave of them.
         let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
+        let per_sm = grid_of
+            .blocks_per_sm
+            .map_or(per_sm, |b| per_sm.min(b.max(1)));
         let blocks = ((n * wpc).div_ceil(warps) as u32)
             .min(sm_count * per_sm)
             .max(1);
@@ -448,7 +455,10 @@ fn launch_gemv<T: graphsmith::Element>(
 
 /// Warps per output column of a GEMV (1, 2, 4 or 8): enough that the columns' warps about fill
 /// the GPU (4 blocks of 8 warps per multiprocessor), but never more than a column has 512-byte
-/// slices of weights to share out.
+/// slices of weights to share out. Measured against its alternatives on an H200
+/// (`bench --tune`, `bench/results/2026-12-01-llama-5.md`): on the 1B config none was faster;
+/// on the small config o at 4 and down at 8 gained 4-5 us per step with programmatic launch,
+/// within the passes' spread, and more warps for q/k/v and o lost about 15 us without it.
 pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
     let want = sm_count * 4 * (GEMV_THREADS / 32) as usize;
     let slices = (k / 8).div_ceil(32).max(1);
@@ -546,10 +556,11 @@ mod tests {
             attention_partials_len(64, (3, 3, 64), 177, 132),
             86 * 3 * 3 * 66
         );
-        // Shared memory: queries, 8 warps' partials, maxima and sums, 13 combine weights per head.
+        // Shared memory: queries, 8 warps' partials, maxima and sums, 13 combine weights per
+        // head, the new position's K and V.
         assert_eq!(
             attention_smem(3, 64, 12),
-            (3 * 64 * 9 + 16 * 3 + 13 * 3) * 4
+            (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64) * 4
         );
     }
 

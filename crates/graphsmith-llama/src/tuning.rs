@@ -1,6 +1,7 @@
 //! Launch choices set by hand to measure alternatives to the rules
 //! (`graphsmith-llama bench --tune SPEC`): the warps per output column of each one-row
-//! projection, and a cap on the attention's splits. They change how the work is spread over the
+//! projection, the projections' blocks per multiprocessor, a cap on the attention's splits, and
+//! whether the attention loads before its programmatic wait. They change how the work is spread over the
 //! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
 //! may differ from the rules' by rounding, and must pass the same checks
 //! (`tests/gpu_decode.rs` runs the host-reference check with two extreme choices).
@@ -20,6 +21,14 @@ pub struct Tuning {
     /// At most this many blocks share one row's positions in the attention (the rule,
     /// `kernels::attention_splits`, sized the buffers, so a cap above it changes nothing).
     pub attention_splits: Option<usize>,
+    /// At most this many resident blocks of a one-row projection per multiprocessor (1 to 4;
+    /// the rule takes as many as fit, up to 4). Fewer leave room for the next kernel's blocks
+    /// to start and load their weights while this one runs.
+    pub gemv_blocks_per_sm: Option<u32>,
+    /// Whether the attention loads the position and its first round of cached K and V before
+    /// its programmatic wait (the rule: yes; `early=0` loads them after it, as a kernel without
+    /// programmatic launch does anyway).
+    pub attention_early: Option<bool>,
 }
 
 impl Tuning {
@@ -33,7 +42,7 @@ impl FromStr for Tuning {
     type Err = String;
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
-    /// per column: 1, 2, 4 or 8) and splits (at least 1).
+    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4) and early (0 or 1).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -43,7 +52,7 @@ impl FromStr for Tuning {
         for item in s.split(',') {
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 format!(
-                    "'{item}' is not KEY=N (keys: {}, splits)",
+                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -51,6 +60,20 @@ impl FromStr for Tuning {
             let n: usize = value
                 .parse()
                 .map_err(|_| format!("{key}={value}: not a whole number"))?;
+            if key == "early" {
+                if n > 1 {
+                    return Err(format!("early={n}: 0 or 1"));
+                }
+                t.attention_early = Some(n == 1);
+                continue;
+            }
+            if key == "blocks" {
+                if !(1..=4).contains(&n) {
+                    return Err(format!("blocks={n}: 1 to 4 blocks per multiprocessor"));
+                }
+                t.gemv_blocks_per_sm = Some(n as u32);
+                continue;
+            }
             if key == "splits" {
                 if n == 0 {
                     return Err("splits=0: at least one block per row".into());
@@ -60,7 +83,7 @@ impl FromStr for Tuning {
             }
             let i = PROJECTIONS.iter().position(|&p| p == key).ok_or_else(|| {
                 format!(
-                    "unknown key '{key}' (keys: {}, splits)",
+                    "unknown key '{key}' (keys: {}, splits, blocks, early)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -86,6 +109,12 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.attention_splits {
             parts.push(format!("splits={n}"));
         }
+        if let Some(n) = self.gemv_blocks_per_sm {
+            parts.push(format!("blocks={n}"));
+        }
+        if let Some(e) = self.attention_early {
+            parts.push(format!("early={}", u8::from(e)));
+        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -105,6 +134,8 @@ mod tests {
             "down=4",
             "qkv=2,o=8,splits=1",
             "head=1,splits=64",
+            "o=4,blocks=2",
+            "splits=4,early=0",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -122,6 +153,8 @@ mod tests {
         assert!(err("up=2").contains("unknown key 'up'"));
         assert!(err("down").contains("not KEY=N"));
         assert!(err("splits=0").contains("at least one"));
+        assert!(err("blocks=5").contains("1 to 4"));
+        assert!(err("early=2").contains("0 or 1"));
         assert!(err("o=x").contains("not a whole number"));
     }
 }

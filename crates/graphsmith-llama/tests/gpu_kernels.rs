@@ -411,7 +411,9 @@ fn check_attention(
                 max_ctx as i32,
                 1.0 / (hd as f32).sqrt(),
                 &mut part,
-                &mut counters
+                &mut counters,
+                // The first launch loads before its wait (a no-op here), the second after it.
+                i32::from(launch == 0)
             ],
         )
         .unwrap();

@@ -16,7 +16,8 @@
 //! replay submit, of the per-rep difference. Results are checked on both sides.
 //!
 //! `interleaved LIBCHAIN_REF.so [nodes,nodes,...] [reps]` (nodes: 10,100,1000,10000 by default,
-//! every size the capture, instantiation and update goals name; reps: 30 for N <= 1000, 20
+//! every size the capture, instantiation and update goals name; reps: 200 for N <= 100, where a
+//! rep takes microseconds and the host's noise is largest against it, 30 up to 1,000, 20
 //! above). After each N's JSON line, stderr gets the ratios next to their goals (capture at
 //! most 1.5x with the journal, 1.1x without, from 100 nodes; instantiation 1.05x; whole-graph
 //! update 1.10x): a reading aid, the JSON is the record.
@@ -477,7 +478,13 @@ fn main() {
             None => None,
         };
         for &n in &sizes {
-            let reps = reps.unwrap_or(if n <= 1000 { 30 } else { 20 }).max(1);
+            let reps = reps
+                .unwrap_or(match n {
+                    0..=100 => 200,
+                    101..=1000 => 30,
+                    _ => 20,
+                })
+                .max(1);
             eprintln!("interleaved: chain of {n}, {reps} reps");
             println!(
                 "{}",

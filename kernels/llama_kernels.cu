@@ -299,17 +299,12 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     unsigned short* kc = kcache + base;
     unsigned short* vc = vcache + base;
     float kf[ATT_U][E], vf[ATT_U][E];
-    auto first_round = [&]() {
-        p = pos[r];
-        live = p >= 0 && p < max_ctx;
-        len = live ? p + 1 : 0;
-        chunk = max((len + splits - 1) / splits, ATT_MIN_CHUNK);
-        active = (len + chunk - 1) / chunk;
-        t_begin = split * chunk;
-        t_end = min(len, t_begin + chunk);
+    // The cached K and V of the round that starts at t0 (positions before p only: p's come
+    // from shared memory).
+    auto load_round = [&](int t0) {
 #pragma unroll
         for (int u = 0; u < ATT_U; ++u) {
-            int t = t_begin + warp + u * nw;
+            int t = t0 + u * nw;
 #pragma unroll
             for (int e = 0; e < E; ++e) {
                 int i = lane + 32 * e;
@@ -318,6 +313,16 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                 vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
             }
         }
+    };
+    auto first_round = [&]() {
+        p = pos[r];
+        live = p >= 0 && p < max_ctx;
+        len = live ? p + 1 : 0;
+        chunk = max((len + splits - 1) / splits, ATT_MIN_CHUNK);
+        active = (len + chunk - 1) / chunk;
+        t_begin = split * chunk;
+        t_end = min(len, t_begin + chunk);
+        load_round(t_begin + warp);
     };
     if (early) first_round();
     pdl_trigger();
@@ -368,20 +373,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         l[j] = 0.0f;
     }
     for (int t0 = t_begin + warp; t0 < t_end; t0 += ATT_U * nw) {
-        // The first round was loaded before the wait; position p comes from shared memory.
-        if (t0 != t_begin + warp) {
-#pragma unroll
-            for (int u = 0; u < ATT_U; ++u) {
-                int t = t0 + u * nw;
-#pragma unroll
-                for (int e = 0; e < E; ++e) {
-                    int i = lane + 32 * e;
-                    bool ok = t < t_end && t < p && i < hd;
-                    kf[u][e] = ld_bf_if(kc + (size_t)t * hd + i, ok);
-                    vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
-                }
-            }
-        }
+        // The first round is loaded already (first_round); p comes from shared memory.
+        if (t0 != t_begin + warp) load_round(t0);
 #pragma unroll
         for (int u = 0; u < ATT_U; ++u) {
             int t = t0 + u * nw;

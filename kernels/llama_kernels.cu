@@ -5,13 +5,17 @@
 // Every kernel reads positions from device memory: pos[r] < 0 marks an inactive (padded) row.
 //
 // Programmatic dependent launch: every kernel waits for the kernel before it (pdl_wait) before it
-// reads or writes anything that kernel or earlier work touches, and lets its dependents start
-// early (pdl_trigger): before its wait, except the q/k/v projection (ll_gemv_norm), which
-// triggers after it. Before the wait, the GEMVs and ll_rmsnorm read weights (which no kernel of
-// a step writes), and the attention reads positions and its cache's earlier positions: the only
-// kernel that can still run then is the q/k/v projection, which writes neither (its late
-// trigger means everything before it has finished). Both are no-ops when the launch was not
-// programmatic, so the same kernels run with and without it (the decoder's --pdl).
+// reads or writes anything that kernel or earlier work touches. Every kernel but the loop's last
+// (ll_loop_advance, whose successor is the next iteration) lets its dependents start early
+// (pdl_trigger): before its wait, except the q/k/v projection (ll_gemv_norm), which triggers
+// after it. Before the wait, the GEMVs and ll_rmsnorm read weights (which no kernel of a step
+// writes), and the attention reads positions and its cache's earlier positions: when it
+// follows ll_gemv_norm, the only kernel that can still run then is that projection, which
+// writes neither (its late trigger means everything before it has finished); when it follows a
+// cuBLAS GEMM (batches above one row), graphsmith launches it without the programmatic
+// attribute (after a library call a launch is ordinary), so it starts after all earlier work.
+// Both are no-ops when the launch was not programmatic, so the same kernels run with and
+// without it (the decoder's --pdl).
 
 __device__ __forceinline__ float bf2f(unsigned short b) {
     return __uint_as_float(((unsigned int)b) << 16);

@@ -458,7 +458,7 @@ fn launch_gemv<T: graphsmith::Element>(
 /// slices of weights to share out. Measured against its alternatives on an H200
 /// (`bench --tune`, `bench/results/2026-12-01-llama-5.md`): on the 1B config none was faster;
 /// on the small config o at 4 and down at 8 gained 4-5 us per step with programmatic launch,
-/// within the passes' spread, and more warps for q/k/v and o lost about 15 us without it.
+/// and a rule giving o and q/k/v more warps was inconclusive.
 pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
     let want = sm_count * 4 * (GEMV_THREADS / 32) as usize;
     let slices = (k / 8).div_ceil(32).max(1);

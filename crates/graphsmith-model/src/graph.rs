@@ -8,11 +8,11 @@ use crate::node::{Access, Node, NodeId, NodeKind, Provenance};
 
 /// What an edge orders: the type and outgoing port of its `CUgraphEdgeData`.
 ///
-/// The hazard checker models a node as two moments, its *start* and its *wait* (for a kernel
+/// The hazard checker models a node as three moments, its *start*, its *wait* (for a kernel
 /// that opted into programmatic dependent launch, the return of its
 /// `cudaGridDependencySynchronize` / `griddepcontrol.wait`; for any other node the wait is its
-/// start). [`crate::Node::accesses_before_wait`] happen between the two, [`crate::Node::accesses`]
-/// after the wait.
+/// start) and its *end*. [`crate::Node::accesses_before_wait`] happen between the first two,
+/// [`crate::Node::accesses`] after the wait, and all are over at the end.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -26,7 +26,9 @@ pub enum EdgeType {
     /// (what a launch with the programmatic stream-serialization attribute captures): `to` may
     /// start once `from` triggers (`cudaTriggerProgrammaticLaunchCompletion`) or finishes, but
     /// its wait returns only after `from` has finished and flushed its memory. It orders
-    /// `from` before what `to` does after its wait, and nothing `to` does before it.
+    /// `from` before what `to` does after its wait, and nothing `to` does before it; when
+    /// `from` triggers only after its own wait ([`crate::Node::triggers_after_wait`]), what came
+    /// before `from`'s wait is also ordered before all of `to`.
     Programmatic,
     /// An edge from `CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER`: `to` starts after every block of
     /// `from` has started. It orders the starts only, no memory.
@@ -256,6 +258,7 @@ impl Graph {
             provenance: None,
             accesses: Vec::new(),
             accesses_before_wait: Vec::new(),
+            triggers_after_wait: false,
         });
         id
     }

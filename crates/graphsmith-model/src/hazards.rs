@@ -19,10 +19,11 @@
 //!
 //! ## Programmatic and launch-order edges
 //!
-//! When a graph has edges other than full ones ([`EdgeType`]), the sweep runs over two moments
-//! per node, its start and its wait (see `check_events`): accesses before a kernel's wait sit
-//! at its start, the others at its wait, and every access is over at its node's wait. The
-//! same forest works on moments; a graph of full edges only takes the one-moment sweep.
+//! When a graph has edges other than full ones ([`EdgeType`]), the sweep runs over three
+//! moments per node, its start, its wait and its end (see `check_events`): accesses before a
+//! kernel's wait sit at its start, the others at its wait, and every access is over at its
+//! node's end. The same forest works on moments; a graph of full edges only takes the
+//! one-moment sweep.
 //!
 //! ## Cost
 //!
@@ -407,14 +408,15 @@ fn check_graph(
     Ok(())
 }
 
-/// The sweep of a graph with programmatic or launch-order edges, over two moments per node `v`:
-/// its start `2v` and its wait `2v + 1` (see [`EdgeType`]). A full edge `u -> v` orders the wait
-/// of `u` (after which `u` runs to its end) before the start of `v`; a programmatic edge orders
-/// the start of `u` before the start of `v` and the wait of `u` before the wait of `v` (the wait
-/// of `v` returns once `u` has finished); a launch-order edge orders the starts only.
-/// `accesses_before_wait` happen at the start, `accesses` at the wait; an access is over once
-/// its node's wait is reached and its node has finished, so every access is ordered before an
-/// access at moment `m` exactly when the wait of its node reaches `m`.
+/// The sweep of a graph with programmatic or launch-order edges, over three moments per node
+/// `v`: its start `3v`, its wait `3v + 1` and its end `3v + 2` (see [`EdgeType`]). A full edge
+/// `u -> v` orders the end of `u` before the start of `v`; a programmatic edge orders the start
+/// of `u` before the start of `v` and the end of `u` before the wait of `v` (the wait of `v`
+/// returns once `u` has finished), and, when `u` triggers only after its own wait
+/// ([`crate::Node::triggers_after_wait`]), the wait of `u` before the start of `v`; a
+/// launch-order edge orders the starts only. `accesses_before_wait` happen at the start,
+/// `accesses` at the wait, and every access is over at its node's end, so an access is ordered
+/// before an access at moment `m` exactly when the end of its node reaches `m`.
 fn check_events(
     graph: &Graph,
     order: &[NodeId],
@@ -422,34 +424,41 @@ fn check_events(
     report: &mut HazardReport,
 ) -> Result<(), ModelError> {
     let n = graph.len();
-    let limit = u32::MAX as usize / 2;
+    let limit = u32::MAX as usize / 3;
     if n > limit {
         return Err(ModelError::TooManyNodes {
             graph: graph.label.clone(),
             limit: limit as u64,
         });
     }
-    let start = |v: NodeId| NodeId(2 * v.0);
-    let wait = |v: NodeId| NodeId(2 * v.0 + 1);
-    // Edges first, then each node's start -> wait: a wait then lists the waits of its
-    // programmatic predecessors before its own start, and the sweep extends their chain
-    // (`reach.rs` extends the chain of the first predecessor that ends one), so a programmatic
-    // chain takes two chains (starts, waits), not one per node.
-    let mut pairs = Vec::with_capacity(n + 2 * graph.edges.len());
+    let start = |v: NodeId| NodeId(3 * v.0);
+    let wait = |v: NodeId| NodeId(3 * v.0 + 1);
+    let end = |v: NodeId| NodeId(3 * v.0 + 2);
+    // Edges first, then each node's start -> wait -> end: a moment then lists the moments of
+    // its predecessors along edges before its own node's earlier moment, and the sweep extends
+    // their chain (`reach.rs` extends the chain of the first predecessor that ends one), so a
+    // programmatic chain takes a few chains, not one per node.
+    let mut pairs = Vec::with_capacity(2 * n + 3 * graph.edges.len());
     for e in &graph.edges {
         match e.ty {
-            EdgeType::Full => pairs.push((wait(e.from), start(e.to))),
+            EdgeType::Full => pairs.push((end(e.from), start(e.to))),
             EdgeType::Programmatic => {
                 pairs.push((start(e.from), start(e.to)));
-                pairs.push((wait(e.from), wait(e.to)));
+                pairs.push((end(e.from), wait(e.to)));
+                if graph.nodes[e.from.index()].triggers_after_wait {
+                    pairs.push((wait(e.from), start(e.to)));
+                }
             }
             EdgeType::LaunchOrder => pairs.push((start(e.from), start(e.to))),
         }
     }
-    pairs.extend((0..n as u32).map(|i| (start(NodeId(i)), wait(NodeId(i)))));
-    let events = Adjacency::from_pairs(2 * n, pairs.iter().copied());
+    for i in 0..n as u32 {
+        pairs.push((start(NodeId(i)), wait(NodeId(i))));
+        pairs.push((wait(NodeId(i)), end(NodeId(i))));
+    }
+    let events = Adjacency::from_pairs(3 * n, pairs.iter().copied());
     let mut clocks = Clocks::new(&events);
-    // Start before wait, nodes in topological order: a topological order of the moments.
+    // Start, wait, end, nodes in topological order: a topological order of the moments.
     for &v in order {
         let node = &graph.nodes[v.index()];
         sweep.count(node, report);
@@ -458,13 +467,15 @@ fn check_events(
             (wait(v), &node.accesses),
         ] {
             clocks.visit(moment);
-            sweep.add(accesses.iter(), wait(v), moment, &clocks, report);
+            sweep.add(accesses.iter(), end(v), moment, &clocks, report);
             clocks.finish(moment);
         }
+        clocks.visit(end(v));
+        clocks.finish(end(v));
     }
     for c in &mut sweep.conflicts {
-        c.a = NodeId(c.a.0 / 2);
-        c.b = NodeId(c.b.0 / 2);
+        c.a = NodeId(c.a.0 / 3);
+        c.b = NodeId(c.b.0 / 3);
     }
     // A node's accesses before and after its own wait are not a race between nodes.
     sweep.conflicts.retain(|c| c.a != c.b);

@@ -23,7 +23,9 @@
 //!   and verbose) into the model ([`DotError`]).
 //! - `hazards`: [`Graph::hazards`], pairs of nodes that no path orders and whose accesses
 //!   conflict ([`HazardReport`], [`Hazard`], [`HazardKind`]); a programmatic edge orders only
-//!   what its target does after its wait ([`Node::accesses_before_wait`] are not ordered).
+//!   what its target does after its wait ([`Node::accesses_before_wait`] are not ordered),
+//!   unless its source triggers after its own wait ([`Node::triggers_after_wait`]): then what
+//!   came before that wait is ordered before the target's start.
 //! - `unknown_memory`: with [`HazardOptions::unknown_kernel_memory`], possible hazards between
 //!   kernels whose memory is unknown (read from a dump) and copies or sets, and the count of
 //!   unordered pairs that cannot be judged.

@@ -346,4 +346,13 @@ pub struct Node {
     /// every other node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub accesses_before_wait: Vec<Access>,
+    /// A kernel that opted into programmatic dependent launch and lets its dependents start
+    /// only after its own wait (`griddepcontrol.launch_dependents` after
+    /// `griddepcontrol.wait`). Its outgoing [`crate::EdgeType::Programmatic`] edges then also
+    /// order everything before its wait (what its own predecessors did) before the start of
+    /// their targets, so a target may read that before its own wait; what this node itself
+    /// does stays ordered only before the target's wait. `false` (the default) assumes the
+    /// earliest trigger, at the kernel's start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub triggers_after_wait: bool,
 }

@@ -88,6 +88,55 @@ fn a_read_before_the_wait_races_with_the_producer() {
     );
 }
 
+/// The decoder's pattern: `advance` writes a position, `qkv` (which triggers only after its
+/// own wait) runs next, and `attention` reads the position before its wait. The late trigger
+/// orders what came before `qkv`'s wait (`advance`) before `attention`'s start, but not what
+/// `qkv` itself does.
+#[test]
+fn a_trigger_after_the_wait_orders_earlier_work_before_the_next_start() {
+    let build = |late: bool| {
+        let mut g = Graph::new("late");
+        let a = node(&mut g, "advance", &[Write], &[]);
+        let q = node(&mut g, "qkv", &[], &[]);
+        let t = node(&mut g, "attention", &[], &[Read]);
+        g.nodes[q.index()].triggers_after_wait = late;
+        g.add_typed_edge(a, q, EdgeType::Programmatic).unwrap();
+        g.add_typed_edge(q, t, EdgeType::Programmatic).unwrap();
+        g
+    };
+    assert!(build(true).hazards().unwrap().is_clean());
+    assert_eq!(
+        races(&build(false)),
+        race("advance", "attention", HazardKind::ReadAfterWrite)
+    );
+    // What the late node itself writes is still unordered before the next node's start.
+    let mut g = build(true);
+    g.nodes[1].accesses = vec![access(Write)];
+    assert_eq!(
+        races(&g),
+        race("qkv", "attention", HazardKind::ReadAfterWrite)
+    );
+    // And the late trigger of the first node of a path orders nothing of its own.
+    let mut g = Graph::new("late-first");
+    let a = node(&mut g, "producer", &[Write], &[]);
+    let b = node(&mut g, "consumer", &[], &[Read]);
+    g.nodes[a.index()].triggers_after_wait = true;
+    g.add_typed_edge(a, b, EdgeType::Programmatic).unwrap();
+    assert_eq!(
+        races(&g),
+        race("producer", "consumer", HazardKind::ReadAfterWrite)
+    );
+    // JSON carries the flag, and leaves it out when false.
+    let json = build(true).to_json();
+    assert!(
+        json.contains("\"triggers_after_wait\": true")
+            || json.contains("\"triggers_after_wait\":true")
+    );
+    let back = Graph::from_json(&json).unwrap();
+    assert!(back.nodes[1].triggers_after_wait && !back.nodes[0].triggers_after_wait);
+    assert!(!build(false).to_json().contains("triggers_after_wait"));
+}
+
 #[test]
 fn a_full_edge_orders_the_accesses_before_the_wait_too() {
     let mut g = Graph::new("full");
@@ -279,9 +328,10 @@ fn only_full_edges_are_redundant_or_imply_others() {
 // ---- Random graphs against a reference ----
 
 /// What orders an access of `x` before an access of `y`, stated on paths: a path whose first
-/// edges are programmatic, then one full edge, then any edges, orders everything `y` does; a
-/// path of programmatic edges only orders what `y` does after its wait.
-/// `reach[x][y] = (everything, after_wait)`.
+/// edges are programmatic, then one full edge, then any edges, orders everything `y` does; so
+/// does a path whose first edges are programmatic and whose next programmatic edge leaves a
+/// node other than `x` that triggers after its wait; a path of programmatic edges only orders
+/// what `y` does after its wait. `reach[x][y] = (everything, after_wait)`.
 fn reference_order(g: &Graph) -> Vec<Vec<(bool, bool)>> {
     let n = g.nodes.len();
     (0..n)
@@ -294,9 +344,11 @@ fn reference_order(g: &Graph) -> Vec<Vec<(bool, bool)>> {
             while let Some((v, after_full)) = stack.pop() {
                 for e in g.edges.iter().filter(|e| e.from.index() == v) {
                     let w = e.to.index();
+                    let late = v != s && g.nodes[v].triggers_after_wait;
                     let next = match (after_full, e.ty) {
                         (true, _) => Some(true),
                         (false, EdgeType::Full) => Some(true),
+                        (false, EdgeType::Programmatic) if late => Some(true),
                         (false, EdgeType::Programmatic) => Some(false),
                         (false, EdgeType::LaunchOrder) => None,
                     };
@@ -369,13 +421,14 @@ fn typed_dag(max_nodes: usize) -> impl Strategy<Value = Graph> {
         1 => Just(EdgeType::LaunchOrder),
     ];
     (2usize..max_nodes).prop_flat_map(move |n| {
-        let nodes = proptest::collection::vec((accs.clone(), accs.clone()), n);
+        let nodes = proptest::collection::vec((accs.clone(), accs.clone(), any::<bool>()), n);
         let edges = proptest::collection::vec((0..n, 0..n, ty.clone()), 0..2 * n);
         (nodes, edges).prop_map(|(nodes, edges)| {
             let mut g = Graph::new("random");
-            for (i, (after, before)) in nodes.into_iter().enumerate() {
+            for (i, (after, before, late)) in nodes.into_iter().enumerate() {
                 let id = g.add_node_with(format!("v{i}"), NodeKind::Empty, None, after);
                 g.nodes[id.index()].accesses_before_wait = before;
+                g.nodes[id.index()].triggers_after_wait = late;
             }
             for (a, b, ty) in edges {
                 if a < b {

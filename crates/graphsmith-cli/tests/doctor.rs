@@ -679,3 +679,35 @@ fn a_read_before_the_wait_is_named_as_what_a_programmatic_edge_leaves_unordered(
         run.stdout
     );
 }
+
+#[test]
+fn a_trigger_after_the_wait_in_json_orders_what_came_before_it() {
+    // The decoder's pattern: `advance` writes the position, `qkv` triggers its dependents only
+    // after its own wait, `attention` reads the position before its wait.
+    let json = |late: bool| {
+        format!(
+            r#"{{"label": "late", "nodes": [
+        {{"id": 0, "label": "advance", "kind": "empty",
+         "accesses": [{{"buffer": 4096, "label": "pos", "offset": 0, "len": 4, "mode": "write"}}]}},
+        {{"id": 1, "label": "qkv", "kind": "empty", "triggers_after_wait": {late}}},
+        {{"id": 2, "label": "attention", "kind": "empty",
+         "accesses_before_wait": [{{"buffer": 4096, "label": "pos", "offset": 0, "len": 4, "mode": "read"}}]}}
+      ], "edges": [{{"from": 0, "to": 1, "type": "programmatic"}},
+                   {{"from": 1, "to": 2, "type": "programmatic"}}]}}"#
+        )
+    };
+    for (late, code) in [(true, 0), (false, 1)] {
+        let file = temp(&format!("late-{late}"), "late.json");
+        std::fs::write(&file, json(late)).expect("write");
+        let run = doctor(file.parent().expect("dir"), &["late.json"]);
+        assert_eq!(run.code, code, "late {late}: {}{}", run.stdout, run.stderr);
+        if !late {
+            assert!(
+                run.stdout
+                    .contains("'advance' (n0) writes, 'attention' (n2) reads"),
+                "{}",
+                run.stdout
+            );
+        }
+    }
+}

@@ -19,6 +19,7 @@ struct ChainRef {
   bool own_stream, own_buffer;
   cudaStream_t sides[3];                // fork/join captures: the three side streams
   cudaEvent_t forks[3], joins[3];       // and the events that fork and join them
+  std::vector<void*> spread;            // CHAIN_REF_SPREAD's host blocks, freed with the chain
 };
 
 // Branches of the fork/join capture (as graphsmith's bench: a root kernel, four branches of
@@ -34,10 +35,19 @@ static cudaKernelNodeParams node_params(void** args, unsigned len) {
   return p;
 }
 
+// An experiment on the host heap's layout: with CHAIN_REF_SPREAD=K, K blocks of 64 bytes are
+// allocated on the host after each node is added (kept until the chain is freed), as a library
+// that keeps a few small records per node interleaves them with the driver's own.
+static int spread_blocks() {
+  const char* s = getenv("CHAIN_REF_SPREAD");
+  return s ? atoi(s) : 0;
+}
+
 static cudaGraph_t build(ChainRef* c, float a, std::vector<cudaGraphNode_t>* nodes) {
   cudaGraph_t g;
   CK(cudaGraphCreate(&g, 0));
   cudaGraphNode_t last = nullptr;
+  const int spread = spread_blocks();
   for (int i = 0; i < c->n; ++i) {
     void* args[] = {&c->x, &a, &c->len};
     cudaKernelNodeParams p = node_params(args, c->len);
@@ -45,6 +55,7 @@ static cudaGraph_t build(ChainRef* c, float a, std::vector<cudaGraphNode_t>* nod
     CK(cudaGraphAddKernelNode(&node, g, i ? &last : nullptr, i ? 1 : 0, &p));
     last = node;
     if (nodes) nodes->push_back(node);
+    for (int k = 0; k < spread; ++k) c->spread.push_back(malloc(64));
   }
   return g;
 }
@@ -98,6 +109,9 @@ void chain_ref_free(ChainRef* c) {
     CK(cudaStreamDestroy(c->sides[k]));
     CK(cudaEventDestroy(c->forks[k]));
     CK(cudaEventDestroy(c->joins[k]));
+  }
+  for (void* p : c->spread) {
+    free(p);
   }
   if (c->own_stream) CK(cudaStreamDestroy(c->stream));
   if (c->own_buffer) CK(cudaFree(c->x));

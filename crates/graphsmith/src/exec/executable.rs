@@ -243,7 +243,7 @@ impl Exec {
     /// Takes `graph`'s label as the one this executable's label is made from (after an update
     /// or a rebuild from `graph`); a label that stays the same is neither copied nor made again.
     pub(crate) fn follow_label(&mut self, graph: &Graph) {
-        if *self.graph_label != *graph.label {
+        if !Arc::ptr_eq(&self.graph_label, &graph.label) && *self.graph_label != *graph.label {
             self.graph_label = graph.label.clone();
             self.label = std::sync::OnceLock::new();
         }

@@ -455,14 +455,23 @@ impl Exec {
                 .collect()
         };
         self.model_cache.take();
-        let previous = self.current.replace(graph.share());
+        // Going back to the graph instantiated from (or staying on the current one) needs no
+        // new share: its atomic reference counts are most of an update's own cost on a small
+        // graph, next to the driver's.
+        let previous = if self.template.same_share(graph) {
+            self.current.take()
+        } else if self.current.as_ref().is_some_and(|c| c.same_share(graph)) {
+            None
+        } else {
+            self.current.replace(graph.share())
+        };
         self.stale.clear();
         self.any_stale = false;
         self.origin = graph.id;
         self.follow_label(graph);
         match previous {
             Some(previous) if !Arc::ptr_eq(&previous.keep, &graph.keep) => {
-                self.retire_sets(old, Some(previous.keep.clone()))
+                self.retire_sets(old, Some(previous.keep))
             }
             _ if old.is_empty() => Ok(()),
             _ => self.retire(old),

@@ -370,6 +370,18 @@ impl Graph {
             _not_sync: std::marker::PhantomData,
         }
     }
+
+    /// Whether `other` is a share of this same template ([`Graph::share`], neither changed
+    /// since): then either stands for the other without a new share.
+    pub(crate) fn same_share(&self, other: &Graph) -> bool {
+        self.raw == other.raw
+            && self.id == other.id
+            && Arc::ptr_eq(&self.owner, &other.owner)
+            && Arc::ptr_eq(&self.lazy, &other.lazy)
+            && Arc::ptr_eq(&self.keep, &other.keep)
+            && Arc::ptr_eq(&self.label, &other.label)
+            && Arc::ptr_eq(&self.bodies, &other.bodies)
+    }
 }
 
 #[cfg(test)]

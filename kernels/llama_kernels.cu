@@ -268,6 +268,41 @@ __device__ __forceinline__ float ld_cg(const float* p) {
     return v;
 }
 
+// Asks L2 to fetch this block's share of bytes [off, off + n) of p (p + off 16-byte aligned, n a
+// multiple of 16; sm_90 bulk prefetch, 16 KB per instruction, no registers, nothing waits for
+// it). The grid shares the range out evenly. Weights only: no kernel of a step writes them, so
+// the prefetch may run before the wait and no value read later can be stale.
+#define L2_PREFETCH_CHUNK 16384ull
+__device__ __forceinline__ void l2_prefetch_share(const unsigned char* p, unsigned long long off,
+                                                  unsigned long long n) {
+    if (n == 0) return;
+    unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
+    unsigned long long b = blockIdx.x + (unsigned long long)gridDim.x *
+                                            (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+    unsigned long long share = ((n + blocks - 1) / blocks + 15ull) & ~15ull;
+    unsigned long long begin = b * share, end = min(n, begin + share);
+    for (unsigned long long at = begin + threadIdx.x * L2_PREFETCH_CHUNK; at < end;
+         at += blockDim.x * L2_PREFETCH_CHUNK) {
+        unsigned int size = (unsigned int)min(L2_PREFETCH_CHUNK, end - at);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off + at), "r"(size)
+                     : "memory");
+    }
+}
+
+// Up to three ranges of weights to bring into L2 (a null pointer or n = 0: none), and when:
+// before the programmatic wait (at 0) or after it (at 1).
+struct Prefetch {
+    const unsigned char* p[3];
+    unsigned long long off[3], n[3];
+    int at;
+};
+
+__device__ __forceinline__ void l2_prefetch(const Prefetch& f) {
+#pragma unroll
+    for (int i = 0; i < 3; ++i)
+        if (f.p[i] != nullptr) l2_prefetch_share(f.p[i], f.off[i], f.n[i]);
+}
+
 #define ATT_U 4
 // Fewest positions per block (two per warp); the decoder's split rule
 // (crates/graphsmith-llama/src/kernels.rs, ATTENTION_MIN_CHUNK) uses the same number.
@@ -278,7 +313,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                                           const float* cos_t, const float* sin_t,
                                           unsigned short* out, int nq, int nkv, int hd,
                                           int max_ctx, float scale, float* part,
-                                          unsigned int* counters, int early) {
+                                          unsigned int* counters, int early,
+                                          const Prefetch& pf) {
     extern __shared__ float smem[];
     __shared__ int is_last;
     const float NEG_INF = __int_as_float(0xff800000);
@@ -328,9 +364,13 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         t_end = min(len, t_begin + chunk);
         load_round(t_begin + warp);
     };
+    // The layer's next weights into L2 (see Prefetch), while this latency-bound kernel leaves
+    // the memory idle.
+    if (pf.at == 0) l2_prefetch(pf);
     if (early) first_round();
     pdl_trigger();
     pdl_wait();
+    if (pf.at == 1) l2_prefetch(pf);
     if (!early) first_round();
     unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
     if (!live) {
@@ -499,15 +539,19 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
 
 // The instantiations by elements per lane: ll_attention_1 (head_dim <= 32), _2 (<= 64),
 // _4 (<= 128), _8 (<= 256), for groups of up to 16 query heads; the _g4 ones for groups of up
-// to 4 (fewer registers: more blocks per SM at large batches); same arguments.
+// to 4 (fewer registers: more blocks per SM at large batches); same arguments. The last ten are
+// the Prefetch: three (pointer, byte offset, bytes) ranges and when.
 #define LL_ATTENTION(NAME, E, G)                                                                \
     extern "C" __global__ void NAME(                                                            \
         const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
         const int* pos, const float* cos_t, const float* sin_t, unsigned short* out, int nq,   \
         int nkv, int hd, int max_ctx, float scale, float* part, unsigned int* counters,        \
-        int early) {                                                                            \
+        int early, const unsigned char* pf0, unsigned long long off0, unsigned long long n0,   \
+        const unsigned char* pf1, unsigned long long off1, unsigned long long n1,              \
+        const unsigned char* pf2, unsigned long long off2, unsigned long long n2, int pf_at) { \
+        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
         attention<E, G>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,     \
-                        scale, part, counters, early);                                          \
+                        scale, part, counters, early, pf);                                      \
     }
 LL_ATTENTION(ll_attention_1, 1, 16)
 LL_ATTENTION(ll_attention_2, 2, 16)

@@ -16,6 +16,7 @@ pub use crate::kernels::{
     attention_smem, gemv, gemv_head, Gemm, GemvKernels, Kernels, Pdl, ARGMAX_CHUNK, ARGMAX_THREADS,
     ATTENTION_THREADS, GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
 };
+use crate::prefetch::{prefetch_plan, PrefetchRange, Source};
 use crate::tuning::Tuning;
 use crate::weights::DeviceWeights;
 
@@ -334,8 +335,16 @@ impl Decoder {
     }
 
     /// The attention of layer `l` (RoPE, KV append, softmax attention) from `qkv` into `attn`.
+    /// With `prefetch`, the attention also asks L2 for the weights the kernels after it read
+    /// ([`prefetch_plan`], up to [`Tuning::prefetch_bytes`]).
     #[track_caller]
-    fn attention(&mut self, stream: &Stream, l: usize, rows: usize) -> graphsmith::Result<()> {
+    fn attention(
+        &mut self,
+        stream: &Stream,
+        l: usize,
+        rows: usize,
+        prefetch: bool,
+    ) -> graphsmith::Result<()> {
         let c = &self.config;
         let (nq, nkv, hd) = (
             c.num_attention_heads as i32,
@@ -349,6 +358,28 @@ impl Decoder {
         if let Some(cap) = self.tuning.attention_splits {
             splits = splits.min(cap.max(1));
         }
+        let lw = &self.weights.layers[l];
+        let next = match self.weights.layers.get(l + 1) {
+            Some(next) => &next.qkv,
+            None => self.weights.head(),
+        };
+        let budget = if prefetch {
+            self.tuning.prefetch_bytes()
+        } else {
+            0
+        };
+        let plan = prefetch_plan(
+            budget,
+            lw.gate_up.bytes() as u64,
+            lw.down.bytes() as u64,
+            next.bytes() as u64,
+        );
+        let pick = |r: &PrefetchRange| match r.source {
+            Source::GateUp => &lw.gate_up,
+            Source::Down => &lw.down,
+            Source::Next => next,
+        };
+        let [pa, pb, pc] = plan.each_ref().map(|r| (pick(r), r.offset, r.bytes));
         stream.launch(
             "rope + kv append + attention",
             self.kernels
@@ -373,7 +404,17 @@ impl Decoder {
                 scale,
                 &mut self.attn_partials,
                 &mut self.attn_counters,
-                i32::from(self.tuning.attention_early.unwrap_or(true))
+                i32::from(self.tuning.attention_early.unwrap_or(true)),
+                pa.0,
+                pa.1,
+                pa.2,
+                pb.0,
+                pb.1,
+                pb.2,
+                pc.0,
+                pc.1,
+                pc.2,
+                i32::from(self.tuning.prefetch_after_wait.unwrap_or(false))
             ],
         )
     }
@@ -412,7 +453,7 @@ impl Decoder {
                 h,
                 eps,
             )?;
-            self.attention(stream, l, rows)?;
+            self.attention(stream, l, rows, true)?;
             let (k, lw) = (&self.kernels, &self.weights.layers[l]);
             gemv(
                 stream,
@@ -493,7 +534,7 @@ impl Decoder {
                 false,
                 false,
             )?;
-            self.attention(stream, l, rows)?;
+            self.attention(stream, l, rows, false)?;
             let (k, lw) = (&self.kernels, &self.weights.layers[l]);
             self.cublas.gemm(
                 stream,

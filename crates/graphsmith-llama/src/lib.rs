@@ -15,6 +15,7 @@ pub mod error;
 pub mod kernels;
 pub mod loop_bench;
 pub mod model;
+pub mod prefetch;
 pub mod reference;
 pub mod run;
 pub mod tokenizer;

@@ -1,7 +1,8 @@
 //! Launch choices set by hand to measure alternatives to the rules
 //! (`graphsmith-llama bench --tune SPEC`): the warps per output column of each one-row
-//! projection, the projections' blocks per multiprocessor, a cap on the attention's splits, and
-//! whether the attention loads before its programmatic wait. They change how the work is spread over the
+//! projection, the projections' blocks per multiprocessor, a cap on the attention's splits,
+//! whether the attention loads before its programmatic wait, and how many bytes of the next
+//! weights it asks L2 for (`crate::prefetch`), before or after that wait. They change how the work is spread over the
 //! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
 //! may differ from the rules' by rounding, and must pass the same checks
 //! (`tests/gpu_decode.rs` runs the host-reference check with two extreme choices).
@@ -29,12 +30,28 @@ pub struct Tuning {
     /// its programmatic wait (the rule: yes; `early=0` loads them after it, as a kernel without
     /// programmatic launch does anyway).
     pub attention_early: Option<bool>,
+    /// MiB of the next kernels' weights the attention asks L2 for at one row
+    /// ([`crate::prefetch`]; the rule: [`PREFETCH_MIB_RULE`]; 0: none).
+    pub prefetch_mib: Option<u64>,
+    /// Whether that prefetch is issued after the attention's programmatic wait, or before it
+    /// (the rule: measured faster on both configs, `bench/results/2026-12-01-llama-6.md`).
+    pub prefetch_after_wait: Option<bool>,
 }
+
+/// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200
+/// (`bench/results/2026-12-01-llama-6.md`): 8 MiB before the wait was the fastest budget on
+/// both configs (4 to 32 tried); more competes with the q/k/v projection still streaming.
+pub const PREFETCH_MIB_RULE: u64 = 8;
 
 impl Tuning {
     /// Whether every choice is the rules'.
     pub fn is_default(&self) -> bool {
         *self == Tuning::default()
+    }
+
+    /// Bytes the attention prefetches at one row.
+    pub fn prefetch_bytes(&self) -> u64 {
+        self.prefetch_mib.unwrap_or(PREFETCH_MIB_RULE) << 20
     }
 }
 
@@ -42,7 +59,8 @@ impl FromStr for Tuning {
     type Err = String;
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
-    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4) and early (0 or 1).
+    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
+    /// up to 1024) and pfw (0 or 1).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -52,7 +70,7 @@ impl FromStr for Tuning {
         for item in s.split(',') {
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 format!(
-                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early)",
+                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -60,6 +78,20 @@ impl FromStr for Tuning {
             let n: usize = value
                 .parse()
                 .map_err(|_| format!("{key}={value}: not a whole number"))?;
+            if key == "pf" {
+                if n > 1024 {
+                    return Err(format!("pf={n}: at most 1024 MiB"));
+                }
+                t.prefetch_mib = Some(n as u64);
+                continue;
+            }
+            if key == "pfw" {
+                if n > 1 {
+                    return Err(format!("pfw={n}: 0 or 1"));
+                }
+                t.prefetch_after_wait = Some(n == 1);
+                continue;
+            }
             if key == "early" {
                 if n > 1 {
                     return Err(format!("early={n}: 0 or 1"));
@@ -83,7 +115,7 @@ impl FromStr for Tuning {
             }
             let i = PROJECTIONS.iter().position(|&p| p == key).ok_or_else(|| {
                 format!(
-                    "unknown key '{key}' (keys: {}, splits, blocks, early)",
+                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -115,6 +147,12 @@ impl fmt::Display for Tuning {
         if let Some(e) = self.attention_early {
             parts.push(format!("early={}", u8::from(e)));
         }
+        if let Some(n) = self.prefetch_mib {
+            parts.push(format!("pf={n}"));
+        }
+        if let Some(w) = self.prefetch_after_wait {
+            parts.push(format!("pfw={}", u8::from(w)));
+        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -136,6 +174,7 @@ mod tests {
             "head=1,splits=64",
             "o=4,blocks=2",
             "splits=4,early=0",
+            "pf=16,pfw=0",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -155,6 +194,8 @@ mod tests {
         assert!(err("splits=0").contains("at least one"));
         assert!(err("blocks=5").contains("1 to 4"));
         assert!(err("early=2").contains("0 or 1"));
+        assert!(err("pf=2000").contains("at most 1024"));
+        assert!(err("pfw=3").contains("0 or 1"));
         assert!(err("o=x").contains("not a whole number"));
     }
 }

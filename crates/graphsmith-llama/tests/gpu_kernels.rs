@@ -413,7 +413,20 @@ fn check_attention(
                 &mut part,
                 &mut counters,
                 // The first launch loads before its wait (a no-op here), the second after it.
-                i32::from(launch == 0)
+                i32::from(launch == 0),
+                // L2 prefetches (of read-only tables here), which change no value: the whole
+                // sine table and a piece of the cosine one, before the wait in the first launch
+                // and after it in the second.
+                &sind,
+                0u64,
+                (sind.bytes() as u64) & !15,
+                &cosd,
+                16u64,
+                (cosd.bytes() as u64 / 2) & !15,
+                0u64,
+                0u64,
+                0u64,
+                i32::from(launch == 1)
             ],
         )
         .unwrap();

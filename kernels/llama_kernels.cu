@@ -269,54 +269,38 @@ __device__ __forceinline__ float ld_cg(const float* p) {
 }
 
 // Asks L2 to fetch this block's share of bytes [off, off + n) of p (p + off 16-byte aligned, n a
-// multiple of 16). The grid shares the range out evenly. With `lines`, one `prefetch.global.L2`
-// per 128-byte line (ordinary instructions: nothing to complete before the block exits);
-// otherwise sm_90 bulk prefetches of up to 16 KB each (few instructions, no registers). Weights
-// only: no kernel of a step writes them, and L2 is where device memory is coherent, so a
-// prefetch changes no value whenever it runs. Not inlined: at the end of a GEMV that holds 64
-// registers, inlined, it spilled.
+// multiple of 16; sm_90 bulk prefetch, 16 KB per instruction, no registers, nothing waits for
+// it). The grid shares the range out evenly. Weights only: no kernel of a step writes them, so
+// the prefetch may run before the wait and no value read later can be stale.
 #define L2_PREFETCH_CHUNK 16384ull
-__device__ __noinline__ void l2_prefetch_share(const unsigned char* p, unsigned long long off,
-                                               unsigned long long n, bool lines) {
-    if (p == nullptr || n == 0) return;
+__device__ __forceinline__ void l2_prefetch_share(const unsigned char* p, unsigned long long off,
+                                                  unsigned long long n) {
+    if (n == 0) return;
     unsigned long long blocks = (unsigned long long)gridDim.x * gridDim.y * gridDim.z;
     unsigned long long b = blockIdx.x + (unsigned long long)gridDim.x *
                                             (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
     unsigned long long share = ((n + blocks - 1) / blocks + 15ull) & ~15ull;
     unsigned long long begin = b * share, end = min(n, begin + share);
-    const unsigned char* base = p + off;
-    if (lines) {
-        for (unsigned long long at = begin + threadIdx.x * 128ull; at < end;
-             at += blockDim.x * 128ull) {
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(base + at) : "memory");
-        }
-        return;
-    }
     for (unsigned long long at = begin + threadIdx.x * L2_PREFETCH_CHUNK; at < end;
          at += blockDim.x * L2_PREFETCH_CHUNK) {
         unsigned int size = (unsigned int)min(L2_PREFETCH_CHUNK, end - at);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + at), "r"(size)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + off + at), "r"(size)
                      : "memory");
     }
 }
 
-// Up to three ranges of weights to bring into L2 (a null pointer or n = 0: none) and how:
-// `flags` bit 0 says when (0: before the kernel's programmatic wait; 1: after it, for the
-// attention, or once the block's columns are done, for a GEMV), bit 1 says by lines (1) or
-// in bulk (0).
+// Up to three ranges of weights to bring into L2 (a null pointer or n = 0: none), and when:
+// before the programmatic wait (at 0) or after it (at 1).
 struct Prefetch {
     const unsigned char* p[3];
     unsigned long long off[3], n[3];
-    int flags;
+    int at;
 };
 
-#define PF_LATE 1
-#define PF_LINES 2
-__device__ __forceinline__ void l2_prefetch(const Prefetch& f, bool late) {
-    if (((f.flags & PF_LATE) != 0) != late) return;
-    bool lines = (f.flags & PF_LINES) != 0;
+__device__ __forceinline__ void l2_prefetch(const Prefetch& f) {
 #pragma unroll
-    for (int i = 0; i < 3; ++i) l2_prefetch_share(f.p[i], f.off[i], f.n[i], lines);
+    for (int i = 0; i < 3; ++i)
+        if (f.p[i] != nullptr) l2_prefetch_share(f.p[i], f.off[i], f.n[i]);
 }
 
 #define ATT_U 4
@@ -382,11 +366,11 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     };
     // The layer's next weights into L2 (see Prefetch), while this latency-bound kernel leaves
     // the memory idle.
-    l2_prefetch(pf, false);
+    if (pf.at == 0) l2_prefetch(pf);
     if (early) first_round();
     pdl_trigger();
     pdl_wait();
-    l2_prefetch(pf, true);
+    if (pf.at == 1) l2_prefetch(pf);
     if (!early) first_round();
     unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
     if (!live) {
@@ -556,7 +540,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
 // The instantiations by elements per lane: ll_attention_1 (head_dim <= 32), _2 (<= 64),
 // _4 (<= 128), _8 (<= 256), for groups of up to 16 query heads; the _g4 ones for groups of up
 // to 4 (fewer registers: more blocks per SM at large batches); same arguments. The last ten are
-// the Prefetch: three (pointer, byte offset, bytes) ranges and its flags.
+// the Prefetch: three (pointer, byte offset, bytes) ranges and when.
 #define LL_ATTENTION(NAME, E, G)                                                                \
     extern "C" __global__ void NAME(                                                            \
         const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
@@ -564,8 +548,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         int nkv, int hd, int max_ctx, float scale, float* part, unsigned int* counters,        \
         int early, const unsigned char* pf0, unsigned long long off0, unsigned long long n0,   \
         const unsigned char* pf1, unsigned long long off1, unsigned long long n1,              \
-        const unsigned char* pf2, unsigned long long off2, unsigned long long n2, int pf_flags) { \
-        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_flags};           \
+        const unsigned char* pf2, unsigned long long off2, unsigned long long n2, int pf_at) { \
+        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
         attention<E, G>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,     \
                         scale, part, counters, early, pf);                                      \
     }
@@ -738,7 +722,7 @@ template <int R, int PRO, int EPI, bool LATE>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
                                      int n, int k, float eps, int wpc,
-                                     unsigned long long* best, const Prefetch& pf) {
+                                     unsigned long long* best) {
     // EPI 3 takes two weight rows per output column (gate o and up n + o).
     constexpr int P = EPI == 3 ? 2 : 1;
     extern __shared__ __align__(16) unsigned short xs[];
@@ -758,11 +742,6 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
             wv[u] = ldg_if(w4 + (size_t)(o + p * n) * k8 + cidx, o < n && cidx < k8);
         }
     };
-    // Weights of later kernels into L2 while this one waits (see Prefetch); first, while few
-    // registers are live across the call. Only the residual GEMVs (o and down) prefetch: the
-    // others hold 64 registers already, and the call made them spill.
-    constexpr bool PF = PRO == 0 && EPI == 1;
-    if (PF) l2_prefetch(pf, false);
     uint4 wv[GEMV_U];
     int base0 = blockIdx.x * groups;
     if (vec) load_round(wv, base0 + g, 0, 0);
@@ -958,8 +937,6 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
             }
         }
     }
-    // This block's columns are done: later kernels' weights into L2 (see Prefetch).
-    if (PF) l2_prefetch(pf, true);
     if (EPI == 2 && best != nullptr) {
         // The block's largest logit per row (first index on ties), then one atomicMax per block
         // and row into best (see ll_argmax and ll_advance).
@@ -984,9 +961,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 //   ll_gemv_norm_f32_R   (PRO 1, EPI 2): lm_head with the final norm, f32 logits
 //   ll_gemv_head_R       (PRO 1, EPI 2): the same, and each row's argmax folded into best[r] as
 //                                        ll_argmax does (one atomicMax per block and row)
-// Arguments: (x, nw, w, y, row0, rows, n, k, eps, wpc), for ll_gemv_head best, then two
-// (pointer, byte offset, bytes) ranges of weights to prefetch into L2 and the Prefetch flags
-// (a null pointer or 0 bytes: none; only ll_gemv_res prefetches, the others ignore them); nw is
+// Arguments: (x, nw, w, y, row0, rows, n, k, eps, wpc) and, for ll_gemv_head, best; nw is
 // ignored without the norm; wpc (warps per column) is 1, 2, 4 or 8.
 // One row: at most 64 registers, so four 256-thread blocks fit per multiprocessor (the
 // grid the decoder launches, kernels.rs `launch_gemv`, is one wave of four per multiprocessor).
@@ -994,24 +969,15 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 #define LL_GEMV(NAME, R, PRO, EPI, LATE)                                                        \
     extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
-                                    int n, int k, float eps, int wpc,                          \
-                                    const unsigned char* pf0, unsigned long long off0,         \
-                                    unsigned long long n0, const unsigned char* pf1,           \
-                                    unsigned long long off1, unsigned long long n1,            \
-                                    int pf_flags) {                                            \
-        Prefetch pf = {{pf0, pf1, nullptr}, {off0, off1, 0ull}, {n0, n1, 0ull}, pf_flags};     \
-        gemv<R, PRO, EPI, LATE>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr, pf);         \
+                                    int n, int k, float eps, int wpc) {                        \
+        gemv<R, PRO, EPI, LATE>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr);             \
     }
 #define LL_GEMV_HEAD(NAME, R)                                                                   \
     extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
                                     int n, int k, float eps, int wpc,                          \
-                                    unsigned long long* best, const unsigned char* pf0,        \
-                                    unsigned long long off0, unsigned long long n0,            \
-                                    const unsigned char* pf1, unsigned long long off1,         \
-                                    unsigned long long n1, int pf_flags) {                     \
-        Prefetch pf = {{pf0, pf1, nullptr}, {off0, off1, 0ull}, {n0, n1, 0ull}, pf_flags};     \
-        gemv<R, 1, 2, false>(x, nw, w, y, row0, rows, n, k, eps, wpc, best, pf);               \
+                                    unsigned long long* best) {                                \
+        gemv<R, 1, 2, false>(x, nw, w, y, row0, rows, n, k, eps, wpc, best);                   \
     }
 #define LL_GEMV_ALL(NAME, PRO, EPI, LATE)                                                       \
     LL_GEMV(NAME##_1, 1, PRO, EPI, LATE)                                                        \

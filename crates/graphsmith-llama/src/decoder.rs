@@ -16,9 +16,7 @@ pub use crate::kernels::{
     attention_smem, gemv, gemv_head, Gemm, GemvKernels, Kernels, Pdl, ARGMAX_CHUNK, ARGMAX_THREADS,
     ATTENTION_THREADS, GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
 };
-use crate::prefetch::{
-    clip, gate_up_after_attention, prefetch_plan, GemvPrefetch, PrefetchRange, Source,
-};
+use crate::prefetch::{prefetch_plan, PrefetchRange, Source};
 use crate::tuning::Tuning;
 use crate::weights::DeviceWeights;
 
@@ -416,7 +414,7 @@ impl Decoder {
                 pc.0,
                 pc.1,
                 pc.2,
-                self.tuning.prefetch_flags().0
+                i32::from(self.tuning.prefetch_after_wait.unwrap_or(false))
             ],
         )
     }
@@ -440,14 +438,6 @@ impl Decoder {
             warps_per_column: wpc[i],
             blocks_per_sm: per_sm,
         };
-        // What the o and down projections ask L2 for (`crate::prefetch`): gate/up after the
-        // attention's part, and the next q/k/v (lm_head after the last layer).
-        let (o_pf, down_pf, attention_pf) = (
-            self.tuning.o_prefetch_mib.unwrap_or(0) << 20,
-            self.tuning.down_prefetch_mib.unwrap_or(0) << 20,
-            self.tuning.prefetch_bytes(),
-        );
-        let gemv_flags = self.tuning.prefetch_flags().1;
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));
             let lw = &self.weights.layers[l];
@@ -462,25 +452,9 @@ impl Decoder {
                 c.qkv_dim(),
                 h,
                 eps,
-                None,
             )?;
             self.attention(stream, l, rows, true)?;
             let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            let next = match self.weights.layers.get(l + 1) {
-                Some(next) => &next.qkv,
-                None => self.weights.head(),
-            };
-            let [(g0, gn), (u0, un)] =
-                gate_up_after_attention(lw.gate_up.bytes() as u64, attention_pf, o_pf);
-            let o_prefetch = (gn > 0).then_some(GemvPrefetch {
-                ranges: [(&lw.gate_up, g0, gn), (&lw.gate_up, u0, un)],
-                flags: gemv_flags,
-            });
-            let (n0, nn) = clip(next.bytes() as u64, 0, down_pf);
-            let down_prefetch = (nn > 0).then_some(GemvPrefetch {
-                ranges: [(next, n0, nn), (next, 0, 0)],
-                flags: gemv_flags,
-            });
             gemv(
                 stream,
                 "gemv o + residual",
@@ -492,7 +466,6 @@ impl Decoder {
                 h,
                 q,
                 eps,
-                o_prefetch,
             )?;
             gemv(
                 stream,
@@ -505,7 +478,6 @@ impl Decoder {
                 f,
                 h,
                 eps,
-                None,
             )?;
             gemv(
                 stream,
@@ -518,7 +490,6 @@ impl Decoder {
                 h,
                 f,
                 eps,
-                down_prefetch,
             )?;
             drop(range);
         }

@@ -5,7 +5,6 @@ use graphsmith::model::Dim3;
 use graphsmith::{args, sys, Context, DeviceBuffer, Kernel, LaunchConfig, Module, Stream};
 
 use crate::error::{LlamaError, Result};
-use crate::prefetch::GemvPrefetch;
 
 /// PTX of the decoder's kernels (`kernels/llama_kernels.cu`), compiled ahead of time.
 pub const LLAMA_PTX: &str = include_str!("../../../kernels/llama_kernels.ptx");
@@ -344,9 +343,7 @@ impl From<(u32, usize)> for GemvGrid {
 /// (the norm weight is only read by the norm variants; others pass any buffer). The grid covers
 /// the `n` columns with a group of [`warps_per_column`] warps each, capped at a few blocks per
 /// multiprocessor (each block stages its rows' input once, then strides over columns).
-/// `gemv_norm_swiglu` reads weight rows `o` and `n + o` for output column `o`. With
-/// `prefetch`, the residual GEMVs (o, down) also ask L2 for two weight ranges
-/// ([`crate::prefetch`]; every chunk of rows the same ranges).
+/// `gemv_norm_swiglu` reads weight rows `o` and `n + o` for output column `o`.
 #[track_caller]
 #[allow(clippy::too_many_arguments)]
 pub fn gemv<T: graphsmith::Element>(
@@ -360,7 +357,6 @@ pub fn gemv<T: graphsmith::Element>(
     n: usize,
     k: usize,
     eps: f32,
-    prefetch: Option<GemvPrefetch<'_>>,
 ) -> graphsmith::Result<()> {
     launch_gemv(
         stream,
@@ -372,7 +368,6 @@ pub fn gemv<T: graphsmith::Element>(
         None,
         (rows, n, k),
         eps,
-        prefetch,
     )
 }
 
@@ -401,7 +396,6 @@ pub fn gemv_head(
         Some(best),
         (rows, n, k),
         eps,
-        None,
     )
 }
 
@@ -417,17 +411,8 @@ fn launch_gemv<T: graphsmith::Element>(
     mut best: Option<&mut DeviceBuffer<u64>>,
     (rows, n, k): (usize, usize, usize),
     eps: f32,
-    prefetch: Option<GemvPrefetch<'_>>,
 ) -> graphsmith::Result<()> {
     let (x, nw, w) = inputs;
-    // No prefetch: zero bytes of the weights the kernel reads anyway.
-    let GemvPrefetch {
-        ranges: [(p0, o0, n0), (p1, o1, n1)],
-        flags,
-    } = prefetch.unwrap_or(GemvPrefetch {
-        ranges: [(w, 0, 0); 2],
-        flags: 0,
-    });
     let warps = (GEMV_THREADS / 32) as usize;
     let (sm_count, max_rows) = (grid_of.sm_count, grid_of.max_rows);
     let wpc = grid_of
@@ -454,16 +439,13 @@ fn launch_gemv<T: graphsmith::Element>(
                 label,
                 kernel,
                 cfg,
-                args![x, nw, w, &mut *y, r0, c, nn, kk, eps, wp, p0, o0, n0, p1, o1, n1, flags],
+                args![x, nw, w, &mut *y, r0, c, nn, kk, eps, wp],
             )?,
             Some(best) => stream.launch(
                 label,
                 kernel,
                 cfg,
-                args![
-                    x, nw, w, &mut *y, r0, c, nn, kk, eps, wp, &mut *best, p0, o0, n0, p1, o1, n1,
-                    flags
-                ],
+                args![x, nw, w, &mut *y, r0, c, nn, kk, eps, wp, &mut *best],
             )?,
         }
         row0 += chunk;

@@ -16,56 +16,6 @@
 //! The gate/up GEMV reads its gate and up rows together (column `o` takes rows `o` and
 //! `n + o`), so a budget smaller than gate/up takes the beginning of each half.
 
-/// A range of a kernel's L2 prefetch: (buffer, byte offset, bytes), the offset and the length
-/// multiples of 16 bytes ([`clip`]).
-pub type L2Range<'a> = (&'a graphsmith::DeviceBuffer<u16>, u64, u64);
-
-/// `Prefetch` flag (kernels/llama_kernels.cu): issued after the attention's wait, or once a
-/// GEMV's columns are done (otherwise before the kernel's programmatic wait).
-pub const PF_LATE: i32 = 1;
-/// `Prefetch` flag: one `prefetch.global.L2` per 128-byte line rather than bulk prefetches.
-pub const PF_LINES: i32 = 2;
-
-/// What a one-row GEMV asks L2 for: two ranges and the `Prefetch` flags. Only the residual
-/// GEMVs (o and down) act on it.
-#[derive(Clone, Copy)]
-pub struct GemvPrefetch<'a> {
-    pub ranges: [L2Range<'a>; 2],
-    pub flags: i32,
-}
-
-/// Bytes `[offset, offset + want)` of a buffer of `size` bytes as (offset, bytes), cut to the
-/// buffer and to whole 16-byte pieces; nothing when `offset` is not a multiple of 16 or is past
-/// the end.
-pub fn clip(size: u64, offset: u64, want: u64) -> (u64, u64) {
-    if !offset.is_multiple_of(16) || offset >= size {
-        return (0, 0);
-    }
-    (offset, whole16(want.min(size - offset)))
-}
-
-/// The gate/up ranges the o projection prefetches, `want` bytes in all, as (offset, bytes): the
-/// gate half and the up half each continue where the attention's prefetch of `attention`
-/// bytes ([`prefetch_plan`]) stopped.
-pub fn gate_up_after_attention(gate_up: u64, attention: u64, want: u64) -> [(u64, u64); 2] {
-    let half = gate_up / 2;
-    if !half.is_multiple_of(16) || want < 32 {
-        return [(0, 0); 2];
-    }
-    let [gate, ..] = prefetch_plan(attention, gate_up, 0, 0);
-    // The attention took the whole of gate/up, or the beginning of each half.
-    let done = if gate.bytes >= gate_up {
-        half
-    } else {
-        gate.bytes
-    };
-    let (offset, bytes) = clip(half, done, want / 2);
-    if bytes == 0 {
-        return [(0, 0); 2];
-    }
-    [(offset, bytes), (half + offset, bytes)]
-}
-
 /// Which weight buffer a range lies in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
@@ -197,24 +147,6 @@ mod tests {
         );
         let plan = prefetch_plan(gu + d / 2, gu, d, n);
         assert_eq!(plan.map(|r| r.bytes), [gu, whole16(d / 2), 0]);
-    }
-
-    #[test]
-    fn the_o_projection_continues_gate_and_up_where_the_attention_stopped() {
-        assert_eq!(
-            gate_up_after_attention(64 * MB, 8 * MB, 8 * MB),
-            [(4 * MB, 4 * MB), (36 * MB, 4 * MB)]
-        );
-        // Nothing left of gate/up after the attention took all of it; nothing asked.
-        assert_eq!(gate_up_after_attention(4 * MB, 8 * MB, 8 * MB), [(0, 0); 2]);
-        assert_eq!(gate_up_after_attention(64 * MB, 8 * MB, 0), [(0, 0); 2]);
-        // Cut at the end of each half.
-        assert_eq!(
-            gate_up_after_attention(64 * MB, 60 * MB, 8 * MB),
-            [(30 * MB, 2 * MB), (62 * MB, 2 * MB)]
-        );
-        assert_eq!(clip(100, 8, 50), (0, 0));
-        assert_eq!(clip(100, 16, 500), (16, 80));
     }
 
     #[test]

@@ -36,18 +36,6 @@ pub struct Tuning {
     /// Whether that prefetch is issued after the attention's programmatic wait, or before it
     /// (the rule: measured faster on both configs, `bench/results/2026-12-01-llama-6.md`).
     pub prefetch_after_wait: Option<bool>,
-    /// Whether every prefetch goes line by line (`prefetch.global.L2`) rather than in bulk
-    /// (the rule: bulk).
-    pub prefetch_lines: Option<bool>,
-    /// MiB of gate/up (after what the attention took) the o projection asks L2 for (the rule:
-    /// 0, none).
-    pub o_prefetch_mib: Option<u64>,
-    /// MiB of the next q/k/v (lm_head after the last layer) the down projection asks L2 for
-    /// (the rule: 0, none).
-    pub down_prefetch_mib: Option<u64>,
-    /// Whether the o and down projections prefetch once their columns are done, or before
-    /// their programmatic wait (the rule).
-    pub gemv_prefetch_late: Option<bool>,
 }
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200
@@ -65,22 +53,6 @@ impl Tuning {
     pub fn prefetch_bytes(&self) -> u64 {
         self.prefetch_mib.unwrap_or(PREFETCH_MIB_RULE) << 20
     }
-
-    /// The `Prefetch` flags (kernels/llama_kernels.cu) of the attention's prefetch and of the
-    /// GEMVs'.
-    pub fn prefetch_flags(&self) -> (i32, i32) {
-        use crate::prefetch::{PF_LATE, PF_LINES};
-        let lines = if self.prefetch_lines.unwrap_or(false) {
-            PF_LINES
-        } else {
-            0
-        };
-        let late = |b: Option<bool>| if b.unwrap_or(false) { PF_LATE } else { 0 };
-        (
-            lines | late(self.prefetch_after_wait),
-            lines | late(self.gemv_prefetch_late),
-        )
-    }
 }
 
 impl FromStr for Tuning {
@@ -88,7 +60,7 @@ impl FromStr for Tuning {
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
     /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
-    /// up to 1024), pfw and pfl (0 or 1), opf and dpf (MiB, up to 1024), gpfw (0 or 1).
+    /// up to 1024) and pfw (0 or 1).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -98,7 +70,7 @@ impl FromStr for Tuning {
         for item in s.split(',') {
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 format!(
-                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw, pfl, opf, dpf, gpfw)",
+                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -106,30 +78,18 @@ impl FromStr for Tuning {
             let n: usize = value
                 .parse()
                 .map_err(|_| format!("{key}={value}: not a whole number"))?;
-            let mib = match key {
-                "pf" => Some(&mut t.prefetch_mib),
-                "opf" => Some(&mut t.o_prefetch_mib),
-                "dpf" => Some(&mut t.down_prefetch_mib),
-                _ => None,
-            };
-            if let Some(field) = mib {
+            if key == "pf" {
                 if n > 1024 {
-                    return Err(format!("{key}={n}: at most 1024 MiB"));
+                    return Err(format!("pf={n}: at most 1024 MiB"));
                 }
-                *field = Some(n as u64);
+                t.prefetch_mib = Some(n as u64);
                 continue;
             }
-            let flag = match key {
-                "pfw" => Some(&mut t.prefetch_after_wait),
-                "pfl" => Some(&mut t.prefetch_lines),
-                "gpfw" => Some(&mut t.gemv_prefetch_late),
-                _ => None,
-            };
-            if let Some(field) = flag {
+            if key == "pfw" {
                 if n > 1 {
-                    return Err(format!("{key}={n}: 0 or 1"));
+                    return Err(format!("pfw={n}: 0 or 1"));
                 }
-                *field = Some(n == 1);
+                t.prefetch_after_wait = Some(n == 1);
                 continue;
             }
             if key == "early" {
@@ -155,7 +115,7 @@ impl FromStr for Tuning {
             }
             let i = PROJECTIONS.iter().position(|&p| p == key).ok_or_else(|| {
                 format!(
-                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw, pfl, opf, dpf, gpfw)",
+                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -193,18 +153,6 @@ impl fmt::Display for Tuning {
         if let Some(w) = self.prefetch_after_wait {
             parts.push(format!("pfw={}", u8::from(w)));
         }
-        if let Some(l) = self.prefetch_lines {
-            parts.push(format!("pfl={}", u8::from(l)));
-        }
-        if let Some(n) = self.o_prefetch_mib {
-            parts.push(format!("opf={n}"));
-        }
-        if let Some(n) = self.down_prefetch_mib {
-            parts.push(format!("dpf={n}"));
-        }
-        if let Some(l) = self.gemv_prefetch_late {
-            parts.push(format!("gpfw={}", u8::from(l)));
-        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -227,7 +175,6 @@ mod tests {
             "o=4,blocks=2",
             "splits=4,early=0",
             "pf=16,pfw=0",
-            "pf=8,pfl=1,opf=4,dpf=2,gpfw=1",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -249,8 +196,6 @@ mod tests {
         assert!(err("early=2").contains("0 or 1"));
         assert!(err("pf=2000").contains("at most 1024"));
         assert!(err("pfw=3").contains("0 or 1"));
-        assert!(err("opf=2000").contains("at most 1024"));
-        assert!(err("gpfw=2").contains("0 or 1"));
         assert!(err("o=x").contains("not a whole number"));
     }
 }

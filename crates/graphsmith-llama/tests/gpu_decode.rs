@@ -172,10 +172,10 @@ fn tiny_logits_match_a_host_reference() {
     let steps = 10;
     // Hand-set launch choices spread the same sums differently: they must pass the same check
     // (with L2 prefetches of every weight and with none).
-    let wide: Tuning = "qkv=8,o=8,gate_up=8,down=8,head=8,splits=1,pf=64,pfw=0,opf=64,dpf=64"
+    let wide: Tuning = "qkv=8,o=8,gate_up=8,down=8,head=8,splits=1,pf=64,pfw=0"
         .parse()
         .unwrap();
-    let narrow: Tuning = "qkv=1,o=1,gate_up=1,down=1,head=1,splits=64,blocks=1,early=0,pf=0,pfl=1,opf=8,dpf=8,gpfw=1"
+    let narrow: Tuning = "qkv=1,o=1,gate_up=1,down=1,head=1,splits=64,blocks=1,early=0,pf=0"
         .parse()
         .unwrap();
     for (mode, gemm, tuning) in [

@@ -14,7 +14,6 @@ use graphsmith_llama::kernels::{
     attention_smem, attention_splits, gemv, gemv_head, GemvKernels, Kernels, ARGMAX_CHUNK,
     ARGMAX_THREADS, ATTENTION_THREADS,
 };
-use graphsmith_llama::prefetch::{GemvPrefetch, PF_LATE, PF_LINES};
 use graphsmith_llama::Config;
 
 /// A small deterministic generator (xorshift64*), uniform in [-1, 1).
@@ -185,7 +184,6 @@ fn check_gemv(
             n,
             k,
             eps,
-            None,
         )
         .unwrap();
         st.synchronize().unwrap();
@@ -203,12 +201,6 @@ fn check_gemv(
             n,
             k,
             eps,
-            // L2 prefetches (of the weights themselves, before the wait and at the end) change
-            // no value.
-            Some(GemvPrefetch {
-                ranges: [(&wd, 16, (wd.bytes() as u64 / 2) & !15), (&wd, 0, 32)],
-                flags: if rows.is_multiple_of(2) { PF_LATE } else { PF_LINES },
-            }),
         )
         .unwrap();
         st.synchronize().unwrap();
@@ -423,8 +415,8 @@ fn check_attention(
                 // The first launch loads before its wait (a no-op here), the second after it.
                 i32::from(launch == 0),
                 // L2 prefetches (of read-only tables here), which change no value: the whole
-                // sine table and a piece of the cosine one, in bulk before the wait in the
-                // first launch, line by line after it in the second.
+                // sine table and a piece of the cosine one, before the wait in the first launch
+                // and after it in the second.
                 &sind,
                 0u64,
                 (sind.bytes() as u64) & !15,
@@ -434,7 +426,7 @@ fn check_attention(
                 0u64,
                 0u64,
                 0u64,
-                if launch == 1 { PF_LATE | PF_LINES } else { 0 }
+                i32::from(launch == 1)
             ],
         )
         .unwrap();
@@ -694,7 +686,6 @@ fn gemv_bandwidth_on_1b_shapes() {
                 n,
                 k,
                 1e-5,
-                None,
             )
             .unwrap();
             st.record(&a).unwrap();
@@ -710,7 +701,6 @@ fn gemv_bandwidth_on_1b_shapes() {
                     n,
                     k,
                     1e-5,
-                    None,
                 )
                 .unwrap();
             }

@@ -9,9 +9,10 @@
 // (ll_loop_advance, whose successor is the next iteration) lets its dependents start early
 // (pdl_trigger): before its wait, except the q/k/v projection (ll_gemv_norm), which triggers
 // after it. Before the wait, the GEMVs and ll_rmsnorm read weights (which no kernel of a step
-// writes), and the attention reads positions and its cache's earlier positions: when it
-// follows ll_gemv_norm, the only kernel that can still run then is that projection, which
-// writes neither (its late trigger means everything before it has finished); when it follows a
+// writes), and the attention prefetches weights into L2 (see Prefetch) and reads positions and
+// its cache's earlier positions: when it follows ll_gemv_norm, the only kernel that can still
+// run then is that projection, which writes neither (its late trigger means everything before
+// it has finished); when it follows a
 // cuBLAS GEMM (batches above one row), graphsmith launches it without the programmatic
 // attribute (after a library call a launch is ordinary), so it starts after all earlier work.
 // Both are no-ops when the launch was not programmatic, so the same kernels run with and

@@ -1,17 +1,19 @@
 //! What the attention asks L2 to fetch for the kernels after it.
 //!
 //! At batch 1 the attention is latency-bound: while it runs (and while the o projection, whose
-//! blocks load all of their weights into registers during the attention, finishes), the memory
-//! is mostly idle. So the attention also issues bulk L2 prefetches (`cp.async.bulk.prefetch.L2`,
+//! blocks load their weights before their programmatic wait, finishes), the memory is mostly
+//! idle. So the attention also issues bulk L2 prefetches (`cp.async.bulk.prefetch.L2`,
 //! `Prefetch` in `kernels/llama_kernels.cu`) of the weights the next kernels read: gate/up, then
 //! down, then the next layer's q/k/v (lm_head after the last layer), before its programmatic
 //! wait by default. Only weights are prefetched: no kernel of a step writes them, and L2 is
 //! where the GPU's memory is coherent, so a prefetch changes no value, whenever it runs.
 //!
 //! Measured on an H200 (`bench --tune`, `bench/results/2026-12-01-llama-6.md`): 8 MiB before
-//! the wait gains on both configs; after the wait it loses (the prefetch then delays the
-//! attention's own loads), and so did prefetches issued by each GEMV once its columns were
-//! done (perhaps because a block cannot exit before its bulk operations complete).
+//! the wait gains on both configs. After the wait it loses, and so did prefetches issued by
+//! each GEMV once its columns were done (perhaps because a block cannot exit before its bulk
+//! operations complete). The o and down projections prefetching before their own waits, and
+//! line-by-line prefetches (`prefetch.global.L2`), gained 3 us per step at most: they were
+//! measured at commit 659e28a and not kept.
 //!
 //! The gate/up GEMV reads its gate and up rows together (column `o` takes rows `o` and
 //! `n + o`), so a budget smaller than gate/up takes the beginning of each half.

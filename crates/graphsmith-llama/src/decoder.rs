@@ -3,7 +3,7 @@
 //! token (token ids, positions) lives in device buffers written before each replay; a row whose
 //! position is negative is padding and is skipped by the attention kernel.
 
-use graphsmith::{args, sys, Context, DeviceBuffer, Scope, Stream};
+use graphsmith::{args, sys, BeforeWait, Context, DeviceBuffer, Scope, Stream};
 
 use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
@@ -389,11 +389,13 @@ impl Decoder {
                 ATTENTION_THREADS,
                 self.attention_smem,
             ),
+            // Read before the wait (with `early`): the position, and the cache's positions
+            // before p (p's K and V are written after it); see the kernel source.
             args![
                 &self.qkv,
-                &mut self.kcache[l],
-                &mut self.vcache[l],
-                &self.pos,
+                BeforeWait::then_write(&mut self.kcache[l]),
+                BeforeWait::then_write(&mut self.vcache[l]),
+                BeforeWait(&self.pos),
                 &self.cos,
                 &self.sin,
                 &mut self.attn,

@@ -194,7 +194,9 @@ impl Kernels {
             argmax: module.kernel("ll_argmax")?,
             advance: module.kernel("ll_advance")?,
             loop_advance: module.kernel("ll_loop_advance")?,
-            gemv_norm: GemvKernels::load(&module, "ll_gemv_norm")?,
+            // The q/k/v projection lets its dependents start only after its wait (LATE in the
+            // kernel source): the attention after it reads before its own wait.
+            gemv_norm: GemvKernels::load(&module, "ll_gemv_norm")?.triggering_after_wait(),
             gemv_norm_swiglu: GemvKernels::load(&module, "ll_gemv_norm_swiglu")?,
             gemv_res: GemvKernels::load(&module, "ll_gemv_res")?,
             gemv_swiglu_res: GemvKernels::load(&module, "ll_gemv_swiglu_res")?,
@@ -206,6 +208,14 @@ impl Kernels {
 }
 
 impl GemvKernels {
+    /// The same kernels, stated to trigger their dependents after their wait
+    /// ([`Kernel::triggers_after_wait`]).
+    fn triggering_after_wait(self) -> GemvKernels {
+        GemvKernels {
+            by_rows: self.by_rows.map(Kernel::triggers_after_wait),
+        }
+    }
+
     fn programmatic(&self) -> graphsmith::Result<GemvKernels> {
         let [a, b, c, d] = &self.by_rows;
         Ok(GemvKernels {

@@ -43,7 +43,11 @@ fn runs_unknown_kernels(graph: &Graph) -> bool {
     while let Some(g) = todo.pop() {
         for n in &g.nodes {
             match &n.kind {
-                NodeKind::Kernel(_) if n.accesses.is_empty() => return true,
+                NodeKind::Kernel(_)
+                    if n.accesses.is_empty() && n.accesses_before_wait.is_empty() =>
+                {
+                    return true
+                }
                 NodeKind::Conditional { body_graphs, .. } if body_graphs.is_empty() => return true,
                 kind => todo.extend(kind.nested_graphs()),
             }
@@ -54,7 +58,9 @@ fn runs_unknown_kernels(graph: &Graph) -> bool {
 
 fn class(node: &Node) -> Class {
     match &node.kind {
-        NodeKind::Kernel(_) if node.accesses.is_empty() => Class::Kernel,
+        NodeKind::Kernel(_) if node.accesses.is_empty() && node.accesses_before_wait.is_empty() => {
+            Class::Kernel
+        }
         NodeKind::Conditional { body_graphs, .. } if body_graphs.is_empty() => Class::Nested,
         kind if kind.nested_graphs().iter().any(runs_unknown_kernels) => Class::Nested,
         _ if node.accesses.iter().any(|a| a.len > 0) => Class::Known,

@@ -6,7 +6,7 @@ mod common;
 
 use common::{assert_same, inputs, Gpu, POISON};
 use graphsmith::model::{AccessMode, EdgeType, Graph as ModelGraph};
-use graphsmith::{args, CaptureMode, Kernel, LaunchConfig};
+use graphsmith::{args, BeforeWait, CaptureMode, Kernel, LaunchConfig};
 
 const N: usize = 1 << 16;
 const CHAIN: usize = 100;
@@ -222,33 +222,114 @@ fn reading_before_the_wait_races_and_the_checker_says_so() {
         )
         .unwrap();
     g.kernel(
-        "copy-early",
-        &early,
+        "copy-late",
+        &late,
         cfg,
         args![&x, &mut dst, n as u32],
         &[&f],
     )
     .unwrap();
-    let mut m = g.model().clone();
-    assert_eq!(edge_types(&m), (1, 0));
+    let m = g.model();
+    assert_eq!(edge_types(m), (1, 0));
     assert!(
         m.hazards().unwrap().hazards.is_empty(),
         "after the wait: ordered"
     );
-    let copy = m
+    // The early copy declares its read of x before its wait (BeforeWait).
+    let mut g = gpu.ctx.graph("early-read").unwrap();
+    let f = g
+        .kernel(
+            "fill",
+            &fill,
+            one,
+            args![&mut x, 1.0f32, n as u32, cycles],
+            &[],
+        )
+        .unwrap();
+    g.kernel(
+        "copy-early",
+        &early,
+        cfg,
+        args![BeforeWait(&x), &mut dst, n as u32],
+        &[&f],
+    )
+    .unwrap();
+    let m = g.model();
+    let copy = &m.nodes[m
         .nodes
         .iter()
         .position(|n| n.label == "copy-early")
-        .unwrap();
-    let node = &mut m.nodes[copy];
-    let (before, after): (Vec<_>, Vec<_>) = node
-        .accesses
-        .drain(..)
-        .partition(|a| a.mode == AccessMode::Read);
-    node.accesses = after;
-    node.accesses_before_wait = before;
+        .unwrap()];
+    assert_eq!(copy.accesses_before_wait.len(), 1);
+    assert_eq!(copy.accesses_before_wait[0].mode, AccessMode::Read);
+    assert_eq!(copy.accesses.len(), 1, "dst, after the wait");
     let hazards = m.hazards().unwrap().hazards;
     assert_eq!(hazards.len(), 1, "{hazards:?}");
+}
+
+/// What a launch declares about its wait reaches the model, built and captured: a kernel that
+/// triggers after its wait (`Kernel::triggers_after_wait`) orders what came before it before
+/// the next kernel's early read (`BeforeWait`); without the declaration the same read races.
+#[test]
+#[ignore = "needs a CUDA GPU with compute capability 9.0+"]
+fn declared_early_reads_and_late_triggers_reach_the_model() {
+    let gpu = Gpu::new();
+    let add = programmatic(&gpu, "gs_pdl_add_scalar_f32");
+    let early = programmatic(&gpu, "gs_pdl_copy_early_f32");
+    let n = 4096usize;
+    let cfg = LaunchConfig::for_elements(n as u32);
+    let mut y = gpu.buffer("y", &vec![0.0; n]);
+    let mut z = gpu.buffer("z", &vec![0.0; n]);
+    let mut dst = gpu.poisoned("dst", n);
+    for late in [true, false] {
+        let middle = if late {
+            programmatic(&gpu, "gs_pdl_add_scalar_f32").triggers_after_wait()
+        } else {
+            programmatic(&gpu, "gs_pdl_add_scalar_f32")
+        };
+        // Built: A writes y; B (triggering after its wait, or not) writes z; C reads y before
+        // its wait.
+        let mut g = gpu.ctx.graph("late-trigger").unwrap();
+        let a = g
+            .kernel("a", &add, cfg, args![&mut y, 1.0f32, n as u32], &[])
+            .unwrap();
+        let b = g
+            .kernel("b", &middle, cfg, args![&mut z, 1.0f32, n as u32], &[&a])
+            .unwrap();
+        g.kernel(
+            "c",
+            &early,
+            cfg,
+            args![BeforeWait(&y), &mut dst, n as u32],
+            &[&b],
+        )
+        .unwrap();
+        // Captured: the same three launches.
+        let s = &gpu.stream;
+        s.begin_capture(CaptureMode::ThreadLocal, "late-trigger-captured")
+            .unwrap();
+        s.launch("a", &add, cfg, args![&mut y, 1.0f32, n as u32])
+            .unwrap();
+        s.launch("b", &middle, cfg, args![&mut z, 1.0f32, n as u32])
+            .unwrap();
+        s.launch("c", &early, cfg, args![BeforeWait(&y), &mut dst, n as u32])
+            .unwrap();
+        let captured = s.end_capture().unwrap();
+        for (how, m) in [("built", g.model()), ("captured", captured.model())] {
+            assert_eq!(edge_types(m), (2, 0), "{how}");
+            let node = |l: &str| &m.nodes[m.nodes.iter().position(|n| n.label == l).unwrap()];
+            assert_eq!(node("b").triggers_after_wait, late, "{how}");
+            assert!(!node("a").triggers_after_wait, "{how}");
+            assert_eq!(node("c").accesses_before_wait.len(), 1, "{how}");
+            assert_eq!(node("c").accesses_before_wait[0].label, "y", "{how}");
+            let hazards = m.hazards().unwrap().hazards;
+            if late {
+                assert!(hazards.is_empty(), "{how}, late trigger: {hazards:?}");
+            } else {
+                assert_eq!(hazards.len(), 1, "{how}, early trigger: {hazards:?}");
+            }
+        }
+    }
 }
 
 /// A graph launched after an opted-in kernel is other work on the stream: the next opted-in

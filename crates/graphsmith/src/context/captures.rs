@@ -170,6 +170,19 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// What a launch touches before its kernel's programmatic wait (`None`: nothing), and
+    /// whether its kernel triggers its dependents only after that wait.
+    pub(crate) fn before_wait(&self) -> (Option<Arc<[Access]>>, bool) {
+        match self.footprint {
+            None => (None, false),
+            Some(fp) => {
+                let before = fp.accesses_before_wait();
+                let before = (!before.is_empty()).then(|| before.into());
+                (before, fp.triggers_after_wait())
+            }
+        }
+    }
+
     /// The memory the operation touches, built.
     pub(crate) fn built_accesses(&self) -> Vec<Access> {
         match self.footprint {
@@ -202,6 +215,10 @@ pub(crate) struct Entry {
     pub stream: Option<usize>,
     pub ranges: Arc<[String]>,
     pub accesses: Arc<[Access]>,
+    /// What a launch touches before its kernel's programmatic wait (`None`: nothing).
+    pub before_wait: Option<Arc<[Access]>>,
+    /// The launch's kernel triggers its dependents only after its wait.
+    pub triggers_after_wait: bool,
     pub kind: Kind,
     pub waits_for: Option<usize>,
     pub outcome: Outcome,
@@ -217,6 +234,7 @@ pub(crate) struct Entry {
 
 impl Entry {
     pub(crate) fn new(op: &Op<'_>, stream: Option<usize>, outcome: Outcome) -> Entry {
+        let (before_wait, triggers_after_wait) = op.before_wait();
         Entry {
             seq: SEQ.fetch_add(1, Ordering::Relaxed),
             op: op.name,
@@ -226,6 +244,8 @@ impl Entry {
             stream,
             ranges: crate::ranges::snapshot(),
             accesses: op.built_accesses().into(),
+            before_wait,
+            triggers_after_wait,
             kind: op.kind,
             waits_for: op.waits_for.map(|w| w.0),
             outcome,
@@ -250,6 +270,7 @@ impl Entry {
                 l
             }
         };
+        let (before_wait, triggers_after_wait) = op.before_wait();
         let accesses = match &rec.last_accesses {
             Some(a) if op.same_accesses(a) => a.clone(),
             _ => {
@@ -267,6 +288,8 @@ impl Entry {
             stream,
             ranges: crate::ranges::snapshot(),
             accesses,
+            before_wait,
+            triggers_after_wait,
             kind: op.kind,
             waits_for: op.waits_for.map(|w| w.0),
             outcome,
@@ -285,6 +308,8 @@ impl Entry {
             stream: self.stream,
             ranges: self.ranges.clone(),
             accesses: self.accesses.clone(),
+            before_wait: self.before_wait.clone(),
+            triggers_after_wait: self.triggers_after_wait,
             kind: self.kind,
             waits_for: self.waits_for,
             outcome: self.outcome.clone(),

@@ -19,8 +19,19 @@ pub(crate) trait Footprint {
     /// Calls `f` with each resource a graph of the operation must keep: its identity (the
     /// address the `Arc` points to) and a way to keep it (an `Arc` clone, made only if needed).
     fn each_keep(&self, f: &mut dyn FnMut(usize, &dyn Fn() -> Keep));
-    /// The memory touched, built (labels included).
+    /// The memory touched (after the kernel's programmatic wait, for a launch that has one),
+    /// built (labels included).
     fn accesses(&self) -> Vec<Access>;
+    /// The memory a launch touches before its kernel's programmatic wait
+    /// ([`crate::module::BeforeWait`]).
+    fn accesses_before_wait(&self) -> Vec<Access> {
+        Vec::new()
+    }
+    /// Whether the launch's kernel lets its dependents start only after its wait
+    /// ([`crate::Kernel::triggers_after_wait`]).
+    fn triggers_after_wait(&self) -> bool {
+        false
+    }
     /// Whether the memory touched is exactly `built`, without building anything.
     fn same_accesses(&self, built: &[Access]) -> bool;
 }

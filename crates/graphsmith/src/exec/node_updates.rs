@@ -114,6 +114,7 @@ impl NodeUpdate {
                     })
                     .collect();
                 node.accesses = args.take_accesses();
+                node.accesses_before_wait = args.take_accesses_before_wait();
             }
             (NodeUpdate::Memset { params, dst }, kind) => {
                 let bytes = params.width * params.element_size as u64;

@@ -162,7 +162,11 @@ impl Exec {
                     at,
                 ));
             }
-            for access in &mut node.accesses {
+            for access in node
+                .accesses
+                .iter_mut()
+                .chain(&mut node.accesses_before_wait)
+            {
                 if let Some(m) = index_of_moves.exact(access.buffer) {
                     access.buffer = m.new.ptr;
                     access.label = m.new.label.clone();

@@ -147,6 +147,8 @@ impl Graph {
         let mut keep = args.keep();
         keep.push(Arc::new(kernel.module.clone()));
         let accesses = args.take_accesses();
+        let before_wait = args.take_accesses_before_wait();
+        let triggers_after_wait = kernel.function.triggers_after_wait;
         let graph = self.editable(op, at)?;
         // Dependencies on opted-in kernels become programmatic edges when this kernel opted in.
         let (programmatic, full): (Vec<&NodeRef>, Vec<&NodeRef>) =
@@ -165,6 +167,11 @@ impl Graph {
             driver::add_kernel_node(graph, d, &params)
         })?;
         self.kernels_mut()[node.id.index()] = Some(function);
+        if triggers_after_wait || !before_wait.is_empty() {
+            let n = &mut self.model_mut().nodes[node.id.index()];
+            n.accesses_before_wait = before_wait;
+            n.triggers_after_wait = triggers_after_wait;
+        }
         for dep in programmatic {
             let (from, to) = (
                 self.handles()[dep.id.index()],

@@ -178,6 +178,11 @@ pub(crate) fn label_captured(
         });
         node.label = e.label.to_string();
         node.accesses = e.accesses.to_vec();
+        node.accesses_before_wait = e
+            .before_wait
+            .as_deref()
+            .map_or_else(Vec::new, <[_]>::to_vec);
+        node.triggers_after_wait = e.triggers_after_wait;
     }
 }
 

@@ -286,6 +286,7 @@ pub(crate) unsafe fn read_kernel(
                 kern,
                 layout,
                 programmatic: false,
+                triggers_after_wait: false,
             },
             complete,
         ));

@@ -67,6 +67,8 @@ pub(crate) struct BufferArg {
     offset: u64,
     len: u64,
     mode: AccessMode,
+    /// Accessed before the kernel's programmatic wait ([`BeforeWait`]).
+    pub(crate) before_wait: bool,
 }
 
 impl Default for Args<'_> {
@@ -128,9 +130,14 @@ impl<'a> Args<'a> {
         let base = data.bytes.as_mut_ptr();
         (pointers_into(base, &data.spans), buffers)
     }
-    /// The memory the arguments touch, for the model.
+    /// The memory the arguments touch after the kernel's programmatic wait (all of it for a
+    /// kernel without one), for the model.
     pub(crate) fn take_accesses(&self) -> Vec<Access> {
         self.data.take_accesses()
+    }
+    /// The memory the arguments touch before the kernel's programmatic wait ([`BeforeWait`]).
+    pub(crate) fn take_accesses_before_wait(&self) -> Vec<Access> {
+        self.data.take_accesses_before_wait()
     }
     /// The allocations a graph using these arguments must keep alive.
     pub(crate) fn keep(&self) -> Vec<Keep> {
@@ -152,7 +159,27 @@ impl<'a> Args<'a> {
             offset,
             len: len as u64 * size,
             mode,
+            before_wait: false,
         });
+    }
+
+    /// Marks the last buffer pushed as accessed before the kernel's wait; with `then`, the
+    /// kernel also accesses it so after its wait.
+    fn mark_before_wait(&mut self, then: Option<AccessMode>) {
+        let Some(last) = self.data.buffers.last_mut() else {
+            return;
+        };
+        last.before_wait = true;
+        if let Some(mode) = then {
+            let after = BufferArg {
+                alloc: last.alloc.clone(),
+                offset: last.offset,
+                len: last.len,
+                mode,
+                before_wait: false,
+            };
+            self.data.buffers.push(after);
+        }
     }
 }
 
@@ -186,9 +213,14 @@ impl ArgData {
         pointers_into(self.bytes.as_mut_ptr(), &self.spans)
     }
 
-    /// The memory the arguments touch, for the model.
+    /// The memory the arguments touch after the kernel's wait, for the model.
     pub(crate) fn take_accesses(&self) -> Vec<Access> {
-        self.buffers.iter().map(BufferArg::access).collect()
+        accesses(&self.buffers, false)
+    }
+
+    /// The memory the arguments touch before the kernel's wait, for the model.
+    pub(crate) fn take_accesses_before_wait(&self) -> Vec<Access> {
+        accesses(&self.buffers, true)
     }
 
     /// The allocations a graph using these arguments must keep alive.
@@ -221,6 +253,8 @@ fn pointers_into<'a>(base: *mut u8, spans: &[(usize, usize)]) -> ArgPointers<'a>
 pub(crate) struct LaunchFootprint<'a, M> {
     pub(crate) buffers: &'a [BufferArg],
     pub(crate) module: &'a Arc<M>,
+    /// The kernel lets its dependents start only after its wait ([`Kernel::triggers_after_wait`]).
+    pub(crate) triggers_after_wait: bool,
 }
 
 impl<'a, M> LaunchFootprint<'a, M> {
@@ -245,11 +279,21 @@ impl<M: std::any::Any + Send + Sync> Footprint for LaunchFootprint<'_, M> {
     }
 
     fn accesses(&self) -> Vec<Access> {
-        self.buffers.iter().map(BufferArg::access).collect()
+        accesses(self.buffers, false)
+    }
+
+    fn accesses_before_wait(&self) -> Vec<Access> {
+        accesses(self.buffers, true)
+    }
+
+    fn triggers_after_wait(&self) -> bool {
+        self.triggers_after_wait
     }
 
     fn same_accesses(&self, built: &[Access]) -> bool {
-        built.len() == self.buffers.len()
+        // Launches with accesses before their wait are built each time (never shared).
+        !self.buffers.iter().any(|b| b.before_wait)
+            && built.len() == self.buffers.len()
             && self.buffers.iter().zip(built).all(|(b, a)| {
                 a.buffer == b.alloc.ptr
                     && a.offset == b.offset
@@ -258,6 +302,15 @@ impl<M: std::any::Any + Send + Sync> Footprint for LaunchFootprint<'_, M> {
                     && a.label == b.alloc.label
             })
     }
+}
+
+/// The accesses of `buffers` before (`before_wait`) or after the kernel's wait.
+fn accesses(buffers: &[BufferArg], before_wait: bool) -> Vec<Access> {
+    buffers
+        .iter()
+        .filter(|b| b.before_wait == before_wait)
+        .map(BufferArg::access)
+        .collect()
 }
 
 impl BufferArg {
@@ -300,6 +353,39 @@ impl<'a, T: Element> KernelArg<'a> for View<'a, T> {
 impl<'a, T: Element> KernelArg<'a> for ViewMut<'a, T> {
     fn push_to(self, args: &mut Args<'a>) {
         args.push_buffer(self.buffer, self.start, self.len, AccessMode::Write);
+    }
+}
+
+/// A buffer argument that a [programmatic](crate::Kernel::programmatic) kernel reads before its
+/// programmatic wait (`griddepcontrol.wait`), so that the hazard checker orders that read only by
+/// what has finished when the kernel may start (docs/doctor.md, "A trigger after the wait"):
+/// `BeforeWait(&buf)` for a read, [`BeforeWait::then_write`] for a buffer read before the wait
+/// and written after it. Passed like the buffer itself; a kernel without programmatic launch
+/// starts after all earlier work anyway, and the checker treats it so.
+pub struct BeforeWait<A>(pub A);
+
+impl<'a, T: Element> BeforeWait<&'a mut DeviceBuffer<T>> {
+    /// A buffer read before the wait and written after it.
+    pub fn then_write(buffer: &'a mut DeviceBuffer<T>) -> BeforeWait<ReadThenWrite<'a, T>> {
+        BeforeWait(ReadThenWrite(buffer))
+    }
+}
+
+/// See [`BeforeWait::then_write`].
+pub struct ReadThenWrite<'a, T: Element>(&'a mut DeviceBuffer<T>);
+
+impl<'a, T: Element> KernelArg<'a> for BeforeWait<&'a DeviceBuffer<T>> {
+    fn push_to(self, args: &mut Args<'a>) {
+        args.push_buffer(self.0, 0, self.0.len(), AccessMode::Read);
+        args.mark_before_wait(None);
+    }
+}
+
+impl<'a, T: Element> KernelArg<'a> for BeforeWait<ReadThenWrite<'a, T>> {
+    fn push_to(self, args: &mut Args<'a>) {
+        let buffer = self.0 .0;
+        args.push_buffer(buffer, 0, buffer.len(), AccessMode::Read);
+        args.mark_before_wait(Some(AccessMode::Write));
     }
 }
 
@@ -350,6 +436,7 @@ mod tests {
         let footprint = super::LaunchFootprint {
             buffers: &[],
             module: &module,
+            triggers_after_wait: false,
         };
         let mut kept = Vec::new();
         footprint.each_keep(&mut |id, make| {

@@ -31,6 +31,9 @@ pub(crate) struct KernelFn {
     /// The kernel opted into programmatic dependent launch ([`Kernel::programmatic`]); false
     /// for kernels read back from the driver, which cannot tell.
     pub programmatic: bool,
+    /// The kernel lets its dependents start only after its own wait
+    /// ([`Kernel::triggers_after_wait`]).
+    pub triggers_after_wait: bool,
 }
 
 // SAFETY: CUfunction and CUkernel are immutable handles into a loaded module or library, usable
@@ -108,6 +111,16 @@ impl Kernel {
     /// Whether the kernel opted into programmatic dependent launch.
     pub fn is_programmatic(&self) -> bool {
         self.programmatic
+    }
+    /// States that this [programmatic](Kernel::programmatic) kernel lets its dependents start
+    /// only after its own wait (`griddepcontrol.launch_dependents` after
+    /// `griddepcontrol.wait`). Then everything before it has finished when a dependent starts,
+    /// and the hazard checker orders what such a dependent reads before its own wait
+    /// ([`BeforeWait`](crate::module::BeforeWait)) after all of that (docs/doctor.md, "A trigger
+    /// after the wait"). Stating it of a kernel that triggers earlier hides real races.
+    pub fn triggers_after_wait(mut self) -> Kernel {
+        self.function.triggers_after_wait = true;
+        self
     }
     /// Checks that `args` fit this kernel's parameters.
     pub(crate) fn check_args(&self, args: &Args<'_>) -> std::result::Result<(), String> {

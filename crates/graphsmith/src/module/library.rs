@@ -158,6 +158,7 @@ impl Module {
                 kern,
                 layout: Arc::new(params),
                 programmatic: false,
+                triggers_after_wait: false,
             },
             name: name.to_string(),
             module: self.clone(),

@@ -288,6 +288,7 @@ impl Stream {
         let footprint = LaunchFootprint {
             buffers,
             module: &kernel.module.inner,
+            triggers_after_wait: kernel.function.triggers_after_wait,
         };
         // With the journal off, a launch whose buffers and module this thread already kept for
         // the capture (its record holds them until the capture ends) has nothing to record:

@@ -285,6 +285,30 @@ fn every_captured_bucket_is_hazard_free_and_gemms_are_journaled() {
     for (bucket, report) in &reports {
         assert!(report.is_clean(), "bucket {bucket}: {report:?}");
     }
+    // The attention states what it reads before its programmatic wait (its position and the
+    // cache), and the q/k/v projection before it that it triggers after its own wait, so the
+    // checks above cover that ordering. (Within one step graph nothing before the attention
+    // writes what it reads early; the late trigger matters where steps follow each other as
+    // programmatic launches, in eager mode: the previous step's advance wrote the position.)
+    let one = model.graph_model(1).unwrap();
+    let attention: Vec<_> = one
+        .nodes
+        .iter()
+        .filter(|n| n.label.starts_with("rope + kv append"))
+        .collect();
+    assert_eq!(attention.len(), c.num_hidden_layers);
+    for n in &attention {
+        let read: Vec<&str> = n
+            .accesses_before_wait
+            .iter()
+            .map(|a| a.label.as_str())
+            .collect();
+        assert_eq!(read.len(), 3, "{}: {read:?}", n.label);
+    }
+    if model.decoder().uses_pdl() {
+        let late = one.nodes.iter().filter(|n| n.triggers_after_wait).count();
+        assert_eq!(late, c.num_hidden_layers, "one q/k/v projection per layer");
+    }
     let g = model.graph_model(8).unwrap();
     let gemms: Vec<_> = g
         .nodes

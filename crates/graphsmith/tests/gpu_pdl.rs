@@ -209,52 +209,39 @@ fn reading_before_the_wait_races_and_the_checker_says_so() {
         .unwrap();
     assert_same("copy after the wait", &gpu.read(&dst), &vec![1.0; n]);
 
-    // The checker: the built graph has a programmatic edge fill -> copy; with the copy's read
-    // of x declared before its wait, the edge no longer orders it: a read-after-write hazard.
-    let mut g = gpu.ctx.graph("early-read").unwrap();
-    let f = g
-        .kernel(
-            "fill",
-            &fill,
-            one,
-            args![&mut x, 1.0f32, n as u32, cycles],
-            &[],
-        )
-        .unwrap();
-    g.kernel(
-        "copy-late",
-        &late,
-        cfg,
-        args![&x, &mut dst, n as u32],
-        &[&f],
-    )
-    .unwrap();
-    let m = g.model();
-    assert_eq!(edge_types(m), (1, 0));
+    // The checker: the built graph has a programmatic edge fill -> copy. The copy that reads
+    // after its wait is ordered; the early copy, its read of x declared before its wait
+    // (BeforeWait), is not: a read-after-write hazard.
+    let mut built = |early_read: bool| {
+        let mut g = gpu.ctx.graph("early-read").unwrap();
+        let f = g
+            .kernel(
+                "fill",
+                &fill,
+                one,
+                args![&mut x, 1.0f32, n as u32, cycles],
+                &[],
+            )
+            .unwrap();
+        let (label, kernel, args) = if early_read {
+            (
+                "copy-early",
+                &early,
+                args![BeforeWait(&x), &mut dst, n as u32],
+            )
+        } else {
+            ("copy-late", &late, args![&x, &mut dst, n as u32])
+        };
+        g.kernel(label, kernel, cfg, args, &[&f]).unwrap();
+        g.model().clone()
+    };
+    let m = built(false);
+    assert_eq!(edge_types(&m), (1, 0));
     assert!(
         m.hazards().unwrap().hazards.is_empty(),
         "after the wait: ordered"
     );
-    // The early copy declares its read of x before its wait (BeforeWait).
-    let mut g = gpu.ctx.graph("early-read").unwrap();
-    let f = g
-        .kernel(
-            "fill",
-            &fill,
-            one,
-            args![&mut x, 1.0f32, n as u32, cycles],
-            &[],
-        )
-        .unwrap();
-    g.kernel(
-        "copy-early",
-        &early,
-        cfg,
-        args![BeforeWait(&x), &mut dst, n as u32],
-        &[&f],
-    )
-    .unwrap();
-    let m = g.model();
+    let m = built(true);
     let copy = &m.nodes[m
         .nodes
         .iter()

@@ -89,16 +89,6 @@ __device__ __forceinline__ uint4 ld_if(const uint4* p, bool ok) {
     return v;
 }
 
-// A 16-byte asynchronous copy from global to shared memory (sm_80+), and the wait for all of
-// this thread's copies.
-__device__ __forceinline__ void cp_async16(uint4* dst, const uint4* src) {
-    unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
 // The 8 bf16 of a piece as floats.
 __device__ __forceinline__ void unpack8(uint4 v, float* f) {
     unsigned int u[4] = {v.x, v.y, v.z, v.w};
@@ -704,61 +694,6 @@ extern "C" __global__ void ll_loop_advance(unsigned long long* best, int* next, 
     }
 }
 
-// ---- How a GEMV waits before it reads its input (the `sync` of `gemv` below).
-//
-// PdlSync: the programmatic wait for the kernel before. Dependents may start before it, or with
-// LATE only after it, so that when they start everything before this kernel has finished (the
-// attention after the q/k/v projection reads positions and its cache before its own wait).
-// Both load the norm's weights before they wait: PdlSync into registers, GridSync into shared
-// memory at element `norm_at` of the dynamic shared memory (cp.async: the pair's second GEMV
-// would otherwise hold them in registers across the barrier, which spills).
-template <bool LATE>
-struct PdlSync {
-    static constexpr bool kNormInSmem = false;
-    static constexpr int norm_at = 0;
-    __device__ __forceinline__ void arrive() const {}
-    __device__ __forceinline__ void wait() const {
-        if (!LATE) pdl_trigger();
-        pdl_wait();
-        if (LATE) pdl_trigger();
-    }
-};
-
-// Every block of a one-dimensional grid meets every other at a barrier in two halves: arrive
-// (after the block's writes), then wait (before it reads what other blocks wrote); work that
-// reads neither, such as loading weights, goes between. Every block must be resident at once
-// (see GEMV pairs below). `bar` is a counter that starts at 0 and is never reset: the blocks'
-// increments sum to 2^31 (block 0 adds 2^31 - (blocks - 1), the others 1), so each barrier flips
-// its top bit once and leaves the low bits as they were. Thread 0 adds with release semantics
-// after a block barrier (so the add is ordered after every write of the block), and waits with
-// acquire loads until the top bit differs from what its add saw, before a block barrier (so
-// every read of the block is ordered after every write of every block).
-struct GridSync {
-    static constexpr bool kNormInSmem = true;
-    unsigned int* bar;
-    int norm_at;
-    unsigned int seen;
-    __device__ __forceinline__ void arrive() {
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned int inc = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1u) : 1u;
-            asm volatile("atom.add.release.gpu.u32 %0, [%1], %2;"
-                         : "=r"(seen)
-                         : "l"(bar), "r"(inc)
-                         : "memory");
-        }
-    }
-    __device__ __forceinline__ void wait() const {
-        if (threadIdx.x == 0) {
-            unsigned int cur;
-            do {
-                asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(cur) : "l"(bar) : "memory");
-            } while (((seen ^ cur) & 0x80000000u) == 0u);
-        }
-        __syncthreads();
-    }
-};
-
 // ---- GEMV for small batches: y[r, n] = sum_k x'[r, k] * w[n, k], weights [N, K] row-major bf16.
 //
 // x' is the input after an optional prologue, computed by every block for its R rows into shared
@@ -779,16 +714,16 @@ struct GridSync {
 // when K % 8 == 0 and w is 16-byte aligned (scalar loads otherwise, one warp per column's
 // share), fp32 accumulation, warp-shuffle reductions. Weights stream in rounds of GEMV_U loads
 // per lane, the next round (the rest of the column, or the group's next column) issued before
-// the current one is used, so a warp always has a round in flight. The first round (and the
-// norm's weights) are loaded before `sync` (PdlSync or GridSync above): weights are read-only.
+// the current one is used, so a warp always has a round in flight. The first round is loaded
+// before pdl_wait: weights are read-only.
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
 #define GEMV_U 4
 
-template <int R, int PRO, int EPI, class Sync>
+template <int R, int PRO, int EPI, bool LATE>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
                                      int n, int k, float eps, int wpc,
-                                     unsigned long long* best, Sync sync) {
+                                     unsigned long long* best) {
     // EPI 3 takes two weight rows per output column (gate o and up n + o).
     constexpr int P = EPI == 3 ? 2 : 1;
     extern __shared__ __align__(16) unsigned short xs[];
@@ -800,7 +735,6 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     bool vec = (k & 7) == 0 && (((unsigned long long)w) & 15ull) == 0ull;
     int k8 = k >> 3, stride = gridDim.x * groups, step = 32 * GEMV_U * wpc;
     const uint4* w4 = (const uint4*)w;
-    sync.arrive();
     // Round c0 of part p (weight row o + p * n) of column o, this warp's share, into wv.
     auto load_round = [&](uint4* wv, int o, int p, int c0) {
 #pragma unroll
@@ -826,24 +760,15 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 #pragma unroll
         for (int j = 0; j < GEMV_XC; ++j) {
             int c = threadIdx.x + j * blockDim.x;
-            if (Sync::kNormInSmem) {
-                if (c < k8) cp_async16((uint4*)(xs + sync.norm_at) + c, (const uint4*)nw + c);
-            } else {
-                nv[j] = ldg_if((const uint4*)nw + c, c < k8);
-            }
+            nv[j] = ldg_if((const uint4*)nw + c, c < k8);
         }
     }
-    // Everything above reads only weights; what x holds is read after this (PdlSync, GridSync).
-    sync.wait();
-    if (PRO == 1 && pieces && Sync::kNormInSmem) {
-        // Each thread reads back the pieces it copied: its own wait is enough.
-        cp_async_wait_all();
-#pragma unroll
-        for (int j = 0; j < GEMV_XC; ++j) {
-            int c = threadIdx.x + j * blockDim.x;
-            nv[j] = c < k8 ? ((const uint4*)(xs + sync.norm_at))[c] : make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
+    // LATE: dependents start only after this kernel's wait, so when they start everything
+    // before this kernel has finished (the attention reads positions and its cache before
+    // its own wait).
+    if (!LATE) pdl_trigger();
+    pdl_wait();
+    if (LATE) pdl_trigger();
     int kpad = (k + 7) & ~7;
     int xstride = PRO == 2 ? 2 * k : k;
     for (int r = 0; r < R; ++r) {
@@ -1046,14 +971,14 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
                                     int n, int k, float eps, int wpc) {                        \
-        gemv<R, PRO, EPI>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr, PdlSync<LATE>{});             \
+        gemv<R, PRO, EPI, LATE>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr);             \
     }
 #define LL_GEMV_HEAD(NAME, R)                                                                   \
     extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
                                     const unsigned short* w, void* y, int row0, int rows,      \
                                     int n, int k, float eps, int wpc,                          \
                                     unsigned long long* best) {                                \
-        gemv<R, 1, 2>(x, nw, w, y, row0, rows, n, k, eps, wpc, best, PdlSync<false>{});                   \
+        gemv<R, 1, 2, false>(x, nw, w, y, row0, rows, n, k, eps, wpc, best);                   \
     }
 #define LL_GEMV_ALL(NAME, PRO, EPI, LATE)                                                       \
     LL_GEMV(NAME##_1, 1, PRO, EPI, LATE)                                                        \
@@ -1070,47 +995,3 @@ LL_GEMV_HEAD(ll_gemv_head_1, 1)
 LL_GEMV_HEAD(ll_gemv_head_2, 2)
 LL_GEMV_HEAD(ll_gemv_head_4, 4)
 LL_GEMV_HEAD(ll_gemv_head_8, 8)
-
-// ---- GEMV pairs: two one-row GEMVs in one kernel, met at a grid-wide barrier.
-//
-// The first adds its projection into the residual stream h (PRO 0, EPI 1: o or down), as
-// ll_gemv_res_1. Every block then waits for every other (grid_sync), and the second reads the
-// whole new row of h through its norm (PRO 1): gate/up with SwiGLU (EPI 3), the next layer's
-// q/k/v (EPI 0), or lm_head with the argmax folded into best (EPI 2). One kernel boundary fewer
-// per pair: no drain of the first grid and start of the second, and the second GEMV's first
-// round of weights and its norm's weights load before the barrier, while slower blocks still
-// finish the first.
-//
-// Every block must be resident at once, or the barrier never opens: the decoder launches at
-// most as many blocks as the occupancy calculator says fit on the device
-// (crates/graphsmith-llama/src/gemv_pair.rs), and no block leaves before the barrier. With
-// programmatic launch the kernel after a pair starts only once every block of the pair has
-// triggered, so it cannot take a place a block of the pair still needs.
-//
-// Arguments: (x1, w1, h, n1, k1, wpc1, nw2, w2, y2, n2, k2, wpc2, eps, bar) and, for the head,
-// best. Dynamic shared memory: (max(k1, k2) + k2) elements of 2 bytes, each padded to 8: the
-// staged input row of either GEMV, then the second's norm weights.
-#define LL_GEMV_PAIR(NAME, LATE, EPI2)                                                          \
-    extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(1))                       \
-        NAME(const unsigned short* x1, const unsigned short* w1, unsigned short* h, int n1,     \
-             int k1, int wpc1, const unsigned short* nw2, const unsigned short* w2, void* y2,   \
-             int n2, int k2, int wpc2, float eps, unsigned int* bar) {                          \
-        int nat = max((k1 + 7) & ~7, (k2 + 7) & ~7);                                            \
-        gemv<1, 0, 1>(x1, w1, w1, h, 0, 1, n1, k1, eps, wpc1, nullptr, PdlSync<LATE>{});        \
-        gemv<1, 1, EPI2>(h, nw2, w2, y2, 0, 1, n2, k2, eps, wpc2, nullptr, GridSync{bar, nat, 0u});      \
-    }
-// o + residual, then gate/up with the post-attention norm and SwiGLU.
-LL_GEMV_PAIR(ll_gemv_pair_o_gate_up, false, 3)
-// down + residual, then the next layer's q/k/v with its input norm; triggers late, as
-// ll_gemv_norm (the attention after it reads before its wait).
-LL_GEMV_PAIR(ll_gemv_pair_down_qkv, true, 0)
-// down + residual of the last layer, then lm_head with the final norm and the argmax.
-extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(1))
-    ll_gemv_pair_down_head(const unsigned short* x1, const unsigned short* w1, unsigned short* h,
-                           int n1, int k1, int wpc1, const unsigned short* nw2,
-                           const unsigned short* w2, float* y2, int n2, int k2, int wpc2,
-                           float eps, unsigned int* bar, unsigned long long* best) {
-    int nat = max((k1 + 7) & ~7, (k2 + 7) & ~7);
-    gemv<1, 0, 1>(x1, w1, w1, h, 0, 1, n1, k1, eps, wpc1, nullptr, PdlSync<false>{});
-    gemv<1, 1, 2>(h, nw2, w2, y2, 0, 1, n2, k2, eps, wpc2, best, GridSync{bar, nat, 0u});
-}

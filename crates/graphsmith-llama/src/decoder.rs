@@ -50,26 +50,24 @@ pub struct Decoder {
     /// The largest row count the GEMV kernels are instantiated for whose input fits in shared
     /// memory (0: none; cuBLAS then serves every batch).
     pub gemv_max_rows: usize,
-    pub(crate) sm_count: u32,
+    sm_count: u32,
     /// Per row: the packed (value, index) maximum of the logits (`ll_argmax`), 0 between steps.
     pub(crate) best: DeviceBuffer<u64>,
     kcache: Vec<DeviceBuffer<u16>>,
     vcache: Vec<DeviceBuffer<u16>>,
     cos: DeviceBuffer<f32>,
     sin: DeviceBuffer<f32>,
-    pub(crate) hidden: DeviceBuffer<u16>,
+    hidden: DeviceBuffer<u16>,
     xn: DeviceBuffer<u16>,
-    pub(crate) qkv: DeviceBuffer<u16>,
-    pub(crate) attn: DeviceBuffer<u16>,
+    qkv: DeviceBuffer<u16>,
+    attn: DeviceBuffer<u16>,
     gate_up: DeviceBuffer<u16>,
-    pub(crate) act: DeviceBuffer<u16>,
+    act: DeviceBuffer<u16>,
     attention_smem: u32,
     /// The attention blocks' partial results (see `attention_partials_len`).
     attn_partials: DeviceBuffer<f32>,
     /// Per (row, key/value head): attention blocks done, 0 between launches.
     attn_counters: DeviceBuffer<u32>,
-    /// The GEMV pairs' grid-wide barrier ([`crate::gemv_pair`]): zeroed once, never reset.
-    pub(crate) grid_barrier: DeviceBuffer<u32>,
 }
 
 impl Decoder {
@@ -192,8 +190,6 @@ impl Decoder {
         let attn_partials = ctx.alloc::<f32>("attn/partials", partials)?;
         let mut attn_counters = ctx.alloc::<u32>("attn/counters", capacity * nkv)?;
         stream.upload(&mut attn_counters, &vec![0; capacity * nkv])?;
-        let mut grid_barrier = ctx.alloc::<u32>("gemv/grid barrier", 1)?;
-        stream.upload(&mut grid_barrier, &[0])?;
         Ok(Decoder {
             best,
             gemm: Gemm::Auto,
@@ -224,7 +220,6 @@ impl Decoder {
             attention_smem: smem as u32,
             attn_partials,
             attn_counters,
-            grid_barrier,
         })
     }
 
@@ -324,9 +319,7 @@ impl Decoder {
             grid(r, 1, 256, 0),
             args![&self.tokens, &self.weights.embed, &mut self.hidden, h, v],
         )?;
-        if rows == 1 && self.uses_gemv(rows) && self.uses_pairs() {
-            self.issue_layers_gemv_pairs(stream)?;
-        } else if self.uses_gemv(rows) {
+        if self.uses_gemv(rows) {
             // lm_head folds each row's argmax into `best` itself.
             self.issue_layers_gemv(stream, rows)?;
         } else {
@@ -345,7 +338,7 @@ impl Decoder {
     /// With `prefetch`, the attention also asks L2 for the weights the kernels after it read
     /// ([`prefetch_plan`], up to [`Tuning::prefetch_bytes`]).
     #[track_caller]
-    pub(crate) fn attention(
+    fn attention(
         &mut self,
         stream: &Stream,
         l: usize,
@@ -431,16 +424,22 @@ impl Decoder {
     /// Five kernels per layer: q/k/v with the input norm, attention, o with the residual,
     /// gate/up with the post-attention norm and SwiGLU, down with the residual; then lm_head
     /// with the final norm and the argmax.
-    pub(crate) fn issue_layers_gemv(
-        &mut self,
-        stream: &Stream,
-        rows: usize,
-    ) -> graphsmith::Result<()> {
+    fn issue_layers_gemv(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let c = self.config.clone();
         let eps = c.rms_norm_eps;
         let (h, f, q) = (c.hidden_size, c.intermediate_size, c.q_dim());
-        let grids = [0, 1, 2, 3, 4].map(|i| self.gemv_grid(i));
-        let sms = move |i: usize| grids[i];
+        let (sm_count, max_rows, wpc, per_sm) = (
+            self.sm_count,
+            self.gemv_max_rows,
+            self.tuning.warps_per_column,
+            self.tuning.gemv_blocks_per_sm,
+        );
+        let sms = move |i: usize| GemvGrid {
+            sm_count,
+            max_rows,
+            warps_per_column: wpc[i],
+            blocks_per_sm: per_sm,
+        };
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));
             let lw = &self.weights.layers[l];
@@ -508,17 +507,6 @@ impl Decoder {
             (rows, c.vocab_size, h),
             eps,
         )
-    }
-
-    /// How projection `i` (in the order of [`crate::tuning::PROJECTIONS`]) spreads over the
-    /// GPU: the rules, or the hand-set choices of [`Decoder::tuning`].
-    pub(crate) fn gemv_grid(&self, i: usize) -> GemvGrid {
-        GemvGrid {
-            sm_count: self.sm_count,
-            max_rows: self.gemv_max_rows,
-            warps_per_column: self.tuning.warps_per_column[i],
-            blocks_per_sm: self.tuning.gemv_blocks_per_sm,
-        }
     }
 
     /// The cuBLAS path: norm kernels, cuBLAS GEMMs (residual added by beta = 1), SwiGLU.

@@ -137,17 +137,6 @@ impl GemvKernels {
         (&self.by_rows[i], GEMV_ROWS[i])
     }
 }
-/// The GEMV pairs' kernels (`ll_gemv_pair_*`, one row).
-pub struct PairKernels {
-    /// o with the residual, then gate/up with the post-attention norm and SwiGLU.
-    pub o_gate_up: Kernel,
-    /// down with the residual, then the next layer's q/k/v with its input norm (triggers its
-    /// dependents after its wait, as `gemv_norm` does).
-    pub down_qkv: Kernel,
-    /// The last layer's down with the residual, then lm_head with the final norm and the argmax.
-    pub down_head: Kernel,
-}
-
 /// Dynamic shared memory a kernel may use without opting in.
 pub(crate) const DEFAULT_SMEM: usize = 48 << 10;
 
@@ -179,10 +168,6 @@ pub struct Kernels {
     pub gemv_norm_f32: GemvKernels,
     /// The same, with each row's argmax folded into `best` (lm_head when the argmax is fused).
     pub gemv_head: GemvKernels,
-    /// `ll_gemv_pair_*`: two one-row GEMVs in one kernel, met at a grid-wide barrier
-    /// ([`crate::gemv_pair`]): o then gate/up, down then the next layer's q/k/v, and the last
-    /// down then lm_head.
-    pub pairs: PairKernels,
     _module: Module,
 }
 
@@ -217,14 +202,6 @@ impl Kernels {
             gemv_swiglu_res: GemvKernels::load(&module, "ll_gemv_swiglu_res")?,
             gemv_norm_f32: GemvKernels::load(&module, "ll_gemv_norm_f32")?,
             gemv_head: GemvKernels::load(&module, "ll_gemv_head")?,
-            pairs: PairKernels {
-                o_gate_up: module.kernel("ll_gemv_pair_o_gate_up")?,
-                // Triggers late, as the q/k/v projection alone does.
-                down_qkv: module
-                    .kernel("ll_gemv_pair_down_qkv")?
-                    .triggers_after_wait(),
-                down_head: module.kernel("ll_gemv_pair_down_head")?,
-            },
             _module: module,
         })
     }
@@ -281,11 +258,6 @@ impl Kernels {
             gemv_swiglu_res: self.gemv_swiglu_res.programmatic()?,
             gemv_norm_f32: self.gemv_norm_f32.programmatic()?,
             gemv_head: self.gemv_head.programmatic()?,
-            pairs: PairKernels {
-                o_gate_up: self.pairs.o_gate_up.clone().programmatic()?,
-                down_qkv: self.pairs.down_qkv.clone().programmatic()?,
-                down_head: self.pairs.down_head.clone().programmatic()?,
-            },
             _module: self._module.clone(),
         })
     }

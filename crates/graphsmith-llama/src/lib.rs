@@ -12,7 +12,6 @@ pub mod cublas;
 pub mod decoder;
 pub mod device_loop;
 pub mod error;
-pub mod gemv_pair;
 pub mod kernels;
 pub mod loop_bench;
 pub mod model;

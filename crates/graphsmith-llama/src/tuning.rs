@@ -36,10 +36,6 @@ pub struct Tuning {
     /// Whether that prefetch is issued after the attention's programmatic wait, or before it
     /// (the rule: measured faster on both configs, `bench/results/2026-12-01-llama-6.md`).
     pub prefetch_after_wait: Option<bool>,
-    /// Whether a batch of one row runs o with gate/up and down with the next q/k/v as GEMV
-    /// pairs, one kernel each met at a grid-wide barrier ([`crate::gemv_pair`]; the rule:
-    /// [`crate::gemv_pair::GEMV_PAIRS_RULE`]).
-    pub fuse: Option<bool>,
 }
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200
@@ -64,7 +60,7 @@ impl FromStr for Tuning {
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
     /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
-    /// up to 1024), pfw (0 or 1) and fuse (0 or 1).
+    /// up to 1024) and pfw (0 or 1).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -74,7 +70,7 @@ impl FromStr for Tuning {
         for item in s.split(',') {
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 format!(
-                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw, fuse)",
+                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -94,13 +90,6 @@ impl FromStr for Tuning {
                     return Err(format!("pfw={n}: 0 or 1"));
                 }
                 t.prefetch_after_wait = Some(n == 1);
-                continue;
-            }
-            if key == "fuse" {
-                if n > 1 {
-                    return Err(format!("fuse={n}: 0 or 1"));
-                }
-                t.fuse = Some(n == 1);
                 continue;
             }
             if key == "early" {
@@ -126,7 +115,7 @@ impl FromStr for Tuning {
             }
             let i = PROJECTIONS.iter().position(|&p| p == key).ok_or_else(|| {
                 format!(
-                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw, fuse)",
+                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -164,9 +153,6 @@ impl fmt::Display for Tuning {
         if let Some(w) = self.prefetch_after_wait {
             parts.push(format!("pfw={}", u8::from(w)));
         }
-        if let Some(on) = self.fuse {
-            parts.push(format!("fuse={}", u8::from(on)));
-        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -189,7 +175,6 @@ mod tests {
             "o=4,blocks=2",
             "splits=4,early=0",
             "pf=16,pfw=0",
-            "down=8,fuse=0",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -211,7 +196,6 @@ mod tests {
         assert!(err("early=2").contains("0 or 1"));
         assert!(err("pf=2000").contains("at most 1024"));
         assert!(err("pfw=3").contains("0 or 1"));
-        assert!(err("fuse=2").contains("0 or 1"));
         assert!(err("o=x").contains("not a whole number"));
     }
 }

@@ -496,17 +496,20 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     }
     if (active == 1) return;
     // Publish the partial; the last of the active blocks to count itself combines them all.
-    __threadfence();
+    // Thread 0 counts with an acquire-release add after a block barrier: its release orders
+    // every write of its block before the add, and the last block's acquire (with the barrier
+    // after it) orders every read of that block after the others' adds, so after their writes.
+    // No full fence is needed (a split-K semaphore's pattern).
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned int* cnt = counters + (size_t)r * nkv + kvh;
-        unsigned int done = atomicAdd(cnt, 1u);
+        unsigned int done;
+        asm volatile("atom.add.acq_rel.gpu.u32 %0, [%1], 1;" : "=r"(done) : "l"(cnt) : "memory");
         is_last = done == (unsigned int)(active - 1);
         if (is_last) atomicExch(cnt, 0u);
     }
     __syncthreads();
     if (!is_last) return;
-    __threadfence();
     // Per query head j (a warp each): M = max of the blocks' maxima, the weight exp(m_b - M) of
     // each block b (bw[b * group + j]) and L = sum of l_b * exp(m_b - M) (bw[active * group + j]).
     for (int j = warp; j < group; j += nw) {

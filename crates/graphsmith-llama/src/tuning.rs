@@ -53,6 +53,18 @@ impl Tuning {
     pub fn prefetch_bytes(&self) -> u64 {
         self.prefetch_mib.unwrap_or(PREFETCH_MIB_RULE) << 20
     }
+
+    /// Whether the attention loads its position and first round of K and V before its
+    /// programmatic wait (the rule: yes, `bench/results/2026-12-01-llama-5.md`).
+    pub fn attention_loads_early(&self) -> bool {
+        self.attention_early.unwrap_or(true)
+    }
+
+    /// Whether the attention's prefetch follows its programmatic wait (the rule: no, it comes
+    /// before, `bench/results/2026-12-01-llama-6.md`).
+    pub fn prefetches_after_wait(&self) -> bool {
+        self.prefetch_after_wait.unwrap_or(false)
+    }
 }
 
 impl FromStr for Tuning {

@@ -53,6 +53,7 @@ LLAMA = {
     "name_expressions": [],
     "extern_c": ["ll_embed", "ll_rmsnorm", "ll_swiglu", "ll_argmax", "ll_advance"]
     + [f"ll_attention_{e}{g}" for e in (1, 2, 4, 8) for g in ("", "_g4")]
+    + [f"ll_attention_{e}_c8" for e in (1, 2, 4)]
     + [
         f"ll_gemv_{v}_{r}"
         for v in ("norm", "norm_swiglu", "res", "swiglu_res", "norm_f32", "head")

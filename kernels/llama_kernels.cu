@@ -246,7 +246,7 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 // x head_dim. part: [rows, n_kv, splits, group, head_dim + 2] floats (acc, then m and l per head);
 // counters: [rows, n_kv], 0 between launches. Any split count works (the decoder caps it at 64).
 // Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group + (splits + 1) * group +
-// 2 * head_dim) floats.
+// 2 * head_dim) floats, and group * (head_dim + 2) more in the cluster variants below.
 // A bf16 load (as f32) when `ok`, 0 otherwise: predicated in PTX, so the loads of a round issue
 // back to back. A plain load (the cache's positions before p, which no kernel still running
 // writes).
@@ -304,11 +304,37 @@ __device__ __forceinline__ void l2_prefetch(const Prefetch& f) {
         if (f.p[i] != nullptr) l2_prefetch_share(f.p[i], f.off[i], f.n[i]);
 }
 
+// Thread block clusters (sm_90): this block's rank in its cluster, a cluster-wide barrier
+// (release on arrive, acquire on wait: every shared-memory write of the cluster before it is
+// visible to every read after it), and a load from the shared memory of block `rank` of the
+// cluster at the place `p` has in this block's (distributed shared memory).
+__device__ __forceinline__ unsigned int cluster_rank() {
+    unsigned int r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+__device__ __forceinline__ float ld_cluster(const float* p, unsigned int rank) {
+    float v;
+    asm volatile(
+        "{\n\t.reg .u64 g;\n\t.reg .u32 s, d;\n\t"
+        "cvta.to.shared.u64 g, %1;\n\t"
+        "cvt.u32.u64 s, g;\n\t"
+        "mapa.shared::cluster.u32 d, s, %2;\n\t"
+        "ld.shared::cluster.f32 %0, [d];\n\t}"
+        : "=f"(v)
+        : "l"(p), "r"(rank)
+        : "memory");
+    return v;
+}
+
 #define ATT_U 4
 // Fewest positions per block (two per warp); the decoder's split rule
 // (crates/graphsmith-llama/src/kernels.rs, ATTENTION_MIN_CHUNK) uses the same number.
 #define ATT_MIN_CHUNK 16
-template <int E, int ATT_GMAX>
+template <int E, int ATT_GMAX, int CL>
 __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned short* kcache,
                                           unsigned short* vcache, const int* pos,
                                           const float* cos_t, const float* sin_t,
@@ -329,6 +355,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     float* bw = pl + nw * group;               // (splits + 1) * group: the combine's weights
     float* kn = bw + (splits + 1) * group;     // hd: position p's roped K (bf16-rounded)
     float* vn = kn + hd;                       // hd: position p's V
+    float* cpart = vn + hd;                    // group * (hd + 2): the partial (CL > 0)
     // With `early`, before the wait: the position, and the first round of this block's cached
     // K and V (positions before p). Only the q/k/v GEMV before this kernel can still be running
     // (it triggers its dependents after its own wait, so everything earlier has finished), and
@@ -380,12 +407,14 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         }
         return;
     }
-    if (split >= active) return;
+    // Blocks without positions leave, except in a cluster combining several blocks: there
+    // they offer an empty partial (no position, so l = 0) and join its barriers.
+    if (split >= active && (CL == 0 || active == 1)) return;
     int half = hd / 2;
     const float* c = cos_t + (size_t)p * half;
     const float* s = sin_t + (size_t)p * half;
     const unsigned short* row = qkv + (size_t)r * (nq + 2 * nkv) * hd;
-    if (t_end == len) {
+    if (t_end == len && split < active) {
         // This block's chunk ends at p: it appends p's K and V, and reads them from shared
         // memory (the cache is not read back at p).
         const unsigned short* k_new = row + (size_t)nq * hd + (size_t)kvh * hd;
@@ -486,6 +515,12 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         }
         if (active == 1) {
             orow[idx] = f2bf(o / sum);
+        } else if (CL > 0) {
+            cpart[idx] = o;
+            if (i == 0) {
+                cpart[group * hd + 2 * j] = mx;
+                cpart[group * hd + 2 * j + 1] = sum;
+            }
         } else {
             mine[idx] = o;
             if (i == 0) {
@@ -495,6 +530,44 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         }
     }
     if (active == 1) return;
+    if constexpr (CL > 0) {
+        // The CL blocks of (row, KV head) form a cluster (gridDim.z == CL): after a cluster
+        // barrier, block b combines outputs [b * per, (b + 1) * per) from every block's partial
+        // in its shared memory (one round of distributed shared-memory loads, no global memory,
+        // no count); a second barrier keeps every block's shared memory alive until all have
+        // read it.
+        cluster_sync();
+        int per = (group * hd + CL - 1) / CL;
+        unsigned int rank = cluster_rank();
+        for (int t = threadIdx.x; t < per; t += blockDim.x) {
+            int idx = (int)rank * per + t;
+            if (idx >= group * hd) break;
+            int j = idx / hd;
+            float mc[CL], lc[CL], ac[CL];
+#pragma unroll
+            for (int b = 0; b < CL; ++b) {
+                mc[b] = ld_cluster(cpart + group * hd + 2 * j, b);
+                lc[b] = ld_cluster(cpart + group * hd + 2 * j + 1, b);
+                ac[b] = ld_cluster(cpart + idx, b);
+            }
+            float mx = NEG_INF;
+#pragma unroll
+            for (int b = 0; b < CL; ++b)
+                if (lc[b] > 0.0f) mx = fmaxf(mx, mc[b]);
+            float sum = 0.0f, o = 0.0f;
+#pragma unroll
+            for (int b = 0; b < CL; ++b) {
+                if (lc[b] > 0.0f) {
+                    float sc = __expf(mc[b] - mx);
+                    sum += lc[b] * sc;
+                    o += ac[b] * sc;
+                }
+            }
+            orow[idx] = f2bf(o / sum);
+        }
+        cluster_sync();
+        return;
+    }
     // Publish the partial; the last of the active blocks to count itself combines them all.
     // Thread 0 counts with an acquire-release add after a block barrier: its release orders
     // every write of its block before the add, and the last block's acquire (with the barrier
@@ -554,8 +627,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         const unsigned char* pf1, unsigned long long off1, unsigned long long n1,              \
         const unsigned char* pf2, unsigned long long off2, unsigned long long n2, int pf_at) { \
         Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
-        attention<E, G>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,     \
-                        scale, part, counters, early, pf);                                      \
+        attention<E, G, 0>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,  \
+                           scale, part, counters, early, pf);                                   \
     }
 LL_ATTENTION(ll_attention_1, 1, 16)
 LL_ATTENTION(ll_attention_2, 2, 16)
@@ -565,6 +638,29 @@ LL_ATTENTION(ll_attention_1_g4, 1, 4)
 LL_ATTENTION(ll_attention_2_g4, 2, 4)
 LL_ATTENTION(ll_attention_4_g4, 4, 4)
 LL_ATTENTION(ll_attention_8_g4, 8, 4)
+
+// The cluster variants (sm_90): grid (rows, n_kv_heads, 8), clusters of the 8 blocks of one
+// (row, KV head), 512 threads (16 warps), which combine their partials through distributed
+// shared memory instead of `part` and `counters` (unused; same arguments). For groups of up to
+// 4 query heads and head_dim up to 128 (at most 128 registers at 512 threads). The dynamic
+// shared memory is that of 16 warps and 8 splits.
+#define ATT_CLUSTER 8
+#define LL_ATTENTION_CLUSTER(NAME, E)                                                           \
+    extern "C" __global__ void __cluster_dims__(1, 1, ATT_CLUSTER) __launch_bounds__(512)      \
+        NAME(const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,         \
+             const int* pos, const float* cos_t, const float* sin_t, unsigned short* out,      \
+             int nq, int nkv, int hd, int max_ctx, float scale, float* part,                   \
+             unsigned int* counters, int early, const unsigned char* pf0,                      \
+             unsigned long long off0, unsigned long long n0, const unsigned char* pf1,          \
+             unsigned long long off1, unsigned long long n1, const unsigned char* pf2,          \
+             unsigned long long off2, unsigned long long n2, int pf_at) {                       \
+        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
+        attention<E, 4, ATT_CLUSTER>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, \
+                                     max_ctx, scale, part, counters, early, pf);               \
+    }
+LL_ATTENTION_CLUSTER(ll_attention_1_c8, 1)
+LL_ATTENTION_CLUSTER(ll_attention_2_c8, 2)
+LL_ATTENTION_CLUSTER(ll_attention_4_c8, 4)
 
 // HF LlamaMLP activation: out = bf16(silu(gate)) * up, rounded to bf16. gu row: [gate | up].
 extern "C" __global__ void ll_swiglu(const unsigned short* gu, unsigned short* out, int ffn,

@@ -9,12 +9,13 @@ use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{
-    allow_smem, attention_partials_len, attention_splits, device_attribute, grid, grid3, GemvGrid,
-    DEFAULT_SMEM, GEMV_ROWS,
+    allow_smem, attention_partials_len, device_attribute, grid, grid3, GemvGrid, DEFAULT_SMEM,
+    GEMV_ROWS,
 };
 pub use crate::kernels::{
-    attention_smem, gemv, gemv_head, Gemm, GemvKernels, Kernels, Pdl, ARGMAX_CHUNK, ARGMAX_THREADS,
-    ATTENTION_THREADS, GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
+    attention_smem, gemv, gemv_head, AttentionLaunch, Gemm, GemvKernels, Kernels, Pdl,
+    ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
+    GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
 };
 use crate::prefetch::{prefetch_plan, PrefetchRange, Source};
 use crate::tuning::Tuning;
@@ -63,7 +64,8 @@ pub struct Decoder {
     attn: DeviceBuffer<u16>,
     gate_up: DeviceBuffer<u16>,
     act: DeviceBuffer<u16>,
-    attention_smem: u32,
+    /// The most dynamic shared memory an attention block takes (opted into at creation).
+    attention_smem_max: u32,
     /// The attention blocks' partial results (see `attention_partials_len`).
     attn_partials: DeviceBuffer<f32>,
     /// Per (row, key/value head): attention blocks done, 0 between launches.
@@ -104,10 +106,18 @@ impl Decoder {
             "MULTIPROCESSOR_COUNT",
         )?
         .max(1) as u32;
-        // The attention's split count only falls as rows grow: one row has the most.
+        // The attention's split count only falls as rows grow: one row has the most; the
+        // cluster variant's blocks have more warps.
         let nkv = config.num_key_value_heads;
-        let splits = attention_splits(1, nkv, max_ctx, sm_count as usize);
-        let smem = attention_smem(group, config.head_dim, splits);
+        let shape = (nkv, group, config.head_dim);
+        let smem = [false, true]
+            .map(|c| {
+                AttentionLaunch::for_rows(1, shape, max_ctx, sm_count as usize, None, Some(c))
+                    .smem(group, config.head_dim)
+            })
+            .into_iter()
+            .max()
+            .unwrap_or(0);
         if smem > limit {
             return Err(LlamaError::Input(format!(
                 "{group} query heads of head_dim {} need {smem} bytes of shared memory per attention block; the device allows {limit}",
@@ -116,7 +126,8 @@ impl Decoder {
         }
         // Static shared memory counts against the 48 KiB default too: opt in with a margin.
         if smem + 1024 > DEFAULT_SMEM {
-            for k in kernels.attention.iter().chain(&kernels.attention_g4) {
+            let all = kernels.attention.iter().chain(&kernels.attention_g4);
+            for k in all.chain(&kernels.attention_c8) {
                 allow_smem(k, smem, "ll_attention_*")?;
             }
         }
@@ -217,7 +228,7 @@ impl Decoder {
             vcache,
             cos,
             sin,
-            attention_smem: smem as u32,
+            attention_smem_max: smem as u32,
             attn_partials,
             attn_counters,
         })
@@ -354,10 +365,18 @@ impl Decoder {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         // Fixed per bucket (a captured graph keeps it); each block sizes its chunk of positions
         // from the row's position on the device.
-        let mut splits = attention_splits(rows, nkv as usize, self.max_ctx, self.sm_count as usize);
-        if let Some(cap) = self.tuning.attention_splits {
-            splits = splits.min(cap.max(1));
-        }
+        let group = c.num_attention_heads / c.num_key_value_heads;
+        let launch = AttentionLaunch::for_rows(
+            rows,
+            (nkv as usize, group, c.head_dim),
+            self.max_ctx,
+            self.sm_count as usize,
+            self.tuning.attention_splits,
+            self.tuning.attention_cluster,
+        );
+        let need = launch.smem(group, c.head_dim);
+        let smem = need.max(self.tuning.attention_smem.unwrap_or(0)) as u32;
+        debug_assert!(need as u32 <= self.attention_smem_max);
         let lw = &self.weights.layers[l];
         let next = match self.weights.layers.get(l + 1) {
             Some(next) => &next.qkv,
@@ -383,11 +402,11 @@ impl Decoder {
         stream.launch(
             "rope + kv append + attention",
             self.kernels
-                .attention_for(c.head_dim, c.num_attention_heads / c.num_key_value_heads),
+                .attention_kernel(c.head_dim, group, launch.cluster),
             grid3(
-                (rows as u32, nkv as u32, splits as u32),
-                ATTENTION_THREADS,
-                self.attention_smem,
+                (rows as u32, nkv as u32, launch.splits as u32),
+                launch.threads,
+                smem,
             ),
             // Read before the wait (with `early`): the position, and the cache's positions
             // before p (p's K and V are written after it); see the kernel source.

@@ -24,13 +24,86 @@ pub const ATTENTION_MIN_CHUNK: usize = 16;
 /// count; this bounds the scratch and the last block's combine).
 pub const ATTENTION_MAX_SPLITS: usize = 64;
 
-/// Dynamic shared memory of one attention block (`ll_attention`) for `group` query heads per
-/// key/value head of `head_dim`, launched with `splits` blocks per (row, key/value head): the
-/// roped queries, each warp's partial output, max and sum, the combine's weight per block, and
-/// the new position's K and V.
-pub fn attention_smem(group: usize, head_dim: usize, splits: usize) -> usize {
-    let warps = (ATTENTION_THREADS / 32) as usize;
-    (group * head_dim * (warps + 1) + 2 * warps * group + (splits + 1) * group + 2 * head_dim) * 4
+/// Blocks per (row, key/value head) of the attention's cluster variants
+/// (`ll_attention_{1,2,4}_c8`, `ATT_CLUSTER` of the kernel): one thread block cluster, whose
+/// blocks combine their partial results in distributed shared memory.
+pub const ATTENTION_CLUSTER: usize = 8;
+/// Threads per block of the cluster variants (16 warps share out a block's positions).
+pub const ATTENTION_CLUSTER_THREADS: u32 = 512;
+
+/// How one step's attention launches: [`AttentionLaunch::for_rows`] decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionLaunch {
+    /// Whether the cluster variant runs (else `ll_attention_*`, combining through global memory).
+    pub cluster: bool,
+    /// Blocks per (row, key/value head): grid z.
+    pub splits: usize,
+    /// Threads per block.
+    pub threads: u32,
+}
+
+impl AttentionLaunch {
+    /// The launch for `rows` rows: [`attention_splits`] (capped by `splits_cap`) blocks of
+    /// [`ATTENTION_THREADS`]; or, with `cluster` set, one cluster of [`ATTENTION_CLUSTER`]
+    /// blocks of [`ATTENTION_CLUSTER_THREADS`], for groups of up to 4 query heads and head_dim
+    /// up to 128 (the variants that exist). The rule leaves the clusters off: on an H200 they
+    /// were slower at one row on both configs (`bench/results/2026-12-01-llama-8.md`; they
+    /// start later behind the q/k/v projection, which the cheaper combine does not repay).
+    pub fn for_rows(
+        rows: usize,
+        (kv_heads, group, head_dim): (usize, usize, usize),
+        max_ctx: usize,
+        sm_count: usize,
+        splits_cap: Option<usize>,
+        cluster: Option<bool>,
+    ) -> AttentionLaunch {
+        let mut splits = attention_splits(rows, kv_heads, max_ctx, sm_count);
+        if let Some(cap) = splits_cap {
+            splits = splits.min(cap.max(1));
+        }
+        let fits = group <= 4 && head_dim <= 128;
+        if fits && cluster.unwrap_or(false) {
+            AttentionLaunch {
+                cluster: true,
+                splits: ATTENTION_CLUSTER,
+                threads: ATTENTION_CLUSTER_THREADS,
+            }
+        } else {
+            AttentionLaunch {
+                cluster: false,
+                splits,
+                threads: ATTENTION_THREADS,
+            }
+        }
+    }
+
+    /// Dynamic shared memory of one block for `group` query heads of `head_dim`
+    /// ([`attention_smem`]).
+    pub fn smem(&self, group: usize, head_dim: usize) -> usize {
+        attention_smem(group, head_dim, self.splits, self.threads, self.cluster)
+    }
+}
+
+/// Dynamic shared memory of one attention block (`ll_attention`) of `threads` threads for
+/// `group` query heads per key/value head of `head_dim`, launched with `splits` blocks per
+/// (row, key/value head): the roped queries, each warp's partial output, max and sum, the
+/// combine's weight per block, the new position's K and V, and, in a `cluster`, the block's
+/// partial result (read by the other blocks of the cluster).
+pub fn attention_smem(
+    group: usize,
+    head_dim: usize,
+    splits: usize,
+    threads: u32,
+    cluster: bool,
+) -> usize {
+    let warps = (threads / 32) as usize;
+    let partial = if cluster { group * (head_dim + 2) } else { 0 };
+    (group * head_dim * (warps + 1)
+        + 2 * warps * group
+        + (splits + 1) * group
+        + 2 * head_dim
+        + partial)
+        * 4
 }
 
 /// Blocks per (row, key/value head) of the attention (grid z), fixed when a step is issued (a
@@ -149,6 +222,9 @@ pub struct Kernels {
     pub attention: [Kernel; 4],
     /// `ll_attention_{1,2,4,8}_g4`: the same for groups of up to 4 (fewer registers).
     pub attention_g4: [Kernel; 4],
+    /// `ll_attention_{1,2,4}_c8`: groups of up to 4, head_dim up to 128, in clusters of
+    /// [`ATTENTION_CLUSTER`] blocks (see [`AttentionLaunch`]).
+    pub attention_c8: [Kernel; 3],
     pub swiglu: Kernel,
     pub argmax: Kernel,
     pub advance: Kernel,
@@ -189,6 +265,11 @@ impl Kernels {
                 module.kernel("ll_attention_2_g4")?,
                 module.kernel("ll_attention_4_g4")?,
                 module.kernel("ll_attention_8_g4")?,
+            ],
+            attention_c8: [
+                module.kernel("ll_attention_1_c8")?,
+                module.kernel("ll_attention_2_c8")?,
+                module.kernel("ll_attention_4_c8")?,
             ],
             swiglu: module.kernel("ll_swiglu")?,
             argmax: module.kernel("ll_argmax")?,
@@ -248,6 +329,14 @@ impl Kernels {
             rmsnorm: self.rmsnorm.clone().programmatic()?,
             attention: all(&self.attention)?,
             attention_g4: all(&self.attention_g4)?,
+            attention_c8: {
+                let [a, b, c] = &self.attention_c8;
+                [
+                    a.clone().programmatic()?,
+                    b.clone().programmatic()?,
+                    c.clone().programmatic()?,
+                ]
+            },
             swiglu: self.swiglu.clone().programmatic()?,
             argmax: self.argmax.clone().programmatic()?,
             advance: self.advance.clone().programmatic()?,
@@ -294,13 +383,22 @@ impl Kernels {
     /// key/value head (at most 16): lanes hold head_dim / 32 elements each, rounded up to 1, 2,
     /// 4 or 8; groups of up to 4 take the smaller `_g4` kernels.
     pub fn attention_for(&self, head_dim: usize, group: usize) -> &Kernel {
+        self.attention_kernel(head_dim, group, false)
+    }
+
+    /// The instantiation [`AttentionLaunch`] asks for: with `cluster`, the `_c8` kernel (which
+    /// exists for groups of up to 4 and head_dim up to 128, as `AttentionLaunch::for_rows`
+    /// requires).
+    pub fn attention_kernel(&self, head_dim: usize, group: usize, cluster: bool) -> &Kernel {
         let i = match head_dim {
             0..=32 => 0,
             33..=64 => 1,
             65..=128 => 2,
             _ => 3,
         };
-        if group <= 4 {
+        if cluster && i < 3 && group <= 4 {
+            &self.attention_c8[i]
+        } else if group <= 4 {
             &self.attention_g4[i]
         } else {
             &self.attention[i]
@@ -498,21 +596,75 @@ pub(crate) fn device_attribute(
 
 /// Lets `kernel` use `bytes` of dynamic shared memory (above the 48 KiB default).
 pub fn allow_smem(kernel: &Kernel, bytes: usize, name: &str) -> Result<()> {
+    use sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX;
+    set_attribute(
+        kernel,
+        MAX,
+        bytes as i32,
+        "MAX_DYNAMIC_SHARED_SIZE_BYTES",
+        name,
+    )
+}
+
+fn set_attribute(
+    kernel: &Kernel,
+    attribute: sys::CUfunction_attribute,
+    value: i32,
+    what: &str,
+    name: &str,
+) -> Result<()> {
     // SAFETY: the function belongs to a loaded module (alive in the decoder's `Kernels`); the
     // context is current (the module load bound it on this thread).
-    let rc = unsafe {
-        sys::cuFuncSetAttribute(
-            kernel.raw(),
-            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes as i32,
-        )
-    };
+    let rc = unsafe { sys::cuFuncSetAttribute(kernel.raw(), attribute, value) };
     if rc != sys::CUresult::CUDA_SUCCESS {
         return Err(LlamaError::Input(format!(
-            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {bytes}) on {name} failed: {rc:?}"
+            "cuFuncSetAttribute({what}, {value}) on {name} failed: {rc:?}"
         )));
     }
     Ok(())
+}
+
+impl Kernels {
+    /// Every kernel, named.
+    fn each(&self) -> Vec<(&Kernel, &'static str)> {
+        let mut all = vec![
+            (&self.embed, "ll_embed"),
+            (&self.rmsnorm, "ll_rmsnorm"),
+            (&self.swiglu, "ll_swiglu"),
+            (&self.argmax, "ll_argmax"),
+            (&self.advance, "ll_advance"),
+            (&self.loop_advance, "ll_loop_advance"),
+        ];
+        let attention = self.attention.iter().chain(&self.attention_g4);
+        all.extend(
+            attention
+                .chain(&self.attention_c8)
+                .map(|k| (k, "ll_attention_*")),
+        );
+        for g in [
+            &self.gemv_norm,
+            &self.gemv_norm_swiglu,
+            &self.gemv_res,
+            &self.gemv_swiglu_res,
+            &self.gemv_norm_f32,
+            &self.gemv_head,
+        ] {
+            all.extend(g.by_rows.iter().map(|k| (k, "ll_gemv_*")));
+        }
+        all
+    }
+
+    /// Asks for `percent` of the unified L1 / shared memory as shared memory on every kernel
+    /// (`None`: the driver's choice per launch). One split for all keeps a multiprocessor from
+    /// changing its split, which it can only do once empty, between kernels that overlap.
+    pub fn prefer_carveout(&self, percent: Option<u8>) -> Result<()> {
+        use sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT as C;
+        let value = percent.map_or(-1, i32::from);
+        for (k, name) in self.each() {
+            set_attribute(k, C, value, "PREFERRED_SHARED_MEMORY_CARVEOUT", name)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -534,6 +686,30 @@ mod tests {
         assert_eq!(warps_per_column(4, 2048, 2), 8);
         assert_eq!(warps_per_column(12, 1032, 2), 4);
         assert_eq!(warps_per_column(20, 576, 2), 2);
+    }
+
+    #[test]
+    fn the_cluster_attention_runs_only_when_asked_for_and_served() {
+        use super::{AttentionLaunch, ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS};
+        let at = |rows, shape, ctx, cap, force| {
+            AttentionLaunch::for_rows(rows, shape, ctx, 132, cap, force)
+        };
+        let small = (3, 3, 64);
+        // The rule: the split rule's blocks, capped by `splits=N`.
+        let plain = at(1, small, 321, None, None);
+        assert!(!plain.cluster && plain.splits == 21 && plain.threads == 256);
+        assert_eq!(at(1, small, 321, Some(4), None).splits, 4);
+        assert_eq!(plain, at(1, small, 321, None, Some(false)));
+        // Asked for: 8 blocks of 512 threads, for groups of up to 4 and head_dim up to 128.
+        let c = at(1, small, 321, None, Some(true));
+        assert!(c.cluster && c.splits == ATTENTION_CLUSTER);
+        assert_eq!(c.threads, ATTENTION_CLUSTER_THREADS);
+        assert!(at(1, (8, 4, 64), 321, None, Some(true)).cluster); // 1B config
+        assert!(at(64, small, 4096, None, Some(true)).cluster);
+        assert!(!at(1, (2, 8, 64), 321, None, Some(true)).cluster);
+        assert!(!at(1, (8, 4, 256), 321, None, Some(true)).cluster);
+        // 16 warps' partials: more shared memory than 8 warps'.
+        assert!(c.smem(3, 64) > plain.smem(3, 64));
     }
 
     #[test]
@@ -567,10 +743,14 @@ mod tests {
             86 * 3 * 3 * 66
         );
         // Shared memory: queries, 8 warps' partials, maxima and sums, 13 combine weights per
-        // head, the new position's K and V.
+        // head, the new position's K and V (and in a cluster the block's partial).
         assert_eq!(
-            attention_smem(3, 64, 12),
+            attention_smem(3, 64, 12, 256, false),
             (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64) * 4
+        );
+        assert_eq!(
+            attention_smem(3, 64, 12, 256, true),
+            (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64 + 3 * 66) * 4
         );
     }
 

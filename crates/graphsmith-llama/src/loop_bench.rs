@@ -81,18 +81,8 @@ pub fn bench_loop(
     let prompt = bench_prompt(32, config.vocab_size);
     let max_ctx = prompt.len() + kmax + 1;
     let capacity = b.batches.iter().copied().max().unwrap_or(1);
-    let mut model = build_model(
-        ctx,
-        config.clone(),
-        &host,
-        capacity,
-        max_ctx,
-        Mode::Graphs,
-        b.progress,
-    )?;
-    // The plain contender: built only when some pass may use programmatic launch.
-    let mut plain = if b.pdls.iter().any(|&p| p != Pdl::Off) {
-        let mut m = build_model(
+    let build = || {
+        build_model(
             ctx,
             config.clone(),
             &host,
@@ -100,7 +90,12 @@ pub fn bench_loop(
             max_ctx,
             Mode::Graphs,
             b.progress,
-        )?;
+        )
+    };
+    let mut model = build()?;
+    // The plain contender: built only when some pass may use programmatic launch.
+    let mut plain = if b.pdls.iter().any(|&p| p != Pdl::Off) {
+        let mut m = build()?;
         m.set_pdl(Pdl::Off)?;
         Some(m)
     } else {

@@ -178,6 +178,9 @@ fn tiny_logits_match_a_host_reference() {
     let narrow: Tuning = "qkv=1,o=1,gate_up=1,down=1,head=1,splits=64,blocks=1,early=0,pf=0"
         .parse()
         .unwrap();
+    // The attention as thread block clusters (`cluster=1`; tests/gpu_kernels.rs checks its
+    // combine at length).
+    let clustered: Tuning = "cluster=1".parse().unwrap();
     // Three prompts in one batch, and the first alone (one row: the GEMV kernels' one-row
     // instantiations, which the decode benchmarks at batch 1 run).
     for (mode, gemm, tuning, batch) in [
@@ -191,6 +194,8 @@ fn tiny_logits_match_a_host_reference() {
         (Mode::Graphs, Gemm::Auto, Tuning::default(), 1),
         (Mode::Graphs, Gemm::Auto, wide, 1),
         (Mode::Graphs, Gemm::Auto, narrow, 1),
+        (Mode::Graphs, Gemm::Auto, clustered, 1),
+        (Mode::Eager, Gemm::Gemv, clustered, 3),
     ] {
         let mut model = Model::new(&ctx, c.clone(), &w, batch, 32, mode, noop).unwrap();
         model.set_gemm(gemm).unwrap();

@@ -2,7 +2,8 @@
 //! reference on random inputs, outputs poisoned first: the fused GEMV variants (rows 1, 3, 8 and
 //! 11, which runs in chunks; K odd and K a multiple of 8; more columns than warps in the grid),
 //! the decode attention (several positions, a padded row, group sizes 2 to 16, split over 1 to
-//! 64 blocks per row and KV head, launched twice) and the argmax
+//! 64 blocks per row and KV head, and as clusters of 8 blocks combining in distributed shared
+//! memory; launched twice) and the argmax
 //! with the advance (ties, odd vocabularies, the reset of the packed maximum).
 //!
 //! Run on a machine with an NVIDIA GPU:
@@ -11,8 +12,8 @@
 use graphsmith::model::Dim3;
 use graphsmith::{args, Context, DeviceBuffer, LaunchConfig, Stream};
 use graphsmith_llama::kernels::{
-    attention_smem, attention_splits, gemv, gemv_head, GemvKernels, Kernels, ARGMAX_CHUNK,
-    ARGMAX_THREADS, ATTENTION_THREADS,
+    attention_splits, gemv, gemv_head, AttentionLaunch, GemvKernels, Kernels, ARGMAX_CHUNK,
+    ARGMAX_THREADS, ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 use graphsmith_llama::Config;
 
@@ -356,9 +357,25 @@ fn host_attention(
     out
 }
 
+/// The plain attention launched with `splits` blocks per (row, KV head).
+fn plain(splits: usize) -> AttentionLaunch {
+    AttentionLaunch {
+        cluster: false,
+        splits,
+        threads: ATTENTION_THREADS,
+    }
+}
+
+/// The cluster variant's launch.
+const CLUSTER: AttentionLaunch = AttentionLaunch {
+    cluster: true,
+    splits: ATTENTION_CLUSTER,
+    threads: ATTENTION_CLUSTER_THREADS,
+};
+
 /// Checks the attention of rows at `pos` (negative: padding) in a cache of `max_ctx` positions,
-/// launched with `splits` blocks per (row, KV head), twice (the counters must be back at 0
-/// after each launch, and the second launch, appending the same K/V again, gives the same out).
+/// launched as `how` says, twice (the counters must be back at 0 after each launch, and the
+/// second launch, appending the same K/V again, gives the same out).
 #[allow(clippy::too_many_arguments)]
 fn check_attention(
     ctx: &Context,
@@ -367,8 +384,10 @@ fn check_attention(
     c: &Config,
     pos: &[i32],
     max_ctx: usize,
-    splits: usize,
+    how: AttentionLaunch,
 ) {
+    let splits = how.splits;
+    let cl = if how.cluster { " (cluster)" } else { "" };
     let rows = pos.len();
     let (nq, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
     let mut rng = Rng(77 + (rows * hd) as u64);
@@ -391,11 +410,11 @@ fn check_attention(
         st.upload(&mut out, &vec![POISON; rows * nq * hd]).unwrap();
         st.launch(
             "test attention",
-            kernels.attention_for(hd, group),
+            kernels.attention_kernel(hd, group, how.cluster),
             cfg3(
                 (rows as u32, nkv as u32, splits as u32),
-                ATTENTION_THREADS,
-                attention_smem(group, hd, splits),
+                how.threads,
+                how.smem(group, hd),
             ),
             args![
                 &qkvd,
@@ -434,7 +453,7 @@ fn check_attention(
         let left = st.download(&counters).unwrap();
         assert!(
             left.iter().all(|&n| n == 0),
-            "hd {hd} splits {splits} launch {launch}: counters reset, got {left:?}"
+            "hd {hd} splits {splits}{cl} launch {launch}: counters reset, got {left:?}"
         );
         let got: Vec<f32> = st
             .download(&out)
@@ -474,7 +493,7 @@ fn check_attention(
             for (i, (a, b)) in o.iter().zip(&want).enumerate() {
                 assert!(
                     a.is_finite() && (a - b).abs() <= b.abs().max(0.25) / 64.0,
-                    "hd {hd} splits {splits} row {r} pos {p}: out[{i}] = {a}, want {b}"
+                    "hd {hd} splits {splits}{cl} row {r} pos {p}: out[{i}] = {a}, want {b}"
                 );
             }
         }
@@ -512,12 +531,23 @@ fn attention_matches_a_host_reference() {
         let cases: [&[i32]; 3] = [&[0], &[5, -1, 47], &[1, 2, 3, 9, 17, 30, 31, 40]];
         for pos in cases {
             for splits in [1, attention_splits(pos.len(), nkv, 48, 132)] {
-                check_attention(&ctx, &st, &kernels, c, pos, 48, splits);
+                check_attention(&ctx, &st, &kernels, c, pos, 48, plain(splits));
             }
         }
         let long: &[i32] = &[299, 150, -1, 15, 16, 17, 33, 64];
         for splits in [attention_splits(long.len(), nkv, 300, 132), 7, 64] {
-            check_attention(&ctx, &st, &kernels, c, long, 300, splits);
+            check_attention(&ctx, &st, &kernels, c, long, 300, plain(splits));
+        }
+        // The cluster variant (groups up to 4, head_dim up to 128): one block with positions
+        // (up to 16), several with empty ones beside them (17, 33), all eight, and beyond 512
+        // positions (two rounds of loads per block).
+        if c.num_attention_heads / nkv <= 4 && c.head_dim <= 128 {
+            for pos in cases {
+                check_attention(&ctx, &st, &kernels, c, pos, 48, CLUSTER);
+            }
+            check_attention(&ctx, &st, &kernels, c, long, 300, CLUSTER);
+            let longer: &[i32] = &[1099, 600, 513, -1, 511, 16, 130];
+            check_attention(&ctx, &st, &kernels, c, longer, 1100, CLUSTER);
         }
     }
 }

@@ -167,6 +167,18 @@ fn programmatic_fork_join_matches_host_reference() {
     }
 }
 
+/// One small block for a producer, so the consumer's blocks find room to start at once.
+fn one_block() -> LaunchConfig {
+    LaunchConfig {
+        grid: graphsmith::model::Dim3::linear(1),
+        block: graphsmith::model::Dim3::linear(256),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// How long a spinning producer spins: ~10 ms at ~2 GHz.
+const SPIN_CYCLES: u64 = 20_000_000;
+
 #[test]
 #[ignore = "needs a CUDA GPU with compute capability 9.0+"]
 fn reading_before_the_wait_races_and_the_checker_says_so() {
@@ -175,14 +187,9 @@ fn reading_before_the_wait_races_and_the_checker_says_so() {
     let early = programmatic(&gpu, "gs_pdl_copy_early_f32");
     let late = programmatic(&gpu, "gs_pdl_copy_f32");
     let n = 4096usize;
-    // One small block for the producer, so the consumer's blocks find room to start at once.
-    let one = LaunchConfig {
-        grid: graphsmith::model::Dim3::linear(1),
-        block: graphsmith::model::Dim3::linear(256),
-        shared_mem_bytes: 0,
-    };
+    let one = one_block();
     let cfg = LaunchConfig::for_elements(n as u32);
-    let cycles = 20_000_000u64; // ~10 ms at ~2 GHz
+    let cycles = SPIN_CYCLES;
     let s = &gpu.stream;
     let mut x = gpu.buffer("x", &vec![0.0; n]);
     let mut dst = gpu.poisoned("dst", n);
@@ -330,13 +337,9 @@ fn a_kernel_after_a_graph_launch_waits_for_the_whole_graph() {
     let fill = programmatic(&gpu, "gs_pdl_spin_fill_f32");
     let early = programmatic(&gpu, "gs_pdl_copy_early_f32");
     let n = 4096usize;
-    let one = LaunchConfig {
-        grid: graphsmith::model::Dim3::linear(1),
-        block: graphsmith::model::Dim3::linear(256),
-        shared_mem_bytes: 0,
-    };
+    let one = one_block();
     let cfg = LaunchConfig::for_elements(n as u32);
-    let cycles = 20_000_000u64; // ~10 ms at ~2 GHz
+    let cycles = SPIN_CYCLES;
     let s = &gpu.stream;
     let mut x = gpu.buffer("x", &vec![0.0; n]);
     let mut other = gpu.buffer("other", &vec![0.0; n]);

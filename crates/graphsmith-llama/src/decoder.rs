@@ -374,9 +374,8 @@ impl Decoder {
             self.tuning.attention_splits,
             self.tuning.attention_cluster,
         );
-        let need = launch.smem(group, c.head_dim);
-        let smem = need.max(self.tuning.attention_smem.unwrap_or(0)) as u32;
-        debug_assert!(need as u32 <= self.attention_smem_max);
+        let smem = launch.smem(group, c.head_dim) as u32;
+        debug_assert!(smem <= self.attention_smem_max);
         let lw = &self.weights.layers[l];
         let next = match self.weights.layers.get(l + 1) {
             Some(next) => &next.qkv,

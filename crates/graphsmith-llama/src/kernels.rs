@@ -596,75 +596,21 @@ pub(crate) fn device_attribute(
 
 /// Lets `kernel` use `bytes` of dynamic shared memory (above the 48 KiB default).
 pub fn allow_smem(kernel: &Kernel, bytes: usize, name: &str) -> Result<()> {
-    use sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as MAX;
-    set_attribute(
-        kernel,
-        MAX,
-        bytes as i32,
-        "MAX_DYNAMIC_SHARED_SIZE_BYTES",
-        name,
-    )
-}
-
-fn set_attribute(
-    kernel: &Kernel,
-    attribute: sys::CUfunction_attribute,
-    value: i32,
-    what: &str,
-    name: &str,
-) -> Result<()> {
     // SAFETY: the function belongs to a loaded module (alive in the decoder's `Kernels`); the
     // context is current (the module load bound it on this thread).
-    let rc = unsafe { sys::cuFuncSetAttribute(kernel.raw(), attribute, value) };
+    let rc = unsafe {
+        sys::cuFuncSetAttribute(
+            kernel.raw(),
+            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    };
     if rc != sys::CUresult::CUDA_SUCCESS {
         return Err(LlamaError::Input(format!(
-            "cuFuncSetAttribute({what}, {value}) on {name} failed: {rc:?}"
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {bytes}) on {name} failed: {rc:?}"
         )));
     }
     Ok(())
-}
-
-impl Kernels {
-    /// Every kernel, named.
-    fn each(&self) -> Vec<(&Kernel, &'static str)> {
-        let mut all = vec![
-            (&self.embed, "ll_embed"),
-            (&self.rmsnorm, "ll_rmsnorm"),
-            (&self.swiglu, "ll_swiglu"),
-            (&self.argmax, "ll_argmax"),
-            (&self.advance, "ll_advance"),
-            (&self.loop_advance, "ll_loop_advance"),
-        ];
-        let attention = self.attention.iter().chain(&self.attention_g4);
-        all.extend(
-            attention
-                .chain(&self.attention_c8)
-                .map(|k| (k, "ll_attention_*")),
-        );
-        for g in [
-            &self.gemv_norm,
-            &self.gemv_norm_swiglu,
-            &self.gemv_res,
-            &self.gemv_swiglu_res,
-            &self.gemv_norm_f32,
-            &self.gemv_head,
-        ] {
-            all.extend(g.by_rows.iter().map(|k| (k, "ll_gemv_*")));
-        }
-        all
-    }
-
-    /// Asks for `percent` of the unified L1 / shared memory as shared memory on every kernel
-    /// (`None`: the driver's choice per launch). One split for all keeps a multiprocessor from
-    /// changing its split, which it can only do once empty, between kernels that overlap.
-    pub fn prefer_carveout(&self, percent: Option<u8>) -> Result<()> {
-        use sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT as C;
-        let value = percent.map_or(-1, i32::from);
-        for (k, name) in self.each() {
-            set_attribute(k, C, value, "PREFERRED_SHARED_MEMORY_CARVEOUT", name)?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -203,7 +203,6 @@ impl Model {
     /// They change how the work is spread over the GPU (and so the order of some sums).
     pub fn set_tuning(&mut self, tuning: crate::Tuning) -> Result<()> {
         self.change_decoder(|work| {
-            work.kernels.prefer_carveout(tuning.carveout)?;
             work.tuning = tuning;
             Ok(())
         })

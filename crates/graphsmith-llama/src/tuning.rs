@@ -3,7 +3,7 @@
 //! projection, the projections' blocks per multiprocessor, a cap on the attention's splits,
 //! whether the attention loads before its programmatic wait, how many bytes of the next
 //! weights it asks L2 for (`crate::prefetch`), before or after that wait, whether it runs
-//! as thread block clusters, its blocks' shared memory, and the L1 / shared-memory split. They change how the work is spread over the
+//! as thread block clusters. They change how the work is spread over the
 //! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
 //! may differ from the rules' by rounding, and must pass the same checks
 //! (`tests/gpu_decode.rs` runs the host-reference check with two extreme choices).
@@ -41,18 +41,7 @@ pub struct Tuning {
     /// combining in distributed shared memory (`kernels::AttentionLaunch`, for groups of up to
     /// 4 and head_dim up to 128; the rule: no, measured slower on an H200).
     pub attention_cluster: Option<bool>,
-    /// Bytes of dynamic shared memory each attention block is launched with, when more than
-    /// it needs (up to [`ATTENTION_SMEM_MAX`]; the rule: what it needs). Shared memory decides
-    /// how many blocks fit beside others on a multiprocessor, so it is a launch choice too.
-    pub attention_smem: Option<usize>,
-    /// Percent of each multiprocessor's unified L1 / shared memory every decoder kernel asks
-    /// to have as shared memory (0 to 100; the rule: the driver's choice per launch).
-    pub carveout: Option<u8>,
 }
-
-/// The most `asmem=N` may ask: under the 48 KiB a kernel may take without opting in, with
-/// room for its static shared memory.
-pub const ATTENTION_SMEM_MAX: usize = 46 << 10;
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200
 /// (`bench/results/2026-12-01-llama-6.md`): 8 MiB before the wait was the fastest budget on
@@ -88,8 +77,7 @@ impl FromStr for Tuning {
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
     /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
-    /// up to 1024), pfw (0 or 1), cluster (0 or 1), asmem (bytes, up to 46 KiB) and carve
-    /// (percent, 0 to 100).
+    /// up to 1024), pfw (0 or 1) and cluster (0 or 1).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -99,7 +87,7 @@ impl FromStr for Tuning {
         for item in s.split(',') {
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 format!(
-                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw, cluster, asmem, carve)",
+                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw, cluster)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -119,20 +107,6 @@ impl FromStr for Tuning {
                     return Err(format!("pfw={n}: 0 or 1"));
                 }
                 t.prefetch_after_wait = Some(n == 1);
-                continue;
-            }
-            if key == "carve" {
-                if n > 100 {
-                    return Err(format!("carve={n}: a percentage, 0 to 100"));
-                }
-                t.carveout = Some(n as u8);
-                continue;
-            }
-            if key == "asmem" {
-                if n > ATTENTION_SMEM_MAX {
-                    return Err(format!("asmem={n}: at most {ATTENTION_SMEM_MAX} bytes"));
-                }
-                t.attention_smem = Some(n);
                 continue;
             }
             if key == "cluster" {
@@ -165,7 +139,7 @@ impl FromStr for Tuning {
             }
             let i = PROJECTIONS.iter().position(|&p| p == key).ok_or_else(|| {
                 format!(
-                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw, cluster, asmem, carve)",
+                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw, cluster)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -206,12 +180,6 @@ impl fmt::Display for Tuning {
         if let Some(c) = self.attention_cluster {
             parts.push(format!("cluster={}", u8::from(c)));
         }
-        if let Some(n) = self.attention_smem {
-            parts.push(format!("asmem={n}"));
-        }
-        if let Some(n) = self.carveout {
-            parts.push(format!("carve={n}"));
-        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -234,8 +202,7 @@ mod tests {
             "o=4,blocks=2",
             "splits=4,early=0",
             "pf=16,pfw=0",
-            "splits=8,cluster=0,asmem=16384",
-            "carve=100",
+            "splits=8,cluster=0",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -258,8 +225,6 @@ mod tests {
         assert!(err("pf=2000").contains("at most 1024"));
         assert!(err("pfw=3").contains("0 or 1"));
         assert!(err("cluster=2").contains("0 or 1"));
-        assert!(err("asmem=100000").contains("at most 47104"));
-        assert!(err("carve=101").contains("0 to 100"));
         assert!(err("o=x").contains("not a whole number"));
     }
 }

@@ -6,7 +6,9 @@
 # tracing costs.
 #   bash bench/llama/timeline/run.sh MODEL_DIR OUTDIR
 # Environment: GRAPHSMITH_LLAMA (default gpu-bin/graphsmith-llama), CUDA_HOME (/usr/local/cuda),
-# BATCH (1), PDL (auto; off times each kernel without overlap), TUNE (the bench's --tune, none).
+# BATCH (1), PDL (auto; off times each kernel without overlap), TUNE (the bench's --tune, none),
+# GRAPH (which graph summarize.py takes: the one launched most often, or `last`: the step of the
+# last --tune pass).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 M=${1:?usage: run.sh MODEL_DIR OUTDIR}; R=${2:?usage: run.sh MODEL_DIR OUTDIR}
@@ -32,5 +34,6 @@ for k in ("plain", "traced"):
     print(f"{k}: {d['ms_per_step']:.4f} ms per step")
 PY
 tail -n 1 "$R/traced.err"
-python3 "$HERE/summarize.py" "$R/timeline.tsv" | tee "$R/summary.txt"
-python3 "$HERE/summarize.py" "$R/timeline.tsv" --json > "$R/summary.json"
+sel=(--first 12); [ -n "${GRAPH:-}" ] && sel+=(--graph "$GRAPH")
+python3 "$HERE/summarize.py" "$R/timeline.tsv" "${sel[@]}" | tee "$R/summary.txt"
+python3 "$HERE/summarize.py" "$R/timeline.tsv" "${sel[@]}" --json > "$R/summary.json"

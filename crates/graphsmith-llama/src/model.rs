@@ -349,6 +349,14 @@ impl Model {
         }
     }
 
+    /// The graph cache's counts (graphs mode): captures, in-place updates, re-instantiations.
+    pub fn cache_stats(&self) -> Option<graphsmith::CacheStats> {
+        match &self.runner {
+            Runner::Graphs(cache) => Some(cache.stats()),
+            Runner::Eager { .. } => None,
+        }
+    }
+
     /// Captures every bucket now (each is otherwise captured on first use).
     pub fn capture_all(&mut self) -> Result<()> {
         if let Runner::Graphs(cache) = &mut self.runner {

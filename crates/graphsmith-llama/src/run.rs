@@ -364,6 +364,10 @@ pub struct BenchLine {
     /// The hand-set launch choices (`default`: the rules'; see [`crate::Tuning`]). A line
     /// measured with others names them in `impl` too, e.g. `graphsmith-graphs [down=4]`.
     pub tuning: String,
+    /// Graphs mode, a pass after another's launch choices: how the held executables took this
+    /// pass's (`updated` in place, or `reinstantiated` where the driver refused the update).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<String>,
 }
 
 /// The prompt the bench decodes from (ids below 512, valid for every config).
@@ -454,8 +458,17 @@ pub fn bench(
             .iter()
             .flat_map(|t| batches.iter().map(move |b| (t, b)))
         {
+            let mut refresh = None;
             if model.decoder().tuning != tuning {
+                let before = model.cache_stats();
                 model.set_tuning(tuning)?;
+                if let (Some(a), Some(b)) = (before, model.cache_stats()) {
+                    refresh = Some(format!(
+                        "updated {}, reinstantiated {}",
+                        b.updates - a.updates,
+                        b.reinstantiations - a.reinstantiations
+                    ));
+                }
             }
             let pb = bar(
                 progress,
@@ -530,6 +543,7 @@ pub fn bench(
                 projections: projections.to_string(),
                 pdl: model.decoder().uses_pdl(),
                 tuning: tuning.to_string(),
+                refresh,
             });
         }
     }

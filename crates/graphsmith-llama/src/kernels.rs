@@ -46,9 +46,9 @@ impl AttentionLaunch {
     /// The launch for `rows` rows: [`attention_splits`] (capped by `splits_cap`) blocks of
     /// [`ATTENTION_THREADS`]; or, with `cluster` set, one cluster of [`ATTENTION_CLUSTER`]
     /// blocks of [`ATTENTION_CLUSTER_THREADS`], for groups of up to 4 query heads and head_dim
-    /// up to 128 (the variants that exist). The rule leaves the clusters off: on an H200 they
-    /// were slower at one row on both configs (`bench/results/2026-12-01-llama-8.md`; they
-    /// start later behind the q/k/v projection, which the cheaper combine does not repay).
+    /// up to 128 (the variants that exist). The rule leaves the clusters off for now: on an
+    /// H200 they gained 2-3 us per step on the small config and 13-15 us on the 1B at one row
+    /// (`bench/results/2026-12-01-llama-8.md`), too little to change the rule untested.
     pub fn for_rows(
         rows: usize,
         (kv_heads, group, head_dim): (usize, usize, usize),

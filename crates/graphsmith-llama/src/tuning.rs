@@ -39,7 +39,7 @@ pub struct Tuning {
     pub prefetch_after_wait: Option<bool>,
     /// Whether the attention runs as one thread block cluster per (row, key/value head),
     /// combining in distributed shared memory (`kernels::AttentionLaunch`, for groups of up to
-    /// 4 and head_dim up to 128; the rule: no, measured slower on an H200).
+    /// 4 and head_dim up to 128; the rule: no, see `AttentionLaunch::for_rows`).
     pub attention_cluster: Option<bool>,
 }
 

@@ -47,7 +47,7 @@ impl AttentionLaunch {
     /// [`ATTENTION_THREADS`]; or, with `cluster` set, one cluster of [`ATTENTION_CLUSTER`]
     /// blocks of [`ATTENTION_CLUSTER_THREADS`], for groups of up to 4 query heads and head_dim
     /// up to 128 (the variants that exist). The rule leaves the clusters off for now: on an
-    /// H200 they gained 2-3 us per step on the small config and 13-15 us on the 1B at one row
+    /// H200 they gained up to 3 us per step on the small config and 13-15 us on the 1B at one row
     /// (`bench/results/2026-12-01-llama-8.md`), too little to change the rule untested.
     pub fn for_rows(
         rows: usize,

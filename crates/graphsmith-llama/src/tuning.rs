@@ -102,25 +102,18 @@ impl FromStr for Tuning {
                 t.prefetch_mib = Some(n as u64);
                 continue;
             }
-            if key == "pfw" {
+            // The keys that are a yes (1) or a no (0).
+            let flag = match key {
+                "pfw" => Some(&mut t.prefetch_after_wait),
+                "cluster" => Some(&mut t.attention_cluster),
+                "early" => Some(&mut t.attention_early),
+                _ => None,
+            };
+            if let Some(flag) = flag {
                 if n > 1 {
-                    return Err(format!("pfw={n}: 0 or 1"));
+                    return Err(format!("{key}={n}: 0 or 1"));
                 }
-                t.prefetch_after_wait = Some(n == 1);
-                continue;
-            }
-            if key == "cluster" {
-                if n > 1 {
-                    return Err(format!("cluster={n}: 0 or 1"));
-                }
-                t.attention_cluster = Some(n == 1);
-                continue;
-            }
-            if key == "early" {
-                if n > 1 {
-                    return Err(format!("early={n}: 0 or 1"));
-                }
-                t.attention_early = Some(n == 1);
+                *flag = Some(n == 1);
                 continue;
             }
             if key == "blocks" {

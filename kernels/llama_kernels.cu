@@ -394,10 +394,15 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     };
     // The layer's next weights into L2 (see Prefetch), while this latency-bound kernel leaves
     // the memory idle.
+    // `early`'s bit 0: load before the wait; bits 1-2: where the block lets the next kernel
+    // start (0 before its wait, 1 after it, 2 after its dot products, 3 at its exit).
+    int trig = early >> 1;
+    early &= 1;
     if (pf.at == 0) l2_prefetch(pf);
     if (early) first_round();
-    pdl_trigger();
+    if (trig == 0) pdl_trigger();
     pdl_wait();
+    if (trig == 1) pdl_trigger();
     if (pf.at == 1) l2_prefetch(pf);
     if (!early) first_round();
     unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
@@ -479,6 +484,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             }
         }
     }
+    if (trig == 2) pdl_trigger();
 #pragma unroll
     for (int j = 0; j < ATT_GMAX; ++j) {
         if (j >= group) break;

@@ -42,9 +42,11 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, 
             continue;
         const KREC* k = (const KREC*)rec;
         if (out != NULL)
-            fprintf(out, "%s\t%llu\t%llu\t%u\t%llu\t%u\n", k->name, (unsigned long long)k->start,
-                    (unsigned long long)k->end, k->graphId, (unsigned long long)k->graphNodeId,
-                    k->correlationId);
+            fprintf(out, "%s\t%llu\t%llu\t%u\t%llu\t%u\t%d,%d,%d\t%d,%d,%d\t%d\t%u,%u,%u\n",
+                    k->name, (unsigned long long)k->start, (unsigned long long)k->end,
+                    k->graphId, (unsigned long long)k->graphNodeId, k->correlationId, k->gridX,
+                    k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ,
+                    k->dynamicSharedMemory, k->clusterX, k->clusterY, k->clusterZ);
         records++;
     }
     size_t d = 0;

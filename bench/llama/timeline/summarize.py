@@ -26,10 +26,12 @@ def parse(lines):
     recs = []
     for line in lines:
         f = line.rstrip("\n").split("\t")
-        if len(f) != 6:
+        if len(f) not in (6, 10):
             continue
-        name, start, end, graph, node, corr = f
-        recs.append((name, int(start), int(end), int(graph), int(node), int(corr)))
+        name, start, end, graph, node, corr = f[:6]
+        # The launch's shape, when recorded: grid, block, dynamic shared memory, cluster.
+        shape = "grid {} block {} smem {} cluster {}".format(*f[6:]) if len(f) == 10 else ""
+        recs.append((name, int(start), int(end), int(graph), int(node), int(corr), shape))
     return recs
 
 
@@ -78,6 +80,11 @@ def per_position(steps):
 def summarize(recs, graph=None, first=0):
     graph, steps = steps_of(recs, graph)
     positions = per_position(steps)
+    shapes = defaultdict(lambda: defaultdict(int))
+    for ks in steps:
+        for k in ks:
+            if k[6]:
+                shapes[k[0]][k[6]] += 1
     kinds = defaultdict(lambda: {"count": 0, "run_ns": 0.0, "adds_ns": 0.0, "early_ns": 0.0})
     for p in positions:
         d = kinds[p["name"]]
@@ -91,6 +98,7 @@ def summarize(recs, graph=None, first=0):
         "step_span_ns": statistics.median(ks[-1][2] - ks[0][1] for ks in steps),
         "kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1]["adds_ns"])),
         "first": positions[:first],
+        "shapes": {name: dict(c) for name, c in sorted(shapes.items())},
     }
 
 
@@ -113,6 +121,11 @@ def render(s):
                 f"{i:>3} {p['name'][:36]:<36} {p['adds'] / 1000:>9.2f} {p['run'] / 1000:>9.2f} "
                 f"{p['early'] / 1000:>9.2f}"
             )
+    if s["shapes"]:
+        out.append("\nlaunch shapes (launches of each):")
+        for name, c in s["shapes"].items():
+            for shape, n in c.items():
+                out.append(f"  {name[:36]:<36} {shape} x{n}")
     return "\n".join(out)
 
 
@@ -124,7 +137,7 @@ def self_test():
         t = 100_000 * c
         lines.append(f"a\t{t}\t{t + 3000}\t7\t1\t{c}\n")
         lines.append(f"b\t{t + 2000}\t{t + 6000}\t7\t2\t{c}\n")
-    lines.append("x\t5000000\t5000009\t3\t1\t999\n")
+    lines.append("x\t5000000\t5000009\t3\t1\t999\t1,1,8\t512,1,1\t0\t1,1,8\n")
     lines.append("not a record\n")
     recs = parse(lines)
     s = summarize(recs, first=2)
@@ -134,7 +147,11 @@ def self_test():
     assert (a["adds_ns"], a["run_ns"], a["early_ns"]) == (3000, 3000, 0), a
     assert (b["adds_ns"], b["run_ns"], b["early_ns"]) == (3000, 4000, 1000), b
     assert [p["name"] for p in s["first"]] == ["a", "b"] and s["first"][1]["early"] == 1000
-    assert summarize(recs, graph="last")["graph_id"] == 3
+    last = summarize(recs, graph="last")
+    assert last["graph_id"] == 3, last
+    assert last["shapes"] == {"x": {"grid 1,1,8 block 512,1,1 smem 0 cluster 1,1,8": 1}}, last
+    assert s["shapes"] == {}, s
+    assert "cluster 1,1,8" in render(last)
     assert summarize(recs, graph="7")["graph_id"] == 7
     render(s)
     print("summarize self-test: ok")

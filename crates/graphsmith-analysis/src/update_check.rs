@@ -4,7 +4,10 @@
 //! The rules are the driver's documented limitations: the same nodes (count, kind, order) and
 //! the same edges; memcpy nodes keep their source and destination memory types; memsets stay
 //! one-dimensional; conditional and memory (alloc/free) nodes cannot change; child graphs follow
-//! the same rules recursively. The driver has the last word: when it refuses an update the
+//! the same rules recursively. One rule is not in the driver's documentation but was found by
+//! measurement (`bench/results/2026-12-02-llama-9.md`): a kernel node keeps its thread block
+//! cluster shape through `cuGraphExecUpdate`, so a kernel compiled for another shape cannot take
+//! its place. The driver has the last word: when it refuses an update the
 //! pre-check allowed, its `errorNode` is mapped back to a label.
 
 use std::collections::BTreeSet;
@@ -80,6 +83,7 @@ fn shape_into(graph: &Graph, h: &mut impl Hasher) -> Option<()> {
                 }
             }
             NodeKind::ChildGraph { graph } => shape_into(graph, h)?,
+            NodeKind::Kernel(k) => k.cluster.hash(h),
             _ => {}
         }
     }
@@ -173,6 +177,17 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
                 o.label,
                 b.name()
             )),
+            (NodeKind::Kernel(a), NodeKind::Kernel(b)) if a.cluster != b.cluster => {
+                reasons.push(format!(
+                    "the kernel's thread block cluster shape changed from {} ('{}') to {} ('{}'): \
+                     an executable's node keeps its cluster shape through an in-place update, so \
+                     the new kernel would run in the old one; the executable must be instantiated again",
+                    cluster_text(a.cluster),
+                    a.name,
+                    cluster_text(b.cluster),
+                    b.name
+                ))
+            }
             (NodeKind::Memcpy(a), NodeKind::Memcpy(b)) => {
                 if a.src.space != b.src.space {
                     reasons.push(format!("copy source memory type changed from {:?} to {:?}", a.src.space, b.src.space));
@@ -233,6 +248,11 @@ fn nodes(old: &Graph, new: &Graph, prefix: &str, out: &mut Vec<Incompatibility>)
     }
 }
 
+/// `none`, `1x1x8`.
+fn cluster_text(c: Option<graphsmith_model::Dim3>) -> String {
+    c.map_or("none".into(), |d| format!("{}x{}x{}", d.x, d.y, d.z))
+}
+
 /// `1 body`, `2 bodies`.
 fn body_count(n: u32) -> String {
     if n == 1 {
@@ -254,7 +274,15 @@ mod tests {
             block: Dim3::linear(32),
             shared_mem_bytes: 0,
             args: vec![],
+            cluster: None,
         })
+    }
+    fn clustered(name: &str, depth: u32) -> NodeKind {
+        let NodeKind::Kernel(mut k) = kernel(name) else {
+            unreachable!()
+        };
+        k.cluster = Some(Dim3::new(1, 1, depth));
+        NodeKind::Kernel(k)
     }
     fn memset(height: u64) -> NodeKind {
         NodeKind::Memset(MemsetParams {
@@ -453,6 +481,25 @@ mod tests {
     }
 
     #[test]
+    fn a_kernel_of_another_cluster_shape_needs_a_new_executable() {
+        let plain = graph("g", &[("attention", kernel("att"))], &[]);
+        let clusters = graph("g", &[("attention", clustered("att_c8", 8))], &[]);
+        assert_eq!(
+            texts(&update_compatibility(&clusters, &plain)),
+            [
+                "node 'attention': the kernel's thread block cluster shape changed from 1x1x8 \
+              ('att_c8') to none ('att'): an executable's node keeps its cluster shape through \
+              an in-place update, so the new kernel would run in the old one; the executable \
+              must be instantiated again"
+            ]
+        );
+        assert_eq!(update_compatibility(&plain, &clusters).len(), 1);
+        // The same shape, another kernel: in place.
+        let other = graph("g", &[("attention", clustered("att2_c8", 8))], &[]);
+        assert!(update_compatibility(&clusters, &other).is_empty());
+    }
+
+    #[test]
     fn node_count_change_is_one_graph_level_reason() {
         let old = graph("g", &[("a", kernel("k"))], &[]);
         let new = graph("step", &[("a", kernel("k")), ("b", kernel("k"))], &[]);
@@ -548,6 +595,15 @@ mod tests {
                 &[(0, 1), (0, 2)],
             ),
             graph("g", &[("a", kernel("k1")), ("b", memset(1))], &[(0, 1)]),
+            graph(
+                "g",
+                &[
+                    ("a", clustered("k1", 8)),
+                    ("b", memset(1)),
+                    ("c", copy(MemorySpace::Host)),
+                ],
+                &[(0, 1), (1, 2)],
+            ),
         ];
         for g in &changed {
             assert_ne!(key(&base()), key(g));

@@ -34,6 +34,7 @@ fn attention_model(racy: bool) -> Result<model::Graph, String> {
             block: Dim3::linear(128),
             shared_mem_bytes: 0,
             args: vec![],
+            cluster: None,
         })
     };
     let acc = |buffer: u64, label: &str, mode| Access {

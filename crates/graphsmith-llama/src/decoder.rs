@@ -73,6 +73,11 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// Per (row, key/value head): attention blocks done, 0 between launches.
+    pub fn attention_counters(&self) -> &DeviceBuffer<u32> {
+        &self.attn_counters
+    }
+
     /// Allocates the state for `capacity` rows of up to `max_ctx` positions; `stream` is the
     /// stream the cuBLAS handle starts on (the cache's).
     pub fn new(
@@ -424,7 +429,7 @@ impl Decoder {
                 scale,
                 &mut self.attn_partials,
                 &mut self.attn_counters,
-                i32::from(self.tuning.attention_loads_early()),
+                self.tuning.attention_flags(),
                 pa.0,
                 pa.1,
                 pa.2,

@@ -295,6 +295,13 @@ impl Model {
         Ok(all)
     }
 
+    /// The attention's counters (per row and key/value head), all 0 between steps.
+    pub fn attention_counters(&self) -> Result<Vec<u32>> {
+        Ok(self
+            .stream()
+            .download(self.decoder().attention_counters())?)
+    }
+
     /// The argmax of the first `rows` rows after the last step (-1 for a row that was padding).
     pub fn next_tokens(&self, rows: usize) -> Result<Vec<i32>> {
         let mut all = self.stream().download(&self.decoder().next)?;

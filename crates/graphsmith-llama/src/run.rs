@@ -368,6 +368,10 @@ pub struct BenchLine {
     /// pass's (`updated` in place, or `reinstantiated` where the driver refused the update).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub refresh: Option<String>,
+    /// After the pass: the next token of row 0, the sum of row 0's logits, and the sum of the
+    /// attention's counters (0 when every launch combined its partials).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
 }
 
 /// The prompt the bench decodes from (ids below 512, valid for every config).
@@ -497,6 +501,15 @@ pub fn bench(
                 pb.inc((warmup + steps) as u64);
             }
             pb.finish_and_clear();
+            let after = {
+                let tok = model.next_tokens(1)?;
+                let sum: f64 = model.logits(1)?.iter().map(|&v| v as f64).sum();
+                let cnt: u64 = model.attention_counters()?.iter().map(|&c| c as u64).sum();
+                Some(format!(
+                    "next {:?}, logits sum {sum:.6}, counters {cnt}",
+                    tok
+                ))
+            };
             peak = peak.max(model.device_used_bytes()?.saturating_sub(base));
             let ms = median(times) / steps as f64;
             let rows = match &path {
@@ -544,6 +557,7 @@ pub fn bench(
                 pdl: model.decoder().uses_pdl(),
                 tuning: tuning.to_string(),
                 refresh,
+                after,
             });
         }
     }

@@ -41,6 +41,9 @@ pub struct Tuning {
     /// combining in distributed shared memory (`kernels::AttentionLaunch`, for groups of up to
     /// 4 and head_dim up to 128; the rule: no, see `AttentionLaunch::for_rows`).
     pub attention_cluster: Option<bool>,
+    /// Where each attention block lets the next kernel (the o projection) start: 0 before its
+    /// programmatic wait (the rule), 1 after it, 2 after its dot products, 3 at its exit.
+    pub attention_trigger: Option<u8>,
 }
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200
@@ -70,6 +73,13 @@ impl Tuning {
     pub fn prefetches_after_wait(&self) -> bool {
         self.prefetch_after_wait.unwrap_or(false)
     }
+
+    /// The attention's `early` argument: bit 0 whether it loads before its wait, bits 1-2
+    /// where it triggers its dependents (`attention_trigger`; the rule: 0, before its wait).
+    pub fn attention_flags(&self) -> i32 {
+        i32::from(self.attention_loads_early())
+            | i32::from(self.attention_trigger.unwrap_or(0)) << 1
+    }
 }
 
 impl FromStr for Tuning {
@@ -77,7 +87,7 @@ impl FromStr for Tuning {
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
     /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
-    /// up to 1024), pfw (0 or 1) and cluster (0 or 1).
+    /// up to 1024), pfw (0 or 1), cluster (0 or 1) and atrig (0 to 3).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -87,7 +97,7 @@ impl FromStr for Tuning {
         for item in s.split(',') {
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 format!(
-                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw, cluster)",
+                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw, cluster, atrig)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -116,6 +126,15 @@ impl FromStr for Tuning {
                 *flag = Some(n == 1);
                 continue;
             }
+            if key == "atrig" {
+                if n > 3 {
+                    return Err(format!(
+                        "atrig={n}: 0 (before the wait), 1 (after it), 2 (after the dot products) or 3 (at exit)"
+                    ));
+                }
+                t.attention_trigger = Some(n as u8);
+                continue;
+            }
             if key == "blocks" {
                 if !(1..=4).contains(&n) {
                     return Err(format!("blocks={n}: 1 to 4 blocks per multiprocessor"));
@@ -132,7 +151,7 @@ impl FromStr for Tuning {
             }
             let i = PROJECTIONS.iter().position(|&p| p == key).ok_or_else(|| {
                 format!(
-                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw, cluster)",
+                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw, cluster, atrig)",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -173,6 +192,9 @@ impl fmt::Display for Tuning {
         if let Some(c) = self.attention_cluster {
             parts.push(format!("cluster={}", u8::from(c)));
         }
+        if let Some(n) = self.attention_trigger {
+            parts.push(format!("atrig={n}"));
+        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -196,6 +218,7 @@ mod tests {
             "splits=4,early=0",
             "pf=16,pfw=0",
             "splits=8,cluster=0",
+            "atrig=2",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);

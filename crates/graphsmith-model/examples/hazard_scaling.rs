@@ -62,6 +62,7 @@ fn build(n: usize, min_width: u64, max_width: u64, seed: u64) -> Graph {
         block: Dim3::linear(256),
         shared_mem_bytes: 0,
         args: vec![],
+        cluster: None,
     });
     let weights = (0..WEIGHTS).map(|w| access(w, AccessMode::Write)).collect();
     let upload = g.add_node_with("upload", NodeKind::Empty, None, weights);

@@ -300,7 +300,7 @@ impl Graph {
     ///     mode: AccessMode::Write };
     /// let s = g.add_node_with("memset#0", NodeKind::Empty, None, vec![set]);
     /// let kernel = NodeKind::Kernel(KernelParams { name: "k".into(), grid: Dim3::linear(1),
-    ///     block: Dim3::linear(32), shared_mem_bytes: 0, args: vec![] });
+    ///     block: Dim3::linear(32), shared_mem_bytes: 0, args: vec![], cluster: None });
     /// let k = g.add_node("k#1", kernel.clone());
     /// g.add_node("k#2", kernel);
     /// assert!(g.hazards().unwrap().is_clean());

@@ -49,6 +49,7 @@
 //!         block: Dim3::linear(128),
 //!         shared_mem_bytes: 0,
 //!         args: vec![],
+//!         cluster: None,
 //!     })
 //! };
 //! let a = g.add_node("a", kernel("produce"));

@@ -77,6 +77,11 @@ pub struct KernelParams {
     pub shared_mem_bytes: u32,
     /// Argument values, in order. Empty when unknown (e.g. imported from a DOT file without them).
     pub args: Vec<KernelArg>,
+    /// The thread block cluster shape the kernel requires (compiled in with `__cluster_dims__`),
+    /// or `None` when it requires none or it is not known. An executable's node cannot take a
+    /// kernel of another cluster shape in place (see the update pre-check).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<Dim3>,
 }
 
 /// Which kind of memory an address lives in.

@@ -49,6 +49,7 @@ fn demo() -> Graph {
             block: Dim3::linear(128),
             shared_mem_bytes: 0,
             args: vec![],
+            cluster: None,
         }),
     );
     let join = g.add_node("join", NodeKind::Empty);

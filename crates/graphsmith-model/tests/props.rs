@@ -172,6 +172,7 @@ fn leaf_kind() -> impl Strategy<Value = NodeKind> {
                 block,
                 shared_mem_bytes: smem,
                 args,
+                cluster: None,
             })
         }),
         (mem_ref(), mem_ref(), any::<u64>())

@@ -318,6 +318,7 @@ fn kernel(symbol: &str, ptrs: &[u64]) -> RawNode {
         block: Dim3::linear(32),
         shared_mem_bytes: 0,
         args,
+        cluster: None,
     }))
 }
 

@@ -109,6 +109,7 @@ fn kernel(name: String, launch: Option<(Dim3, Dim3, u32)>) -> NodeKind {
         block,
         shared_mem_bytes,
         args: vec![],
+        cluster: None,
     })
 }
 

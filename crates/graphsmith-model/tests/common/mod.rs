@@ -14,6 +14,7 @@ pub fn kernel(name: &str) -> NodeKind {
         block: Dim3::linear(128),
         shared_mem_bytes: 0,
         args: vec![],
+        cluster: None,
     })
 }
 
@@ -97,6 +98,7 @@ pub fn every_kind() -> Graph {
                     bytes: vec![0xff, 0x7f, 0x80, 0x01],
                 },
             ],
+            cluster: None,
         }),
         Some(provenance),
         accesses,

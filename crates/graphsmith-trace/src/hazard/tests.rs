@@ -34,6 +34,7 @@ fn kernel(symbol: &str, args: &[Arg]) -> RawNode {
         block: Dim3::linear(256),
         shared_mem_bytes: 0,
         args,
+        cluster: None,
     }))
 }
 

@@ -97,6 +97,32 @@ pub(crate) unsafe fn function_name(func: sys::CUfunction) -> Option<String> {
     )
 }
 
+/// The thread block cluster shape compiled into `func` (`__cluster_dims__`: the
+/// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*` attributes), `None` when it requires none.
+///
+/// # Safety
+/// `func` must be a live function.
+pub(crate) unsafe fn required_cluster(
+    func: sys::CUfunction,
+) -> Result<Option<graphsmith_model::Dim3>, Failure> {
+    use sys::CUfunction_attribute as A;
+    let mut dims = [0i32; 3];
+    for (d, attr) in dims.iter_mut().zip([
+        A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
+        A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
+        A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH,
+    ]) {
+        // SAFETY: func is live (contract); d is a local.
+        check(
+            unsafe { sys::cuFuncGetAttribute(d, attr, func) },
+            "cuFuncGetAttribute",
+        )?;
+    }
+    Ok((dims[0] > 0).then(|| {
+        graphsmith_model::Dim3::new(dims[0] as u32, dims[1].max(1) as u32, dims[2].max(1) as u32)
+    }))
+}
+
 /// (offset, size) of each parameter of `func` (`cuFuncGetParamInfo` until the driver says there
 /// are no more).
 ///

@@ -132,6 +132,7 @@ impl Graph {
             block: cfg.block,
             shared_mem_bytes: cfg.shared_mem_bytes,
             args: model_args,
+            cluster: kernel.function.cluster,
         });
         let function = kernel.function.clone();
         let mut pointers = args.pointers();

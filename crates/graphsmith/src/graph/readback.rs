@@ -264,11 +264,14 @@ pub(crate) unsafe fn read_kernel(
     let mut name = String::new();
     let mut args = Vec::new();
     let mut kernel = None;
+    let mut cluster = None;
     if !func.is_null() {
         // SAFETY: func is a live function.
         name = unsafe { driver::function_name(func) }.unwrap_or_default();
         // SAFETY: func is a live function.
         let layout = unsafe { driver::param_layout(func) }?;
+        // SAFETY: func is a live function.
+        cluster = unsafe { driver::required_cluster(func) }?;
         // SAFETY: p was filled by the driver for this live node: kernelParams (when set) holds
         // one pointer per parameter of `layout`, `extra` (when set) an END-terminated list.
         args = unsafe { argument_bytes(&p, &layout) };
@@ -287,6 +290,7 @@ pub(crate) unsafe fn read_kernel(
                 layout,
                 programmatic: false,
                 triggers_after_wait: false,
+                cluster,
             },
             complete,
         ));
@@ -297,6 +301,7 @@ pub(crate) unsafe fn read_kernel(
         block: Dim3::new(p.blockDimX, p.blockDimY, p.blockDimZ),
         shared_mem_bytes: p.sharedMemBytes,
         args,
+        cluster,
     };
     Ok((params, kernel))
 }

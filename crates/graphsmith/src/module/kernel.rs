@@ -34,6 +34,8 @@ pub(crate) struct KernelFn {
     /// The kernel lets its dependents start only after its own wait
     /// ([`Kernel::triggers_after_wait`]).
     pub triggers_after_wait: bool,
+    /// The thread block cluster shape compiled into the kernel, if any.
+    pub cluster: Option<graphsmith_model::Dim3>,
 }
 
 // SAFETY: CUfunction and CUkernel are immutable handles into a loaded module or library, usable

@@ -152,6 +152,8 @@ impl Module {
         let func = unsafe { driver::kernel_function(kern) }.map_err(fail)?;
         // SAFETY: func was just returned by the driver for a loaded module.
         let params = unsafe { driver::param_layout(func) }.map_err(fail)?;
+        // SAFETY: as above.
+        let cluster = unsafe { driver::required_cluster(func) }.map_err(fail)?;
         Ok(Kernel {
             function: KernelFn {
                 func,
@@ -159,6 +161,7 @@ impl Module {
                 layout: Arc::new(params),
                 programmatic: false,
                 triggers_after_wait: false,
+                cluster,
             },
             name: name.to_string(),
             module: self.clone(),

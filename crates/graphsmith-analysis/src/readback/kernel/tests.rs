@@ -60,6 +60,7 @@ fn kernel(symbol: &str, params: Vec<(u32, Vec<u8>)>) -> RawNode {
         block: Dim3::linear(128),
         shared_mem_bytes: 0,
         args,
+        cluster: None,
     }))
 }
 

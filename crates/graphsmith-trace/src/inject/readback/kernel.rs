@@ -63,6 +63,7 @@ impl GraphApi {
                 block: Dim3::new(p.blockDimX, p.blockDimY, p.blockDimZ),
                 shared_mem_bytes: p.sharedMemBytes,
                 args: args.clone().unwrap_or_default(),
+                cluster: None,
             }),
             operands: Vec::new(),
             child: None,

@@ -106,21 +106,27 @@ pub(crate) unsafe fn required_cluster(
     func: sys::CUfunction,
 ) -> Result<Option<graphsmith_model::Dim3>, Failure> {
     use sys::CUfunction_attribute as A;
-    let mut dims = [0i32; 3];
-    for (d, attr) in dims.iter_mut().zip([
-        A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH,
-        A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT,
-        A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH,
-    ]) {
-        // SAFETY: func is live (contract); d is a local.
+    let get = |attr| {
+        let mut v = 0i32;
+        // SAFETY: func is live (contract); v is a local.
         check(
-            unsafe { sys::cuFuncGetAttribute(d, attr, func) },
+            unsafe { sys::cuFuncGetAttribute(&mut v, attr, func) },
             "cuFuncGetAttribute",
-        )?;
+        )
+        .map(|()| v.max(0) as u32)
+    };
+    // One call for the usual kernel, compiled without a cluster shape (width 0).
+    let width = get(A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH)?;
+    if width == 0 {
+        return Ok(None);
     }
-    Ok((dims[0] > 0).then(|| {
-        graphsmith_model::Dim3::new(dims[0] as u32, dims[1].max(1) as u32, dims[2].max(1) as u32)
-    }))
+    let height = get(A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT)?;
+    let depth = get(A::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH)?;
+    Ok(Some(graphsmith_model::Dim3::new(
+        width,
+        height.max(1),
+        depth.max(1),
+    )))
 }
 
 /// (offset, size) of each parameter of `func` (`cuFuncGetParamInfo` until the driver says there

@@ -30,6 +30,10 @@ pub const ATTENTION_MAX_SPLITS: usize = 64;
 pub const ATTENTION_CLUSTER: usize = 8;
 /// Threads per block of the cluster variants (16 warps share out a block's positions).
 pub const ATTENTION_CLUSTER_THREADS: u32 = 512;
+/// The longest context (the cache's capacity) at which the rule runs the attention as clusters.
+/// Its 8 blocks per (row, key/value head) take ever more positions each as the context grows,
+/// where the plain kernel splits wider; the rule was measured at contexts up to 321.
+pub const ATTENTION_CLUSTER_MAX_CTX: usize = 512;
 
 /// How one step's attention launches: [`AttentionLaunch::for_rows`] decides.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,11 +48,13 @@ pub struct AttentionLaunch {
 
 impl AttentionLaunch {
     /// The launch for `rows` rows: [`attention_splits`] (capped by `splits_cap`) blocks of
-    /// [`ATTENTION_THREADS`]; or, with `cluster` set, one cluster of [`ATTENTION_CLUSTER`]
-    /// blocks of [`ATTENTION_CLUSTER_THREADS`], for groups of up to 4 query heads and head_dim
-    /// up to 128 (the variants that exist). The rule leaves the clusters off for now: on an
-    /// H200 they gained up to 3 us per step on the small config and 13-15 us on the 1B at one row
-    /// (`bench/results/2026-12-01-llama-8.md`), too little to change the rule untested.
+    /// [`ATTENTION_THREADS`]; or one cluster of [`ATTENTION_CLUSTER`] blocks of
+    /// [`ATTENTION_CLUSTER_THREADS`], for groups of up to 4 query heads and head_dim up to 128
+    /// (the variants that exist), when `cluster` asks for it or, unless it says no, by the
+    /// rule: one row, no cap on the splits, at least [`ATTENTION_CLUSTER`] splits by the split
+    /// rule and a context of at most [`ATTENTION_CLUSTER_MAX_CTX`], where it was measured
+    /// faster on an H200 (fresh executables, positions 32 to 320: -5.4 us per step on the
+    /// small config, -9.4 us on the 1B; `bench/results/2026-12-02-llama-9.md`).
     pub fn for_rows(
         rows: usize,
         (kv_heads, group, head_dim): (usize, usize, usize),
@@ -62,7 +68,11 @@ impl AttentionLaunch {
             splits = splits.min(cap.max(1));
         }
         let fits = group <= 4 && head_dim <= 128;
-        if fits && cluster.unwrap_or(false) {
+        let rule = rows == 1
+            && splits_cap.is_none()
+            && splits >= ATTENTION_CLUSTER
+            && max_ctx <= ATTENTION_CLUSTER_MAX_CTX;
+        if fits && cluster.unwrap_or(rule) {
             AttentionLaunch {
                 cluster: true,
                 splits: ATTENTION_CLUSTER,
@@ -635,18 +645,26 @@ mod tests {
     }
 
     #[test]
-    fn the_cluster_attention_runs_only_when_asked_for_and_served() {
+    fn the_cluster_attention_runs_by_the_rule_or_when_asked_for_and_served() {
         use super::{AttentionLaunch, ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS};
         let at = |rows, shape, ctx, cap, force| {
             AttentionLaunch::for_rows(rows, shape, ctx, 132, cap, force)
         };
         let small = (3, 3, 64);
-        // The rule: the split rule's blocks, capped by `splits=N`.
-        let plain = at(1, small, 321, None, None);
+        // Without clusters: the split rule's blocks, capped by `splits=N`.
+        let plain = at(1, small, 321, None, Some(false));
         assert!(!plain.cluster && plain.splits == 21 && plain.threads == 256);
         assert_eq!(at(1, small, 321, Some(4), None).splits, 4);
-        assert_eq!(plain, at(1, small, 321, None, Some(false)));
-        // Asked for: 8 blocks of 512 threads, for groups of up to 4 and head_dim up to 128.
+        // The rule: clusters at one row with 8 splits or more and a context up to 512, unless
+        // the splits are capped.
+        assert!(at(1, small, 321, None, None).cluster);
+        assert!(at(1, small, 512, None, None).cluster);
+        assert!(!at(1, small, 513, None, None).cluster);
+        assert!(!at(2, small, 321, None, None).cluster);
+        assert!(!at(1, small, 100, None, None).cluster); // 7 splits
+        assert!(!at(1, small, 321, Some(64), None).cluster);
+        assert!(!at(1, (2, 8, 64), 321, None, None).cluster); // a group of 8
+                                                              // Asked for: 8 blocks of 512 threads, for groups of up to 4 and head_dim up to 128.
         let c = at(1, small, 321, None, Some(true));
         assert!(c.cluster && c.splits == ATTENTION_CLUSTER);
         assert_eq!(c.threads, ATTENTION_CLUSTER_THREADS);

@@ -39,7 +39,8 @@ pub struct Tuning {
     pub prefetch_after_wait: Option<bool>,
     /// Whether the attention runs as one thread block cluster per (row, key/value head),
     /// combining in distributed shared memory (`kernels::AttentionLaunch`, for groups of up to
-    /// 4 and head_dim up to 128; the rule: no, see `AttentionLaunch::for_rows`).
+    /// 4 and head_dim up to 128; the rule: at one row and short contexts, see
+    /// `AttentionLaunch::for_rows`).
     pub attention_cluster: Option<bool>,
     /// Where each attention block lets the next kernel (the o projection) start: 0 before its
     /// programmatic wait (the rule), 1 after it, 2 after its dot products, 3 at its exit.

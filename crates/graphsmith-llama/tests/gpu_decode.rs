@@ -214,8 +214,8 @@ fn tiny_logits_match_a_host_reference() {
         model.set_gemm(gemm).unwrap();
         if let Some(via) = via {
             model.set_tuning(via).unwrap();
-            for t in 0..3 {
-                model.step(&[(prompts[0][t] as i32, t as i32)]).unwrap();
+            for (t, &tok) in prompts[0].iter().take(3).enumerate() {
+                model.step(&[(tok as i32, t as i32)]).unwrap();
             }
         }
         model.set_tuning(tuning).unwrap();

@@ -53,8 +53,8 @@ impl AttentionLaunch {
     /// (the variants that exist), when `cluster` asks for it or, unless it says no, by the
     /// rule: one row, no cap on the splits, at least [`ATTENTION_CLUSTER`] splits by the split
     /// rule and a context of at most [`ATTENTION_CLUSTER_MAX_CTX`], where it was measured
-    /// faster on an H200 (fresh executables, positions 32 to 320: -5.4 us per step on the
-    /// small config, -9.4 us on the 1B; `bench/results/2026-12-02-llama-9.md`).
+    /// faster on an H200 (fresh executables, positions 32 to 320: 5.3-5.7 us less per step on
+    /// the small config, 9.4-9.7 us on the 1B; `bench/results/2026-12-02-llama-9.md`).
     pub fn for_rows(
         rows: usize,
         (kv_heads, group, head_dim): (usize, usize, usize),

@@ -63,6 +63,8 @@ impl GraphApi {
                 block: Dim3::new(p.blockDimX, p.blockDimY, p.blockDimZ),
                 shared_mem_bytes: p.sharedMemBytes,
                 args: args.clone().unwrap_or_default(),
+                // Not read here (unknown): the tracer analyses hazards, which do not depend on
+                // it, and never updates the program's executables.
                 cluster: None,
             }),
             operands: Vec::new(),

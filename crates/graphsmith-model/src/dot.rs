@@ -128,6 +128,9 @@ fn describe(kind: &NodeKind) -> Vec<String> {
             if p.shared_mem_bytes > 0 {
                 let _ = write!(launch, " smem {} B", p.shared_mem_bytes);
             }
+            if let Some(c) = p.cluster {
+                let _ = write!(launch, " cluster {c}");
+            }
             vec![named("kernel", &p.name), launch]
         }
         NodeKind::Memcpy(p) => vec![format!(

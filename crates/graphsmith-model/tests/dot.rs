@@ -112,7 +112,7 @@ fn snapshot_with_highlights() {
 fn every_kind_is_described() {
     let dot = every_kind().to_dot();
     for line in [
-        r#"n0 [label="attention\nkernel _Z9attn_fwdPfS_i\ngrid (4,2,1) block (128,1,1) smem 49152 B"];"#,
+        r#"n0 [label="attention\nkernel _Z9attn_fwdPfS_i\ngrid (4,2,1) block (128,1,1) smem 49152 B cluster (2,1,1)"];"#,
         r#"n2 [label="zero\nmemset 2048 B value 0xdeadbeef (4-byte)"];"#,
         r#"n3 [label="callback\nhost log_step"];"#,
         r#"n4 [label="rec\nevent_record done", shape=ellipse];"#,

@@ -98,7 +98,7 @@ pub fn every_kind() -> Graph {
                     bytes: vec![0xff, 0x7f, 0x80, 0x01],
                 },
             ],
-            cluster: None,
+            cluster: Some(Dim3::new(2, 1, 1)),
         }),
         Some(provenance),
         accesses,

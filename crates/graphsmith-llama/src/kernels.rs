@@ -663,8 +663,9 @@ mod tests {
         assert!(!at(2, small, 321, None, None).cluster);
         assert!(!at(1, small, 100, None, None).cluster); // 7 splits
         assert!(!at(1, small, 321, Some(64), None).cluster);
-        assert!(!at(1, (2, 8, 64), 321, None, None).cluster); // a group of 8
-                                                              // Asked for: 8 blocks of 512 threads, for groups of up to 4 and head_dim up to 128.
+        // A group of 8: no cluster variant.
+        assert!(!at(1, (2, 8, 64), 321, None, None).cluster);
+        // Asked for: 8 blocks of 512 threads, for groups of up to 4 and head_dim up to 128.
         let c = at(1, small, 321, None, Some(true));
         assert!(c.cluster && c.splits == ATTENTION_CLUSTER);
         assert_eq!(c.threads, ATTENTION_CLUSTER_THREADS);

@@ -47,6 +47,9 @@ pub struct Tuning {
     pub attention_trigger: Option<u8>,
 }
 
+/// The keys besides the projections' that `--tune` reads, as its errors list them.
+const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig";
+
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200
 /// (`bench/results/2026-12-01-llama-6.md`): 8 MiB before the wait was the fastest budget on
 /// both configs (4 to 32 tried); more competes with the q/k/v projection still streaming.
@@ -98,7 +101,7 @@ impl FromStr for Tuning {
         for item in s.split(',') {
             let (key, value) = item.split_once('=').ok_or_else(|| {
                 format!(
-                    "'{item}' is not KEY=N (keys: {}, splits, blocks, early, pf, pfw, cluster, atrig)",
+                    "'{item}' is not KEY=N (keys: {}, {OTHER_KEYS})",
                     PROJECTIONS.join(", ")
                 )
             })?;
@@ -152,7 +155,7 @@ impl FromStr for Tuning {
             }
             let i = PROJECTIONS.iter().position(|&p| p == key).ok_or_else(|| {
                 format!(
-                    "unknown key '{key}' (keys: {}, splits, blocks, early, pf, pfw, cluster, atrig)",
+                    "unknown key '{key}' (keys: {}, {OTHER_KEYS})",
                     PROJECTIONS.join(", ")
                 )
             })?;

@@ -97,8 +97,9 @@ impl AttentionLaunch {
 /// Dynamic shared memory of one attention block (`ll_attention`) of `threads` threads for
 /// `group` query heads per key/value head of `head_dim`, launched with `splits` blocks per
 /// (row, key/value head): the roped queries, each warp's partial output, max and sum, the
-/// combine's weight per block, the new position's K and V, and, in a `cluster`, the block's
-/// partial result (read by the other blocks of the cluster).
+/// combine's weight per block, the new position's K and V, the block's max and sum per head,
+/// and, in a `cluster`, the partials the blocks of the cluster exchange (each block's share of
+/// the output from every block, and every block's max and sum per head).
 pub fn attention_smem(
     group: usize,
     head_dim: usize,
@@ -107,11 +108,16 @@ pub fn attention_smem(
     cluster: bool,
 ) -> usize {
     let warps = (threads / 32) as usize;
-    let partial = if cluster { group * (head_dim + 2) } else { 0 };
+    let partial = if cluster {
+        ATTENTION_CLUSTER * ((group * head_dim).div_ceil(ATTENTION_CLUSTER) + 2 * group)
+    } else {
+        0
+    };
     (group * head_dim * (warps + 1)
         + 2 * warps * group
         + (splits + 1) * group
         + 2 * head_dim
+        + 2 * group
         + partial)
         * 4
 }
@@ -708,14 +714,15 @@ mod tests {
             86 * 3 * 3 * 66
         );
         // Shared memory: queries, 8 warps' partials, maxima and sums, 13 combine weights per
-        // head, the new position's K and V (and in a cluster the block's partial).
+        // head, the new position's K and V, the block's max and sum per head (and in a cluster
+        // 8 blocks' shares of 24 outputs and their 3 maxima and sums).
         assert_eq!(
             attention_smem(3, 64, 12, 256, false),
-            (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64) * 4
+            (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64 + 2 * 3) * 4
         );
         assert_eq!(
             attention_smem(3, 64, 12, 256, true),
-            (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64 + 3 * 66) * 4
+            (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64 + 2 * 3 + 8 * (24 + 6)) * 4
         );
     }
 

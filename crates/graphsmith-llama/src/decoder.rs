@@ -412,15 +412,15 @@ impl Decoder {
                 launch.threads,
                 smem,
             ),
-            // Read before the wait (with `early`): the position, the cache's positions before
-            // p (p's K and V are written after it) and the RoPE tables; see the kernel source.
+            // Read before the wait (with `early`): the position, and the cache's positions
+            // before p (p's K and V are written after it); see the kernel source.
             args![
                 &self.qkv,
                 BeforeWait::then_write(&mut self.kcache[l]),
                 BeforeWait::then_write(&mut self.vcache[l]),
                 BeforeWait(&self.pos),
-                BeforeWait(&self.cos),
-                BeforeWait(&self.sin),
+                &self.cos,
+                &self.sin,
                 &mut self.attn,
                 nq,
                 nkv,

@@ -45,17 +45,10 @@ pub struct Tuning {
     /// Where each attention block lets the next kernel (the o projection) start: 0 before its
     /// programmatic wait (the rule), 1 after it, 2 after its dot products, 3 at its exit.
     pub attention_trigger: Option<u8>,
-    /// Experiment: the attention's shorter chains after its wait, a bitmask (1: cosine and sine
-    /// read before the wait; 2: a round's scores reduced together; 4: the warps' partials
-    /// combined by one warp per head; 8: in a cluster, partials pushed to their combiner).
-    pub attention_opt: Option<u8>,
-    /// Experiment: the attention leaves after stage N (1 its wait, 2 the queries, 3 the dot
-    /// products, 4 the block's partial), to time the stages. Its output is then wrong.
-    pub attention_cut: Option<u8>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
-const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig, aopt, acut";
+const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig";
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200
 /// (`bench/results/2026-12-01-llama-6.md`): 8 MiB before the wait was the fastest budget on
@@ -90,8 +83,6 @@ impl Tuning {
     pub fn attention_flags(&self) -> i32 {
         i32::from(self.attention_loads_early())
             | i32::from(self.attention_trigger.unwrap_or(0)) << 1
-            | i32::from(self.attention_opt.unwrap_or(0)) << 3
-            | i32::from(self.attention_cut.unwrap_or(0)) << 8
     }
 }
 
@@ -146,22 +137,6 @@ impl FromStr for Tuning {
                     ));
                 }
                 t.attention_trigger = Some(n as u8);
-                continue;
-            }
-            if key == "aopt" {
-                if n > 15 {
-                    return Err(format!("aopt={n}: a bitmask of 1, 2, 4 and 8 (at most 15)"));
-                }
-                t.attention_opt = Some(n as u8);
-                continue;
-            }
-            if key == "acut" {
-                if n > 4 {
-                    return Err(format!(
-                        "acut={n}: 0 to 4 (the stage after which the attention leaves)"
-                    ));
-                }
-                t.attention_cut = Some(n as u8);
                 continue;
             }
             if key == "blocks" {
@@ -224,12 +199,6 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.attention_trigger {
             parts.push(format!("atrig={n}"));
         }
-        if let Some(n) = self.attention_opt {
-            parts.push(format!("aopt={n}"));
-        }
-        if let Some(n) = self.attention_cut {
-            parts.push(format!("acut={n}"));
-        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -254,7 +223,6 @@ mod tests {
             "pf=16,pfw=0",
             "splits=8,cluster=0",
             "atrig=2",
-            "aopt=15,acut=3",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);

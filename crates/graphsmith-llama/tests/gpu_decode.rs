@@ -181,10 +181,6 @@ fn tiny_logits_match_a_host_reference() {
     // The attention as thread block clusters (`cluster=1`; tests/gpu_kernels.rs checks its
     // combine at length).
     let clustered: Tuning = "cluster=1".parse().unwrap();
-    // The attention's shorter chains after its wait (`aopt=15`), plain and in clusters.
-    let opt: Tuning = "aopt=15".parse().unwrap();
-    let opt_plain: Tuning = "aopt=15,cluster=0".parse().unwrap();
-    let opt_clustered: Tuning = "aopt=15,cluster=1".parse().unwrap();
     // Three prompts in one batch, and the first alone (one row: the GEMV kernels' one-row
     // instantiations, which the decode benchmarks at batch 1 run).
     for (mode, gemm, tuning, batch, via) in [
@@ -200,10 +196,6 @@ fn tiny_logits_match_a_host_reference() {
         (Mode::Graphs, Gemm::Auto, narrow, 1),
         (Mode::Graphs, Gemm::Auto, clustered, 1),
         (Mode::Eager, Gemm::Gemv, clustered, 3),
-        (Mode::Graphs, Gemm::Auto, opt, 1),
-        (Mode::Graphs, Gemm::Auto, opt_plain, 1),
-        (Mode::Graphs, Gemm::Gemv, opt, 3),
-        (Mode::Eager, Gemm::Gemv, opt_clustered, 3),
     ]
     .map(|(m, g, t, b)| (m, g, t, b, None))
     .into_iter()

@@ -578,16 +578,17 @@ fn launch_gemv<T: graphsmith::Element>(
 }
 
 /// Warps per output column of a GEMV (1, 2, 4 or 8): enough that the columns' warps about fill
-/// the GPU (4 blocks of 8 warps per multiprocessor), but never more than a column has 512-byte
-/// slices of weights to share out. Measured against its alternatives on an H200
-/// (`bench --tune`, `bench/results/2026-12-01-llama-5.md`): on the 1B config none was faster;
-/// on the small config o at 4 and down at 8 gained 4-5 us per step with programmatic launch,
-/// and a rule giving o and q/k/v more warps was inconclusive.
+/// the GPU (4 blocks of 8 warps per multiprocessor), up to the first power of two that covers
+/// the column's 512-byte slices of weights (one 16-byte piece per lane). Measured against its
+/// alternatives on an H200 (`bench --tune`, `bench/results/2026-12-01-llama-5.md` and
+/// `2026-12-02-llama-10.md`): on the 1B config none was faster; on the small config, whose o
+/// and q/k/v columns have 2.25 slices, 4 warps (the rule since the tenth pass; it stopped at 2
+/// before, leaving some lanes two pieces) gained 8 us per step on o.
 pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
     let want = sm_count * 4 * (GEMV_THREADS / 32) as usize;
     let slices = (k / 8).div_ceil(32).max(1);
     let mut wpc = 1;
-    while wpc < 8 && n * wpc * 2 <= want && wpc * 2 <= slices {
+    while wpc < 8 && n * wpc * 2 <= want && wpc < slices {
         wpc *= 2;
     }
     wpc
@@ -636,14 +637,18 @@ mod tests {
     #[test]
     fn warps_per_column_fills_the_gpu_without_idle_warps() {
         // H200: 132 multiprocessors.
-        assert_eq!(warps_per_column(576, 576, 132), 2); // small o: 3 slices of 512 B
+        assert_eq!(warps_per_column(576, 576, 132), 4); // small o: 2.25 slices of 512 B
+        assert_eq!(warps_per_column(960, 576, 132), 4); // small q/k/v
         assert_eq!(warps_per_column(576, 1536, 132), 4); // small down
+        assert_eq!(warps_per_column(2048, 2048, 132), 2); // 1B o
+        assert_eq!(warps_per_column(3072, 2048, 132), 1); // 1B q/k/v
         assert_eq!(warps_per_column(3072, 576, 132), 1); // small gate/up
         assert_eq!(warps_per_column(2048, 8192, 132), 2); // 1B down
         assert_eq!(warps_per_column(128_256, 2048, 132), 1); // 1B lm_head
         assert_eq!(warps_per_column(1, 64, 132), 1); // one slice: one warp
         assert_eq!(warps_per_column(1, 1 << 20, 132), 8); // never above 8
-                                                          // The shapes of the GPU test (2 multiprocessors).
+
+        // The shapes of the GPU test (2 multiprocessors).
         assert_eq!(warps_per_column(3, 2501, 2), 8);
         assert_eq!(warps_per_column(4, 2048, 2), 8);
         assert_eq!(warps_per_column(12, 1032, 2), 4);

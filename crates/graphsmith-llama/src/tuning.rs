@@ -50,10 +50,12 @@ pub struct Tuning {
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
 const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig";
 
-/// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200
-/// (`bench/results/2026-12-01-llama-6.md`): 8 MiB before the wait was the fastest budget on
-/// both configs (4 to 32 tried); more competes with the q/k/v projection still streaming.
-pub const PREFETCH_MIB_RULE: u64 = 8;
+/// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200:
+/// 8 MiB before the wait was the fastest budget on both configs in the sixth pass (4 to 32
+/// tried, `bench/results/2026-12-01-llama-6.md`); since the attention got shorter (tenth
+/// pass, `2026-12-02-llama-10.md`) 4 MiB is, by 2.5-5 us per step on both configs. More
+/// competes with the q/k/v projection still streaming.
+pub const PREFETCH_MIB_RULE: u64 = 4;
 
 impl Tuning {
     /// Whether every choice is the rules'.

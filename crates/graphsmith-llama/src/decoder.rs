@@ -9,8 +9,8 @@ use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{
-    allow_smem, attention_partials_len, device_attribute, grid, grid3, GemvGrid, DEFAULT_SMEM,
-    GEMV_ROWS,
+    allow_smem, attention_partials_len, device_attribute, grid, grid3,
+    warps_per_column_before_attention, GemvGrid, DEFAULT_SMEM, GEMV_ROWS,
 };
 pub use crate::kernels::{
     attention_smem, gemv, gemv_head, AttentionLaunch, Gemm, GemvKernels, Kernels, Pdl,
@@ -457,10 +457,15 @@ impl Decoder {
             self.tuning.warps_per_column,
             self.tuning.gemv_blocks_per_sm,
         );
+        // q/k/v leaves room for the attention's early blocks (its own rule); the others take
+        // `warps_per_column`'s (in `launch_gemv`).
+        let qkv_wpc = wpc[0].unwrap_or_else(|| {
+            warps_per_column_before_attention(c.qkv_dim(), h, sm_count as usize)
+        });
         let sms = move |i: usize| GemvGrid {
             sm_count,
             max_rows,
-            warps_per_column: wpc[i],
+            warps_per_column: if i == 0 { Some(qkv_wpc) } else { wpc[i] },
             blocks_per_sm: per_sm,
         };
         for l in 0..c.num_hidden_layers {

@@ -237,7 +237,8 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 // u < 4, and issues the four positions' K and V loads together (one memory round trip per four
 // positions). Within a warp the lanes split head_dim (lane holds elements lane + 32e, e < E, so
 // head_dim <= 32E), scores are warp reductions, and each warp keeps an online softmax (running
-// max m, sum l, weighted V sum) per query head for all the group's heads in one pass; the W
+// max m, sum l, weighted V sum) per query head for all the group's heads in one pass (up to 4
+// heads' scores reduced together, warp_sum_many); the W
 // partial results are combined in shared memory (one warp per head finds the block's max and
 // each warp's weight). With one active block that is the output;
 // otherwise each block writes its (m, l, acc[head_dim]) per query head to `part`, and the last
@@ -306,28 +307,57 @@ __device__ __forceinline__ void l2_prefetch(const Prefetch& f) {
         if (f.p[i] != nullptr) l2_prefetch_share(f.p[i], f.off[i], f.n[i]);
 }
 
-// Thread block clusters (sm_90): this block's rank in its cluster, and a cluster-wide barrier
-// (release on arrive, acquire on wait: every shared-memory write of the cluster before it is
-// visible to every read after it).
+// Thread block clusters (sm_90): this block's rank in its cluster.
 __device__ __forceinline__ unsigned int cluster_rank() {
     unsigned int r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+
+// The 32-bit shared-memory address of p (a pointer into this block's shared memory).
+__device__ __forceinline__ unsigned int smem_u32(const void* p) {
+    return (unsigned int)__cvta_generic_to_shared(p);
 }
 
-// A store to the shared memory of block `rank` of the cluster, at the place `p` has in this
-// block's (distributed shared memory).
-__device__ __forceinline__ void st_cluster(float* p, unsigned int rank, float v) {
+// Makes `bar` an mbarrier whose phase 0 completes when one arrival and `bytes` bytes of
+// asynchronous stores (st_async below) have come, and makes that visible to the cluster's
+// other blocks by their next cluster barrier wait. One thread, before the cluster's arrival.
+__device__ __forceinline__ void mbar_init_expect(unsigned long long* bar, unsigned int bytes) {
     asm volatile(
-        "{\n\t.reg .u64 g;\n\t.reg .u32 s, d;\n\t"
-        "cvta.to.shared.u64 g, %0;\n\t"
-        "cvt.u32.u64 s, g;\n\t"
-        "mapa.shared::cluster.u32 d, s, %1;\n\t"
-        "st.shared::cluster.f32 [d], %2;\n\t}" ::"l"(p),
-        "r"(rank), "f"(v)
+        "mbarrier.init.shared::cta.b64 [%0], 1;\n\t"
+        "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n\t"
+        "fence.mbarrier_init.release.cluster;" ::"r"(smem_u32(bar)),
+        "r"(bytes)
+        : "memory");
+}
+
+// Waits for phase 0 of `bar`: every byte it expects has been stored into this block, and
+// (acquire, cluster scope) the stores are visible to the thread.
+__device__ __forceinline__ void mbar_wait0(unsigned long long* bar) {
+    unsigned int a = smem_u32(bar), done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n\t.reg .pred q;\n\t"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 q, [%1], 0;\n\t"
+            "selp.u32 %0, 1, 0, q;\n\t}"
+            : "=r"(done)
+            : "r"(a)
+            : "memory");
+    }
+}
+
+// A store of v to the shared memory of block `rank` of the cluster, at the place `p` has in
+// this block's, that counts its 4 bytes on that block's mbarrier `bar` (distributed shared
+// memory; the receiver waits on its barrier, nobody waits for the sender).
+__device__ __forceinline__ void st_async(float* p, unsigned long long* bar, unsigned int rank,
+                                         float v) {
+    asm volatile(
+        "{\n\t.reg .u32 d, b;\n\t"
+        "mapa.shared::cluster.u32 d, %0, %2;\n\t"
+        "mapa.shared::cluster.u32 b, %1, %2;\n\t"
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [d], %3, [b];\n\t}" ::"r"(
+            smem_u32(p)),
+        "r"(smem_u32(bar)), "r"(rank), "r"(__float_as_uint(v))
         : "memory");
 }
 
@@ -335,6 +365,29 @@ __device__ __forceinline__ void st_cluster(float* p, unsigned int rank, float v)
 // Fewest positions per block (two per warp); the decoder's split rule
 // (crates/graphsmith-llama/src/kernels.rs, ATTENTION_MIN_CHUNK) uses the same number.
 #define ATT_MIN_CHUNK 16
+
+// Sums N values over the warp's 32 lanes at once (N a power of two, at most 32): at each step
+// a lane keeps half of its values and sends the other half to the lane O away, which keeps
+// the opposite half, so each step halves the values and the shuffles of a step are
+// independent (N - 1 + log2(32 / N) shuffles in five steps, instead of five steps for each
+// value). After it v[0] of lane `lane` holds the sum of value lane / (32 / N).
+template <int N, int O = 16>
+__device__ __forceinline__ void warp_sum_many(float (&v)[N], int lane) {
+    if constexpr (N > 1) {
+        bool upper = (lane & O) != 0;
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) {
+            float send = upper ? v[i] : v[i + N / 2];
+            float keep = upper ? v[i + N / 2] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+        }
+        warp_sum_many<N / 2, O / 2>(reinterpret_cast<float (&)[N / 2]>(v), lane);
+    } else {
+#pragma unroll
+        for (int o = O; o > 0; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+    }
+}
+
 template <int E, int ATT_GMAX, int CL>
 __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned short* kcache,
                                           unsigned short* vcache, const int* pos,
@@ -397,10 +450,18 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         t_end = min(len, t_begin + chunk);
         load_round(t_begin + warp);
     };
+    __shared__ unsigned long long cl_bar;
     if constexpr (CL > 0) {
         // The blocks of a cluster write into each other's shared memory below, which they may
-        // only do once every block runs: arrive here, and wait just before the first such
-        // write (by then the wait does not block).
+        // only do once every block runs and has made its barrier: arrive here, and wait just
+        // before the first such write (by then the wait does not block). Each block's barrier
+        // expects what the others store into it: its share of every block's partial and every
+        // block's max and sum per head.
+        if (threadIdx.x == 0) {
+            int per_c = (group * hd + CL - 1) / CL;
+            int mine_c = min(per_c, max(0, group * hd - (int)cluster_rank() * per_c));
+            mbar_init_expect(&cl_bar, (unsigned int)(CL * (mine_c + 2 * group) * 4));
+        }
         asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
     }
     // The layer's next weights into L2 (see Prefetch), while this latency-bound kernel leaves
@@ -477,13 +538,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                     vf[u][e] = i < hd ? vn[i] : 0.0f;
                 }
             }
-#pragma unroll
-            for (int j = 0; j < ATT_GMAX; ++j) {
-                if (j >= group) break;
-                float d = 0.0f;
-#pragma unroll
-                for (int e = 0; e < E; ++e) d += q[j][e] * kf[u][e];
-                for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            // Head j's score d (the same in every lane) into its online softmax.
+            auto take = [&](int j, float d) {
                 d *= scale;
                 float mn = fmaxf(m[j], d);
                 float corr = __expf(m[j] - mn);
@@ -492,6 +548,42 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
 #pragma unroll
                 for (int e = 0; e < E; ++e) acc[j][e] = acc[j][e] * corr + pe * vf[u][e];
                 m[j] = mn;
+            };
+            if constexpr (ATT_GMAX <= 4) {
+                // Up to 4 heads' scores are summed together (warp_sum_many: their shuffles
+                // issue side by side; a head past the group, whose query is zero, costs
+                // nothing more), then shared out to every lane. Measured on an H200 against a
+                // warp reduction per head, one after another: 5-9 us less per step
+                // (bench/results/2026-12-02-llama-11.md).
+                float d[ATT_GMAX];
+#pragma unroll
+                for (int j = 0; j < ATT_GMAX; ++j) {
+                    d[j] = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < E; ++e) d[j] += q[j][e] * kf[u][e];
+                }
+                warp_sum_many<ATT_GMAX>(d, lane);
+                // Every head's sum to every lane, with no condition around a shuffle (one
+                // would make each a branch of its own).
+                float sum = d[0];
+#pragma unroll
+                for (int j = 0; j < ATT_GMAX; ++j)
+                    d[j] = __shfl_sync(0xffffffffu, sum, j * (32 / ATT_GMAX));
+#pragma unroll
+                for (int j = 0; j < ATT_GMAX; ++j) {
+                    if (j >= group) break;
+                    take(j, d[j]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < ATT_GMAX; ++j) {
+                    if (j >= group) break;
+                    float d = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < E; ++e) d += q[j][e] * kf[u][e];
+                    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                    take(j, d);
+                }
             }
         }
     }
@@ -555,7 +647,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             // To the block of the cluster that combines element idx, into its slot for this
             // block.
             int owner = idx / per;
-            st_cluster(cpart + rank * per + (idx - owner * per), (unsigned int)owner, o);
+            st_async(cpart + rank * per + (idx - owner * per), &cl_bar, (unsigned int)owner, o);
         } else {
             mine[idx] = o;
             if (i == 0) {
@@ -568,18 +660,21 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     if constexpr (CL > 0) {
         // The CL blocks of (row, KV head) form a cluster (gridDim.z == CL). Each has pushed
         // its partial of output [b * per, (b + 1) * per) into block b's shared memory (above)
-        // and pushes its max and sum per head to every block; after one barrier (release,
-        // acquire) block b combines its share from its own shared memory. No global memory,
-        // no count, and nothing reads another block's memory after the barrier, so no second
-        // one holds the blocks. Measured against each block reading the others' partials
-        // after a barrier and waiting at a second one: 0.4 us less per layer on an H200.
+        // and pushes its max and sum per head to every block, each store counted on the
+        // receiving block's mbarrier (cl_bar); block b waits on its own barrier until all it
+        // expects has come, then combines its share from its own shared memory. No global
+        // memory, no count, no cluster-wide barrier: a block waits only for what it reads,
+        // and nothing reads another block's memory, so no block waits for another to leave.
+        // Measured on an H200 against one cluster barrier (arrive with release, wait with
+        // acquire) after the pushes: 2-4 us less per step (bench/results/2026-12-02-llama-11.md).
         float* cml = cpart + CL * per;
         for (int k = threadIdx.x; k < CL * group; k += blockDim.x) {
             int dst = k / group, j = k % group;
-            st_cluster(cml + rank * 2 * group + 2 * j, (unsigned int)dst, hst[2 * j]);
-            st_cluster(cml + rank * 2 * group + 2 * j + 1, (unsigned int)dst, hst[2 * j + 1]);
+            st_async(cml + rank * 2 * group + 2 * j, &cl_bar, (unsigned int)dst, hst[2 * j]);
+            st_async(cml + rank * 2 * group + 2 * j + 1, &cl_bar, (unsigned int)dst,
+                     hst[2 * j + 1]);
         }
-        cluster_sync();
+        mbar_wait0(&cl_bar);
         for (int t = threadIdx.x; t < per; t += blockDim.x) {
             int idx = (int)rank * per + t;
             if (idx >= group * hd) break;
@@ -682,12 +777,12 @@ LL_ATTENTION(ll_attention_8_g4, 8, 4)
 // The cluster variants (sm_90): grid (rows, n_kv_heads, 8), clusters of the 8 blocks of one
 // (row, KV head), 512 threads (16 warps), which combine their partials through distributed
 // shared memory instead of `part` and `counters` (unused; same arguments): each block pushes
-// its partial to the blocks that combine it, then one cluster barrier. For groups of up to
+// its partial to the blocks that combine it and waits for its own share. For groups of up to
 // 4 query heads and head_dim up to 128 (at most 128 registers at 512 threads). The dynamic
 // shared memory is that of 16 warps and 8 splits.
 #define ATT_CLUSTER 8
 #define LL_ATTENTION_CLUSTER(NAME, E)                                                           \
-    extern "C" __global__ void __cluster_dims__(1, 1, ATT_CLUSTER) __launch_bounds__(512)      \
+    extern "C" __global__ void __cluster_dims__(1, 1, ATT_CLUSTER) __launch_bounds__(512, 1)   \
         NAME(const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,         \
              const int* pos, const float* cos_t, const float* sin_t, unsigned short* out,      \
              int nq, int nkv, int hd, int max_ctx, float scale, float* part,                   \

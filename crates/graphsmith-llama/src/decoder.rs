@@ -9,8 +9,8 @@ use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{
-    allow_smem, attention_partials_len, device_attribute, grid, grid3,
-    warps_per_column_before_attention, GemvGrid, DEFAULT_SMEM, GEMV_ROWS,
+    allow_smem, attention_partials_len, device_attribute, grid, grid3, GemvGrid, DEFAULT_SMEM,
+    GEMV_ROWS, QKV_WARPS_PER_COLUMN,
 };
 pub use crate::kernels::{
     attention_smem, gemv, gemv_head, AttentionLaunch, Gemm, GemvKernels, Kernels, Pdl,
@@ -459,9 +459,7 @@ impl Decoder {
         );
         // q/k/v leaves room for the attention's early blocks (its own rule); the others take
         // `warps_per_column`'s (in `launch_gemv`).
-        let qkv_wpc = wpc[0].unwrap_or_else(|| {
-            warps_per_column_before_attention(c.qkv_dim(), h, sm_count as usize)
-        });
+        let qkv_wpc = wpc[0].unwrap_or(QKV_WARPS_PER_COLUMN);
         let sms = move |i: usize| GemvGrid {
             sm_count,
             max_rows,

@@ -577,6 +577,12 @@ fn launch_gemv<T: graphsmith::Element>(
     Ok(())
 }
 
+/// A GEMV column of `k` bf16 weights in slices of 512 bytes, rounded up (at least one): what
+/// one warp reads in one round, a 16-byte piece per lane.
+fn column_slices(k: usize) -> usize {
+    (k / 8).div_ceil(32).max(1)
+}
+
 /// Warps per output column of a GEMV (1, 2, 4 or 8): enough that the columns' warps about fill
 /// the GPU (4 blocks of 8 warps per multiprocessor), up to the first power of two that covers
 /// the column's 512-byte slices of weights (one 16-byte piece per lane). Measured against its
@@ -584,10 +590,10 @@ fn launch_gemv<T: graphsmith::Element>(
 /// `2026-12-02-llama-10.md`): on the 1B config none was faster; on the small config, whose o
 /// columns have 2.25 slices, 4 warps (the rule since the tenth pass; it stopped at 2 before,
 /// leaving some lanes two pieces) gained 8-12 us per step. The q/k/v projection takes fewer
-/// ([`warps_per_column_before_attention`]).
+/// ([`QKV_WARPS_PER_COLUMN`]).
 pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
     let want = sm_count * 4 * (GEMV_THREADS / 32) as usize;
-    let slices = (k / 8).div_ceil(32).max(1);
+    let slices = column_slices(k);
     let mut wpc = 1;
     while wpc < 8 && n * wpc * 2 <= want && wpc < slices {
         wpc *= 2;
@@ -595,21 +601,15 @@ pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
     wpc
 }
 
-/// Warps per output column of the q/k/v projection: [`warps_per_column`]'s choice, but never
-/// more warps than the column has slices of 512 bytes (rounded up). The attention's blocks
-/// start while this projection runs (programmatic launch) and load before their wait; more
-/// warps per column fill the multiprocessors' registers with this projection's blocks, and the
-/// attention starts later. Measured on an H200 (`bench/results/2026-12-02-llama-10.md`): on the
-/// small config (2.25 slices per column) 4 warps cost 41 us per step against 2, the attention
-/// starting 1.5 us later per layer, where 4 warps gain 8-12 us on the o projection.
-pub fn warps_per_column_before_attention(n: usize, k: usize, sm_count: usize) -> usize {
-    let slices = (k / 8).div_ceil(32).max(1);
-    let mut wpc = warps_per_column(n, k, sm_count);
-    while wpc > slices {
-        wpc /= 2;
-    }
-    wpc
-}
+/// Warps per output column of the q/k/v projection at one row: one, whatever the shape. The
+/// attention's blocks start while this projection runs (programmatic launch) and load before
+/// their wait, but only where its blocks have left registers free; with more warps per column
+/// its blocks fill the multiprocessors and the attention starts later. Measured on an H200
+/// against 2 warps (`bench --tune qkv=N`): -12.5 us per step on the small config, whose columns
+/// of 2.25 slices would take 2 or 4 by [`warps_per_column`] (4 cost 41 us more,
+/// `bench/results/2026-12-02-llama-10.md`), and -14 us on the 1B config
+/// (`2026-12-02-llama-11.md`).
+pub const QKV_WARPS_PER_COLUMN: usize = 1;
 
 /// An attribute of the context's device.
 pub(crate) fn device_attribute(
@@ -649,16 +649,13 @@ pub fn allow_smem(kernel: &Kernel, bytes: usize, name: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{warps_per_column, warps_per_column_before_attention};
+    use super::warps_per_column;
 
     #[test]
     fn warps_per_column_fills_the_gpu_without_idle_warps() {
         // H200: 132 multiprocessors.
         assert_eq!(warps_per_column(576, 576, 132), 4); // small o: 2.25 slices of 512 B
-        assert_eq!(warps_per_column(960, 576, 132), 4); // small q/k/v's shape, but:
-        assert_eq!(warps_per_column_before_attention(960, 576, 132), 2); // small q/k/v
-        assert_eq!(warps_per_column_before_attention(3072, 2048, 132), 1); // 1B q/k/v
-        assert_eq!(warps_per_column_before_attention(576, 1536, 132), 4); // 6 slices
+        assert_eq!(warps_per_column(960, 576, 132), 4); // small q/k/v's shape (it takes 1)
         assert_eq!(warps_per_column(576, 1536, 132), 4); // small down
         assert_eq!(warps_per_column(2048, 2048, 132), 2); // 1B o
         assert_eq!(warps_per_column(3072, 2048, 132), 1); // 1B q/k/v

@@ -18,7 +18,7 @@ pub const PROJECTIONS: [&str; 5] = ["qkv", "o", "gate_up", "down", "head"];
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tuning {
     /// Warps per output column of q/k/v, o, gate/up, down and lm_head (1, 2, 4 or 8; the rules
-    /// are `kernels::warps_per_column_before_attention` for q/k/v and
+    /// are `kernels::QKV_WARPS_PER_COLUMN` for q/k/v and
     /// `kernels::warps_per_column` for the others).
     pub warps_per_column: [Option<usize>; 5],
     /// At most this many blocks share one row's positions in the attention (the rule,

@@ -551,9 +551,9 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             };
             if constexpr (ATT_GMAX <= 4) {
                 // Up to 4 heads' scores are summed together (warp_sum_many: their shuffles
-                // issue side by side; a head past the group, whose query is zero, costs
-                // nothing more), then shared out to every lane. Measured on an H200 against a
-                // warp reduction per head, one after another: 5-9 us less per step
+                // issue side by side; a head past the group, whose query is zero, adds no
+                // shuffle of its own), then shared out to every lane. Measured on an H200
+                // against a warp reduction per head, one after another: 5-9 us less per step
                 // (bench/results/2026-12-02-llama-11.md).
                 float d[ATT_GMAX];
 #pragma unroll

@@ -260,6 +260,15 @@ pub struct Kernels {
     pub gemv_norm_f32: GemvKernels,
     /// The same, with each row's argmax folded into `best` (lm_head when the argmax is fused).
     pub gemv_head: GemvKernels,
+    /// `ll_l2_prefetch`: bulk L2 prefetches of weights, launched on the decoder's side stream
+    /// (never programmatic: it starts once the q/k/v projection before it has finished).
+    pub l2_prefetch: Kernel,
+    /// One-row GEMVs streamed through shared memory by bulk copies ([`gemv_tma`]): q/k/v with
+    /// the input norm (triggering after its wait, as `gemv_norm`), gate/up with the norm and
+    /// SwiGLU, o and down with the residual.
+    pub gemv_tma_norm: Kernel,
+    pub gemv_tma_norm_swiglu: Kernel,
+    pub gemv_tma_res: Kernel,
     _module: Module,
 }
 
@@ -299,6 +308,10 @@ impl Kernels {
             gemv_swiglu_res: GemvKernels::load(&module, "ll_gemv_swiglu_res")?,
             gemv_norm_f32: GemvKernels::load(&module, "ll_gemv_norm_f32")?,
             gemv_head: GemvKernels::load(&module, "ll_gemv_head")?,
+            l2_prefetch: module.kernel("ll_l2_prefetch")?,
+            gemv_tma_norm: module.kernel("ll_gemv_tma_norm")?.triggers_after_wait(),
+            gemv_tma_norm_swiglu: module.kernel("ll_gemv_tma_norm_swiglu")?,
+            gemv_tma_res: module.kernel("ll_gemv_tma_res")?,
             _module: module,
         })
     }
@@ -363,6 +376,11 @@ impl Kernels {
             gemv_swiglu_res: self.gemv_swiglu_res.programmatic()?,
             gemv_norm_f32: self.gemv_norm_f32.programmatic()?,
             gemv_head: self.gemv_head.programmatic()?,
+            // Plain: it follows the q/k/v projection on another stream, after its end.
+            l2_prefetch: self.l2_prefetch.clone(),
+            gemv_tma_norm: self.gemv_tma_norm.clone().programmatic()?,
+            gemv_tma_norm_swiglu: self.gemv_tma_norm_swiglu.clone().programmatic()?,
+            gemv_tma_res: self.gemv_tma_res.clone().programmatic()?,
             _module: self._module.clone(),
         })
     }
@@ -610,6 +628,71 @@ pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
 /// `bench/results/2026-12-02-llama-10.md`), and -14 us on the 1B config
 /// (`2026-12-02-llama-11.md`).
 pub const QKV_WARPS_PER_COLUMN: usize = 1;
+
+/// Most stages of a [`gemv_tma`] ring (`TMA_MAX_STAGES` in the kernel source).
+pub const TMA_MAX_STAGES: usize = 8;
+
+/// Stages of a [`gemv_tma`] ring unless tuned otherwise.
+pub const TMA_STAGES: usize = 4;
+
+/// Bytes of one stage of a [`gemv_tma`] ring for rows of `k` bf16 and `parts` weight rows per
+/// output column (as `tma_rows_per_stage` in the kernel source: a power of two up to 8 rows,
+/// at most 16 KiB unless one column's rows need more, rounded up to 128 bytes).
+pub fn tma_stage_bytes(k: usize, parts: usize) -> usize {
+    let mut rows = 8;
+    while rows > parts && rows * k * 2 > 16 << 10 {
+        rows /= 2;
+    }
+    (rows * k * 2).next_multiple_of(128)
+}
+
+/// Dynamic shared memory of a [`gemv_tma`] launch with `stages` stages over `blocks` blocks,
+/// or `None` when the shape is not one it takes (K a multiple of 8, at most 8,192).
+pub fn tma_smem(n: usize, k: usize, parts: usize, stages: usize, blocks: usize) -> Option<usize> {
+    if k == 0 || !k.is_multiple_of(8) || k > 8192 || stages == 0 || stages > TMA_MAX_STAGES {
+        return None;
+    }
+    Some(stages * tma_stage_bytes(k, parts) + k * 2 + 4 * n.div_ceil(blocks.max(1)))
+}
+
+/// One row of `y[n] (op)= prologue(x)[k] @ w[n, k]^T` on a `ll_gemv_tma_*` kernel: one block
+/// per multiprocessor, each a contiguous run of columns streamed through `stages` stages of
+/// shared memory (see the kernel source). `parts` is 2 for gate/up (rows `o` and `n + o`).
+/// The caller checks the shape with [`tma_smem`] and allowed the kernel that much shared
+/// memory.
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_tma(
+    stream: &Stream,
+    label: &str,
+    kernel: &Kernel,
+    sm_count: u32,
+    inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
+    y: &mut DeviceBuffer<u16>,
+    (n, k, parts): (usize, usize, usize),
+    eps: f32,
+    stages: usize,
+) -> graphsmith::Result<()> {
+    let (x, nw, w) = inputs;
+    let blocks = sm_count.max(1);
+    let smem = tma_smem(n, k, parts, stages, blocks as usize).unwrap_or(0);
+    stream.launch(
+        label,
+        kernel,
+        grid(blocks, 1, GEMV_THREADS, smem as u32),
+        args![
+            x,
+            nw,
+            w,
+            &mut *y,
+            0i32,
+            n as i32,
+            k as i32,
+            eps,
+            stages as i32
+        ],
+    )
+}
 
 /// An attribute of the context's device.
 pub(crate) fn device_attribute(

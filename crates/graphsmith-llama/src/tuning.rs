@@ -46,10 +46,23 @@ pub struct Tuning {
     /// Where each attention block lets the next kernel (the o projection) start: 0 before its
     /// programmatic wait (the rule), 1 after it, 2 after its dot products, 3 at its exit.
     pub attention_trigger: Option<u8>,
+    /// MiB more of the next weights asked of L2 at one row by a kernel of its own on a side
+    /// stream, started once each q/k/v projection has finished (`Decoder`'s side prefetch;
+    /// the rule: [`SIDE_PREFETCH_MIB_RULE`]; 0: none).
+    pub side_prefetch_mib: Option<u64>,
+    /// Whether that side prefetch also asks for the layer's o projection weights, where its
+    /// plan leaves a range free (the rule: no).
+    pub side_prefetch_o: Option<bool>,
+    /// Which one-row projections run on the bulk-copy GEMV (`kernels::gemv_tma`), a bit
+    /// each: 1 q/k/v, 2 o, 4 gate/up, 8 down (the rule: none).
+    pub tma: Option<u8>,
+    /// Stages of that GEMV's shared-memory ring (1 to `kernels::TMA_MAX_STAGES`; the rule:
+    /// `kernels::TMA_STAGES`).
+    pub tma_stages: Option<usize>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
-const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig";
+const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, pfs, pfo, cluster, atrig, tma, tmas";
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200:
 /// 8 MiB before the wait was the fastest budget on both configs in the sixth pass (4 to 32
@@ -57,6 +70,9 @@ const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig";
 /// pass, `2026-12-02-llama-10.md`) 4 MiB is, by 2.5-5 us per step on both configs. More
 /// competes with the q/k/v projection still streaming.
 pub const PREFETCH_MIB_RULE: u64 = 4;
+
+/// MiB the side stream's prefetch adds unless `pfs=N` says otherwise (0: no side prefetch).
+pub const SIDE_PREFETCH_MIB_RULE: u64 = 0;
 
 impl Tuning {
     /// Whether every choice is the rules'.
@@ -67,6 +83,18 @@ impl Tuning {
     /// Bytes the attention prefetches at one row.
     pub fn prefetch_bytes(&self) -> u64 {
         self.prefetch_mib.unwrap_or(PREFETCH_MIB_RULE) << 20
+    }
+
+    /// Bytes the side stream's prefetch asks L2 for beyond the attention's, at one row.
+    pub fn side_prefetch_bytes(&self) -> u64 {
+        self.side_prefetch_mib.unwrap_or(SIDE_PREFETCH_MIB_RULE) << 20
+    }
+
+    /// Whether projection `i` (in [`PROJECTIONS`]' order) runs on the bulk-copy GEMV at one
+    /// row, and with how many stages.
+    pub fn tma_stages_for(&self, i: usize) -> Option<usize> {
+        (i < 4 && self.tma.unwrap_or(0) >> i & 1 == 1)
+            .then(|| self.tma_stages.unwrap_or(crate::kernels::TMA_STAGES))
     }
 
     /// Whether the attention loads its position and first round of K and V before its
@@ -93,8 +121,8 @@ impl FromStr for Tuning {
     type Err = String;
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
-    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
-    /// up to 1024), pfw (0 or 1), cluster (0 or 1) and atrig (0 to 3).
+    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf and
+    /// pfs (MiB, up to 1024), pfo (0 or 1), pfw (0 or 1), cluster (0 or 1) and atrig (0 to 3).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -112,16 +140,22 @@ impl FromStr for Tuning {
             let n: usize = value
                 .parse()
                 .map_err(|_| format!("{key}={value}: not a whole number"))?;
-            if key == "pf" {
+            if key == "pf" || key == "pfs" {
                 if n > 1024 {
-                    return Err(format!("pf={n}: at most 1024 MiB"));
+                    return Err(format!("{key}={n}: at most 1024 MiB"));
                 }
-                t.prefetch_mib = Some(n as u64);
+                let mib = if key == "pf" {
+                    &mut t.prefetch_mib
+                } else {
+                    &mut t.side_prefetch_mib
+                };
+                *mib = Some(n as u64);
                 continue;
             }
             // The keys that are a yes (1) or a no (0).
             let flag = match key {
                 "pfw" => Some(&mut t.prefetch_after_wait),
+                "pfo" => Some(&mut t.side_prefetch_o),
                 "cluster" => Some(&mut t.attention_cluster),
                 "early" => Some(&mut t.attention_early),
                 _ => None,
@@ -140,6 +174,25 @@ impl FromStr for Tuning {
                     ));
                 }
                 t.attention_trigger = Some(n as u8);
+                continue;
+            }
+            if key == "tma" {
+                if n > 15 {
+                    return Err(format!(
+                        "tma={n}: a sum of 1 (q/k/v), 2 (o), 4 (gate/up) and 8 (down)"
+                    ));
+                }
+                t.tma = Some(n as u8);
+                continue;
+            }
+            if key == "tmas" {
+                if !(1..=crate::kernels::TMA_MAX_STAGES).contains(&n) {
+                    return Err(format!(
+                        "tmas={n}: 1 to {} stages",
+                        crate::kernels::TMA_MAX_STAGES
+                    ));
+                }
+                t.tma_stages = Some(n);
                 continue;
             }
             if key == "blocks" {
@@ -193,6 +246,12 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.prefetch_mib {
             parts.push(format!("pf={n}"));
         }
+        if let Some(n) = self.side_prefetch_mib {
+            parts.push(format!("pfs={n}"));
+        }
+        if let Some(o) = self.side_prefetch_o {
+            parts.push(format!("pfo={}", u8::from(o)));
+        }
         if let Some(w) = self.prefetch_after_wait {
             parts.push(format!("pfw={}", u8::from(w)));
         }
@@ -201,6 +260,12 @@ impl fmt::Display for Tuning {
         }
         if let Some(n) = self.attention_trigger {
             parts.push(format!("atrig={n}"));
+        }
+        if let Some(n) = self.tma {
+            parts.push(format!("tma={n}"));
+        }
+        if let Some(n) = self.tma_stages {
+            parts.push(format!("tmas={n}"));
         }
         if parts.is_empty() {
             f.write_str("default")
@@ -224,8 +289,10 @@ mod tests {
             "o=4,blocks=2",
             "splits=4,early=0",
             "pf=16,pfw=0",
+            "pf=0,pfs=24,pfo=1",
             "splits=8,cluster=0",
             "atrig=2",
+            "tma=15,tmas=6",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -246,8 +313,11 @@ mod tests {
         assert!(err("blocks=5").contains("1 to 4"));
         assert!(err("early=2").contains("0 or 1"));
         assert!(err("pf=2000").contains("at most 1024"));
+        assert!(err("pfs=2000").contains("pfs=2000: at most 1024"));
         assert!(err("pfw=3").contains("0 or 1"));
         assert!(err("cluster=2").contains("0 or 1"));
         assert!(err("o=x").contains("not a whole number"));
+        assert!(err("tma=16").contains("8 (down)"));
+        assert!(err("tmas=9").contains("1 to 8"));
     }
 }

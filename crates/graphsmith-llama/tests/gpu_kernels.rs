@@ -12,8 +12,9 @@
 use graphsmith::model::Dim3;
 use graphsmith::{args, Context, DeviceBuffer, LaunchConfig, Stream};
 use graphsmith_llama::kernels::{
-    attention_splits, gemv, gemv_head, AttentionLaunch, GemvKernels, Kernels, ARGMAX_CHUNK,
-    ARGMAX_THREADS, ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
+    allow_smem, attention_splits, gemv, gemv_head, gemv_tma, tma_smem, AttentionLaunch,
+    GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER,
+    ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 use graphsmith_llama::Config;
 
@@ -114,6 +115,14 @@ fn prologue(v: Variant, x: &[u16], nw: &[u16], k: usize, eps: f32) -> Vec<f32> {
     }
 }
 
+/// How a GEMV runs: the register GEMV (`gemv`), or the bulk-copy one (`gemv_tma`, one row)
+/// over `blocks` blocks with `stages` stages.
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    Registers,
+    Tma { blocks: u32, stages: usize },
+}
+
 fn check_gemv(
     ctx: &Context,
     st: &Stream,
@@ -122,6 +131,20 @@ fn check_gemv(
     rows: usize,
     n: usize,
     k: usize,
+) {
+    check_gemv_on(ctx, st, kernels, v, rows, n, k, Path::Registers)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_gemv_on(
+    ctx: &Context,
+    st: &Stream,
+    kernels: &Kernels,
+    v: Variant,
+    rows: usize,
+    n: usize,
+    k: usize,
+    path: Path,
 ) {
     let mut rng = Rng(0x9e37_79b9 ^ ((rows * 1000 + n) * 100_000 + k) as u64);
     let eps = 1e-5;
@@ -189,6 +212,32 @@ fn check_gemv(
         .unwrap();
         st.synchronize().unwrap();
         st.download(&y).unwrap()
+    } else if let Path::Tma { blocks, stages } = path {
+        assert_eq!(rows, 1, "the bulk-copy GEMV takes one row");
+        let (kernel, parts) = match v {
+            Variant::Norm => (&kernels.gemv_tma_norm, 1),
+            Variant::NormSwiglu => (&kernels.gemv_tma_norm_swiglu, 2),
+            Variant::Residual => (&kernels.gemv_tma_res, 1),
+            _ => panic!("no bulk-copy GEMV for {v:?}"),
+        };
+        let smem = tma_smem(n, k, parts, stages, blocks as usize).expect("a shape it takes");
+        allow_smem(kernel, smem, "ll_gemv_tma_*").unwrap();
+        let mut y = upload(ctx, st, "y", &y0);
+        let shape = (n, k, parts);
+        gemv_tma(
+            st,
+            "test gemv tma",
+            kernel,
+            blocks,
+            (&xd, &nwd, &wd),
+            &mut y,
+            shape,
+            eps,
+            stages,
+        )
+        .unwrap();
+        st.synchronize().unwrap();
+        st.download(&y).unwrap().into_iter().map(from_bf).collect()
     } else {
         let mut y = upload(ctx, st, "y", &y0);
         gemv(
@@ -238,7 +287,7 @@ fn check_gemv(
             let scale = scale.max(1.0);
             assert!(
                 have.is_finite() && (have - want).abs() <= scale / 64.0,
-                "{v:?} rows {rows} n {n} k {k}: y[{r}, {o}] = {have}, want {want}"
+                "{v:?} {path:?} rows {rows} n {n} k {k}: y[{r}, {o}] = {have}, want {want}"
             );
         }
         if let Some(best) = &best_rows {
@@ -290,6 +339,31 @@ fn gemv_variants_match_a_host_reference() {
                 (20, 576),
             ] {
                 check_gemv(&ctx, &st, &kernels, v, rows, n, k);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn bulk_copy_gemv_matches_a_host_reference() {
+    let ctx = Context::new(0).unwrap();
+    let st = ctx.stream("test").unwrap();
+    let kernels = Kernels::load(&ctx).unwrap();
+    for v in [Variant::Norm, Variant::NormSwiglu, Variant::Residual] {
+        // Stages of 8, 4, 2 and 1 rows (K 576, 2048, 8192 and, for gate/up's two parts, 8192
+        // at two rows); the ring refilled many times (few blocks, 1 or 2 stages) or never
+        // (more stages than a block has); blocks without columns (n below the grid); a last
+        // stage with fewer columns.
+        for (n, k) in [(5, 576), (130, 576), (67, 2048), (41, 8192), (9, 1024)] {
+            for (blocks, stages) in [(1, 1), (3, 2), (7, 4), (16, 8), (132, 3)] {
+                let parts = if v == Variant::NormSwiglu { 2 } else { 1 };
+                // 8 stages of gate/up's two 16 KiB rows are more than a block may have.
+                if tma_smem(n, k, parts, stages, blocks as usize).unwrap() > 227 << 10 {
+                    continue;
+                }
+                let path = Path::Tma { blocks, stages };
+                check_gemv_on(&ctx, &st, &kernels, v, 1, n, k, path);
             }
         }
     }

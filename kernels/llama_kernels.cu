@@ -969,7 +969,7 @@ extern "C" __global__ void ll_loop_advance(unsigned long long* best, int* next, 
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
 #define GEMV_U 4
 
-template <int R, int PRO, int EPI, bool LATE>
+template <int R, int PRO, int EPI, bool LATE, int PRE = 1>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
                                      int n, int k, float eps, int wpc,
@@ -996,6 +996,19 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     uint4 wv[GEMV_U];
     int base0 = blockIdx.x * groups;
     if (vec) load_round(wv, base0 + g, 0, 0);
+    // PRE 2: the second round too (what the loop's first iteration would issue), before the
+    // wait.
+    uint4 w2[GEMV_U];
+    if (PRE == 2 && vec) {
+        if (step < k8) {
+            load_round(w2, base0 + g, 0, step);
+        } else if (P > 1) {
+            load_round(w2, base0 + g, 1, 0);
+        } else {
+            load_round(w2, base0 + g + stride, 0, 0);
+        }
+    }
+    bool first = true;
     if (threadIdx.x < R) sbest[threadIdx.x] = 0ull;
     unsigned long long bk[R];
 #pragma unroll
@@ -1097,7 +1110,11 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                 // next part, or the group's next column) is issued before it is used.
                 for (int c0 = 0; c0 < k8; c0 += step) {
                     uint4 nx[GEMV_U];
-                    if (c0 + step < k8) {
+                    if (PRE == 2 && first) {
+#pragma unroll
+                        for (int u = 0; u < GEMV_U; ++u) nx[u] = w2[u];
+                        first = false;
+                    } else if (c0 + step < k8) {
                         load_round(nx, o, p, c0 + step);
                     } else if (p + 1 < P) {
                         load_round(nx, o, p + 1, 0);
@@ -1237,6 +1254,13 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     LL_GEMV(NAME##_8, 8, PRO, EPI, LATE)
 // The q/k/v projection triggers late: the attention after it reads before its wait.
 LL_GEMV_ALL(ll_gemv_norm, 1, 0, true)
+// The same at one row with its first two rounds of weights loaded before the wait (three
+// blocks per multiprocessor: up to 80 registers).
+extern "C" __global__ void __launch_bounds__(256, 3) ll_gemv_norm_pre2_1(
+    const unsigned short* x, const unsigned short* nw, const unsigned short* w, void* y,
+    int row0, int rows, int n, int k, float eps, int wpc) {
+    gemv<1, 1, 0, true, 2>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr);
+}
 LL_GEMV_ALL(ll_gemv_norm_swiglu, 1, 3, false)
 LL_GEMV_ALL(ll_gemv_res, 0, 1, false)
 LL_GEMV_ALL(ll_gemv_swiglu_res, 2, 1, false)

@@ -541,11 +541,21 @@ impl Decoder {
                     st,
                 )?;
             } else {
+                let pre2 = rows == 1 && self.tuning.qkv_preload.unwrap_or(false);
+                let (kernels, grid_of) = if pre2 {
+                    let g = GemvGrid {
+                        blocks_per_sm: Some(3),
+                        ..sms(0)
+                    };
+                    (&self.kernels.gemv_norm_pre2, g)
+                } else {
+                    (&self.kernels.gemv_norm, sms(0))
+                };
                 gemv(
                     stream,
                     "gemv q/k/v + input norm",
-                    &self.kernels.gemv_norm,
-                    sms(0),
+                    kernels,
+                    grid_of,
                     (&self.hidden, &lw.input_norm, &lw.qkv),
                     &mut self.qkv,
                     rows,

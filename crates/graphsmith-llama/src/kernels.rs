@@ -249,6 +249,9 @@ pub struct Kernels {
     pub loop_advance: Kernel,
     /// GEMV with the RMSNorm as prologue, bf16 out (q/k/v; gate/up on the unfused path).
     pub gemv_norm: GemvKernels,
+    /// `gemv_norm` whose one-row instantiation loads two rounds of weights before its wait
+    /// (`ll_gemv_norm_pre2_1`, three blocks per multiprocessor; `--tune qpre=1`).
+    pub gemv_norm_pre2: GemvKernels,
     /// GEMV with the RMSNorm as prologue and SwiGLU as epilogue (gate/up: two weight rows per
     /// output column, bf16 activation out).
     pub gemv_norm_swiglu: GemvKernels,
@@ -303,6 +306,14 @@ impl Kernels {
             // The q/k/v projection lets its dependents start only after its wait (LATE in the
             // kernel source): the attention after it reads before its own wait.
             gemv_norm: GemvKernels::load(&module, "ll_gemv_norm")?.triggering_after_wait(),
+            gemv_norm_pre2: {
+                let g = GemvKernels::load(&module, "ll_gemv_norm")?;
+                let [_, b, c, d] = g.by_rows;
+                GemvKernels {
+                    by_rows: [module.kernel("ll_gemv_norm_pre2_1")?, b, c, d],
+                }
+                .triggering_after_wait()
+            },
             gemv_norm_swiglu: GemvKernels::load(&module, "ll_gemv_norm_swiglu")?,
             gemv_res: GemvKernels::load(&module, "ll_gemv_res")?,
             gemv_swiglu_res: GemvKernels::load(&module, "ll_gemv_swiglu_res")?,
@@ -371,6 +382,7 @@ impl Kernels {
             advance: self.advance.clone().programmatic()?,
             loop_advance: self.loop_advance.clone().programmatic()?,
             gemv_norm: self.gemv_norm.programmatic()?,
+            gemv_norm_pre2: self.gemv_norm_pre2.programmatic()?,
             gemv_norm_swiglu: self.gemv_norm_swiglu.programmatic()?,
             gemv_res: self.gemv_res.programmatic()?,
             gemv_swiglu_res: self.gemv_swiglu_res.programmatic()?,

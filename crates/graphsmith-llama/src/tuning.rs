@@ -59,10 +59,14 @@ pub struct Tuning {
     /// Stages of that GEMV's shared-memory ring (1 to `kernels::TMA_MAX_STAGES`; the rule:
     /// `kernels::TMA_STAGES`).
     pub tma_stages: Option<usize>,
+    /// Whether the q/k/v projection at one row loads two rounds of weights before its wait
+    /// (`ll_gemv_norm_pre2_1`, three blocks per multiprocessor; the rule: no).
+    pub qkv_preload: Option<bool>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
-const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, pfs, pfo, cluster, atrig, tma, tmas";
+const OTHER_KEYS: &str =
+    "splits, blocks, early, pf, pfw, pfs, pfo, cluster, atrig, tma, tmas, qpre";
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200:
 /// 8 MiB before the wait was the fastest budget on both configs in the sixth pass (4 to 32
@@ -156,6 +160,7 @@ impl FromStr for Tuning {
             let flag = match key {
                 "pfw" => Some(&mut t.prefetch_after_wait),
                 "pfo" => Some(&mut t.side_prefetch_o),
+                "qpre" => Some(&mut t.qkv_preload),
                 "cluster" => Some(&mut t.attention_cluster),
                 "early" => Some(&mut t.attention_early),
                 _ => None,
@@ -267,6 +272,9 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.tma_stages {
             parts.push(format!("tmas={n}"));
         }
+        if let Some(q) = self.qkv_preload {
+            parts.push(format!("qpre={}", u8::from(q)));
+        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -292,7 +300,7 @@ mod tests {
             "pf=0,pfs=24,pfo=1",
             "splits=8,cluster=0",
             "atrig=2",
-            "tma=15,tmas=6",
+            "tma=15,tmas=6,qpre=1",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);

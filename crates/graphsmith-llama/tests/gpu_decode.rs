@@ -172,7 +172,7 @@ fn tiny_logits_match_a_host_reference() {
     let steps = 10;
     // Hand-set launch choices spread the same sums differently: they must pass the same check
     // (with L2 prefetches of every weight, from the attention and a side stream, and with none).
-    let wide: Tuning = "qkv=8,o=8,gate_up=8,down=8,head=8,splits=1,pf=64,pfw=0,pfs=64,pfo=1"
+    let wide: Tuning = "qkv=8,o=8,gate_up=8,down=8,head=8,splits=1,pf=64,pfw=0,pfs=64,pfo=1,qpre=1"
         .parse()
         .unwrap();
     let narrow: Tuning = "qkv=1,o=1,gate_up=1,down=1,head=1,splits=64,blocks=1,early=0,pf=0"

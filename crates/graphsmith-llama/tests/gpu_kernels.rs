@@ -83,6 +83,8 @@ const POISON: u16 = 0x7fc1;
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Variant {
     Norm,
+    /// Norm with two rounds of weights loaded before the wait at one row (`gemv_norm_pre2`).
+    NormPre2,
     /// The norm as prologue, SwiGLU as epilogue: weights [2n, k] (gate rows, then up rows).
     NormSwiglu,
     Residual,
@@ -95,7 +97,11 @@ enum Variant {
 /// The prologue's input row (bf16 values as f32), as the unfused kernels compute it.
 fn prologue(v: Variant, x: &[u16], nw: &[u16], k: usize, eps: f32) -> Vec<f32> {
     match v {
-        Variant::Norm | Variant::NormF32 | Variant::NormSwiglu | Variant::Head => {
+        Variant::Norm
+        | Variant::NormPre2
+        | Variant::NormF32
+        | Variant::NormSwiglu
+        | Variant::Head => {
             let xf: Vec<f32> = x.iter().map(|&b| from_bf(b)).collect();
             let ms = xf.iter().map(|v| v * v).sum::<f32>() / k as f32;
             let inv = 1.0 / (ms + eps).sqrt();
@@ -168,6 +174,7 @@ fn check_gemv_on(
     );
     let g: &GemvKernels = match v {
         Variant::Norm => &kernels.gemv_norm,
+        Variant::NormPre2 => &kernels.gemv_norm_pre2,
         Variant::Residual => &kernels.gemv_res,
         Variant::SwigluResidual => &kernels.gemv_swiglu_res,
         Variant::NormF32 => &kernels.gemv_norm_f32,
@@ -315,6 +322,7 @@ fn gemv_variants_match_a_host_reference() {
     let kernels = Kernels::load(&ctx).unwrap();
     for v in [
         Variant::Norm,
+        Variant::NormPre2,
         Variant::NormSwiglu,
         Variant::Residual,
         Variant::SwigluResidual,

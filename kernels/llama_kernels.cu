@@ -1458,3 +1458,171 @@ __device__ __forceinline__ void gemv_tma(const unsigned short* x, const unsigned
 LL_GEMV_TMA(ll_gemv_tma_norm, 1, 0, true)
 LL_GEMV_TMA(ll_gemv_tma_norm_swiglu, 1, 3, false)
 LL_GEMV_TMA(ll_gemv_tma_res, 0, 1, false)
+
+// ---- One-row GEMV whose weights stream through a ring in shared memory, per warp (cp.async).
+//
+// The same rounds as gemv above (GEMV_U 16-byte pieces per lane, columns in a grid stride,
+// `wpc` warps per column), but each lane copies its pieces with cp.async into its own slots of
+// a ring of RING rounds in shared memory, and reads back only what it copied itself (no
+// barrier between warps; a lane's groups complete in order). RING rounds are requested before
+// the programmatic wait, the registers hold no weights, and the kernel takes one or two
+// blocks per multiprocessor, so the next kernels' blocks can start beside it.
+// Dynamic shared memory: warps * RING * GEMV_U * 512 bytes (the rings), then K * 2 (the row).
+// Needs K % 8 == 0 and K <= 8,192, x and nw 16-byte aligned (the decoder checks).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(ok ? 16 : 0)
+                 : "memory");
+}
+
+template <int PRO, int EPI, bool LATE, int RING>
+__device__ __forceinline__ void gemv_async(const unsigned short* x, const unsigned short* nw,
+                                           const unsigned short* w, void* y, int row0, int n,
+                                           int k, float eps, int wpc) {
+    constexpr int P = EPI == 3 ? 2 : 1;
+    extern __shared__ __align__(16) uint4 aring[];
+    __shared__ float scratch[32];
+    __shared__ float part[32 * P];
+    int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int groups = warps / wpc, g = warp / wpc, sub = warp % wpc;
+    int k8 = k >> 3, stride = gridDim.x * groups, step = 32 * GEMV_U * wpc;
+    int nr = (k8 + step - 1) / step, rpc = P * nr;
+    int base0 = blockIdx.x * groups;
+    // Rounds of every warp of the block (the loop below is block-uniform).
+    int total = base0 < n ? ((n - base0 + stride - 1) / stride) * rpc : 0;
+    uint4* ring = aring + (size_t)warp * RING * GEMV_U * 32;
+    unsigned short* xs = (unsigned short*)(aring + (size_t)warps * RING * GEMV_U * 32);
+    const uint4* w4 = (const uint4*)w;
+    // Round j of this warp into slot j % RING, then a group (empty past the last round).
+    auto issue = [&](int j) {
+        if (j < total) {
+            int ci = j / rpc, rem = j - ci * rpc, p = rem / nr, c0 = (rem - p * nr) * step;
+            int o = base0 + g + ci * stride;
+            uint4* slot = ring + (j % RING) * GEMV_U * 32;
+#pragma unroll
+            for (int u = 0; u < GEMV_U; ++u) {
+                int cidx = c0 + (u * wpc + sub) * 32 + lane;
+                bool ok = o < n && cidx < k8;
+                cp_async16(slot + u * 32 + lane, ok ? w4 + (size_t)(o + p * n) * k8 + cidx : w4,
+                           ok);
+            }
+        }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+#pragma unroll
+    for (int j = 0; j < RING; ++j) issue(j);
+    uint4 nv[GEMV_XC];
+    if (PRO == 1) {
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            int c = threadIdx.x + j * blockDim.x;
+            nv[j] = ldg_if((const uint4*)nw + c, c < k8);
+        }
+    }
+    if (!LATE) pdl_trigger();
+    pdl_wait();
+    if (LATE) pdl_trigger();
+    {
+        const uint4* xr4 = (const uint4*)(x + (size_t)row0 * k);
+        uint4 xv[GEMV_XC];
+#pragma unroll
+        for (int j = 0; j < GEMV_XC; ++j) {
+            int c = threadIdx.x + j * blockDim.x;
+            xv[j] = ld_if(xr4 + c, c < k8);
+        }
+        if (PRO == 1) {
+            norm_pieces(xv, nv, k8, k, eps, scratch, (uint4*)xs);
+        } else {
+#pragma unroll
+            for (int j = 0; j < GEMV_XC; ++j) {
+                int c = threadIdx.x + j * blockDim.x;
+                if (c < k8) ((uint4*)xs)[c] = xv[j];
+            }
+        }
+    }
+    __syncthreads();
+    const uint4* xs4 = (const uint4*)xs;
+    int j = 0;
+    for (int base = base0; base < n; base += stride) {
+        int o = base + g;
+        float res = 0.0f;
+        if (EPI == 1 && lane == 0 && sub == 0 && o < n)
+            res = bf2f(((const unsigned short*)y)[(size_t)row0 * n + o]);
+        float acc[P];
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            acc[p] = 0.0f;
+            for (int c0 = 0; c0 < k8; c0 += step, ++j) {
+                asm volatile("cp.async.wait_group %0;" ::"n"(RING - 1) : "memory");
+                const uint4* slot = ring + (j % RING) * GEMV_U * 32;
+                float a = acc[p];
+#pragma unroll
+                for (int u = 0; u < GEMV_U; ++u) {
+                    int cidx = c0 + (u * wpc + sub) * 32 + lane;
+                    if (cidx < k8) {
+                        uint4 wv = slot[u * 32 + lane], xv = xs4[cidx];
+                        unsigned int ww[4] = {wv.x, wv.y, wv.z, wv.w};
+                        unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            a += __uint_as_float(ww[q] << 16) * __uint_as_float(xx[q] << 16);
+                            a += __uint_as_float(ww[q] & 0xffff0000u) *
+                                 __uint_as_float(xx[q] & 0xffff0000u);
+                        }
+                    }
+                }
+                acc[p] = a;
+                issue(j + RING);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+            for (int off = 16; off > 0; off >>= 1)
+                acc[p] += __shfl_xor_sync(0xffffffffu, acc[p], off);
+        if (wpc > 1) {
+            if (lane == 0) {
+#pragma unroll
+                for (int p = 0; p < P; ++p) part[warp * P + p] = acc[p];
+            }
+            __syncthreads();
+            if (sub == 0) {
+#pragma unroll
+                for (int p = 0; p < P; ++p) {
+                    float t = 0.0f;
+                    for (int i = 0; i < wpc; ++i) t += part[(warp + i) * P + p];
+                    acc[p] = t;
+                }
+            }
+            __syncthreads();
+        }
+        if (lane == 0 && sub == 0 && o < n) {
+            size_t at = (size_t)row0 * n + o;
+            if (EPI == 0) {
+                ((unsigned short*)y)[at] = f2bf(acc[0]);
+            } else if (EPI == 1) {
+                ((unsigned short*)y)[at] = f2bf(res + rbf(acc[0]));
+            } else {
+                float gt = rbf(acc[0]);
+                float silu = rbf(gt / (1.0f + __expf(-gt)));
+                ((unsigned short*)y)[at] = f2bf(silu * rbf(acc[P - 1]));
+            }
+        }
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
+// The instantiations (one row; arguments x, nw, w, y, row0, n, k, eps, wpc), for rings of 4
+// and 8 rounds: ll_gemv_async{4,8}_norm (q/k/v, triggering after its wait),
+// ll_gemv_async{4,8}_norm_swiglu (gate/up), ll_gemv_async{4,8}_res (o and down).
+#define LL_GEMV_ASYNC(NAME, PRO, EPI, LATE, RING)                                              \
+    extern "C" __global__ void __launch_bounds__(256, 2)                                        \
+        NAME(const unsigned short* x, const unsigned short* nw, const unsigned short* w,       \
+             void* y, int row0, int n, int k, float eps, int wpc) {                            \
+        gemv_async<PRO, EPI, LATE, RING>(x, nw, w, y, row0, n, k, eps, wpc);                   \
+    }
+LL_GEMV_ASYNC(ll_gemv_async4_norm, 1, 0, true, 4)
+LL_GEMV_ASYNC(ll_gemv_async4_norm_swiglu, 1, 3, false, 4)
+LL_GEMV_ASYNC(ll_gemv_async4_res, 0, 1, false, 4)
+LL_GEMV_ASYNC(ll_gemv_async8_norm, 1, 0, true, 8)
+LL_GEMV_ASYNC(ll_gemv_async8_norm_swiglu, 1, 3, false, 8)
+LL_GEMV_ASYNC(ll_gemv_async8_res, 0, 1, false, 8)

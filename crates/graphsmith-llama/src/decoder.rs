@@ -9,8 +9,8 @@ use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{
-    allow_smem, attention_partials_len, device_attribute, gemv_tma, grid, grid3, tma_smem,
-    GemvGrid, DEFAULT_SMEM, GEMV_ROWS, QKV_WARPS_PER_COLUMN,
+    allow_smem, async_smem, attention_partials_len, device_attribute, gemv_async, gemv_tma, grid,
+    grid3, tma_smem, GemvGrid, DEFAULT_SMEM, GEMV_ROWS, QKV_WARPS_PER_COLUMN,
 };
 pub use crate::kernels::{
     attention_smem, gemv, gemv_head, AttentionLaunch, Gemm, GemvKernels, Kernels, Pdl,
@@ -179,7 +179,10 @@ impl Decoder {
             &kernels.gemv_tma_norm,
             &kernels.gemv_tma_norm_swiglu,
             &kernels.gemv_tma_res,
-        ] {
+        ]
+        .into_iter()
+        .chain(kernels.gemv_async.iter().flatten())
+        {
             allow_smem(k, tma_limit, "ll_gemv_tma_*")?;
         }
         // Where the device has it, the programmatic set is made now (same module) and used.
@@ -521,10 +524,32 @@ impl Decoder {
             let smem = tma_smem(n, k, parts, st, sm_count as usize)?;
             (smem <= smem_limit).then_some(st)
         };
+        // The cp.async ring GEMV for projection `i` with rows of `k` at one row, when tuned
+        // on and its shared memory fits: (ring, blocks).
+        let cpa = move |i: usize, k: usize| -> Option<(usize, u32)> {
+            let (ring, per_sm) = tuning.cp_async_for(i).filter(|_| rows == 1)?;
+            let smem = async_smem(k, ring)?;
+            (smem <= smem_limit).then_some((ring, sm_count * per_sm))
+        };
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));
             let lw = &self.weights.layers[l];
-            if let Some(st) = tma(0, c.qkv_dim(), h, 1) {
+            if let Some((ring, blocks)) = cpa(0, h) {
+                let inputs = (&self.hidden, &lw.input_norm, &lw.qkv);
+                let kernel = &self.kernels.gemv_async[ring / 8][0];
+                let label = "gemv q/k/v + input norm";
+                let y = &mut self.qkv;
+                gemv_async(
+                    stream,
+                    label,
+                    kernel,
+                    blocks,
+                    inputs,
+                    y,
+                    (c.qkv_dim(), h, ring),
+                    eps,
+                )?;
+            } else if let Some(st) = tma(0, c.qkv_dim(), h, 1) {
                 let label = "gemv q/k/v + input norm";
                 let inputs = (&self.hidden, &lw.input_norm, &lw.qkv);
                 let kernel = &self.kernels.gemv_tma_norm;
@@ -569,7 +594,21 @@ impl Decoder {
             }
             self.attention(stream, l, rows, true)?;
             let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            if let Some(st) = tma(1, h, q, 1) {
+            if let Some((ring, blocks)) = cpa(1, q) {
+                let inputs = (&self.attn, &lw.o, &lw.o);
+                let kernel = &k.gemv_async[ring / 8][2];
+                let y = &mut self.hidden;
+                gemv_async(
+                    stream,
+                    "gemv o + residual",
+                    kernel,
+                    blocks,
+                    inputs,
+                    y,
+                    (h, q, ring),
+                    eps,
+                )?;
+            } else if let Some(st) = tma(1, h, q, 1) {
                 let label = "gemv o + residual";
                 let inputs = (&self.attn, &lw.o, &lw.o);
                 let y = &mut self.hidden;
@@ -598,7 +637,13 @@ impl Decoder {
                     eps,
                 )?;
             }
-            if let Some(st) = tma(2, f, h, 2) {
+            if let Some((ring, blocks)) = cpa(2, h) {
+                let inputs = (&self.hidden, &lw.post_norm, &lw.gate_up);
+                let kernel = &k.gemv_async[ring / 8][1];
+                let label = "gemv gate/up + post-attention norm + swiglu";
+                let y = &mut self.act;
+                gemv_async(stream, label, kernel, blocks, inputs, y, (f, h, ring), eps)?;
+            } else if let Some(st) = tma(2, f, h, 2) {
                 let label = "gemv gate/up + post-attention norm + swiglu";
                 let inputs = (&self.hidden, &lw.post_norm, &lw.gate_up);
                 let kernel = &k.gemv_tma_norm_swiglu;
@@ -628,7 +673,21 @@ impl Decoder {
                     eps,
                 )?;
             }
-            if let Some(st) = tma(3, h, f, 1) {
+            if let Some((ring, blocks)) = cpa(3, f) {
+                let inputs = (&self.act, &lw.down, &lw.down);
+                let kernel = &k.gemv_async[ring / 8][2];
+                let y = &mut self.hidden;
+                gemv_async(
+                    stream,
+                    "gemv down + residual",
+                    kernel,
+                    blocks,
+                    inputs,
+                    y,
+                    (h, f, ring),
+                    eps,
+                )?;
+            } else if let Some(st) = tma(3, h, f, 1) {
                 let label = "gemv down + residual";
                 let inputs = (&self.act, &lw.down, &lw.down);
                 let y = &mut self.hidden;

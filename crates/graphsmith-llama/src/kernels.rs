@@ -272,6 +272,10 @@ pub struct Kernels {
     pub gemv_tma_norm: Kernel,
     pub gemv_tma_norm_swiglu: Kernel,
     pub gemv_tma_res: Kernel,
+    /// One-row GEMVs whose lanes stream their weights through rings of 4 and 8 rounds in
+    /// shared memory with cp.async ([`gemv_async`]): [q/k/v with the norm, gate/up with the
+    /// norm and SwiGLU, o and down with the residual], for rings of 4 and of 8.
+    pub gemv_async: [[Kernel; 3]; 2],
     _module: Module,
 }
 
@@ -323,6 +327,18 @@ impl Kernels {
             gemv_tma_norm: module.kernel("ll_gemv_tma_norm")?.triggers_after_wait(),
             gemv_tma_norm_swiglu: module.kernel("ll_gemv_tma_norm_swiglu")?,
             gemv_tma_res: module.kernel("ll_gemv_tma_res")?,
+            gemv_async: [
+                [
+                    module.kernel("ll_gemv_async4_norm")?.triggers_after_wait(),
+                    module.kernel("ll_gemv_async4_norm_swiglu")?,
+                    module.kernel("ll_gemv_async4_res")?,
+                ],
+                [
+                    module.kernel("ll_gemv_async8_norm")?.triggers_after_wait(),
+                    module.kernel("ll_gemv_async8_norm_swiglu")?,
+                    module.kernel("ll_gemv_async8_res")?,
+                ],
+            ],
             _module: module,
         })
     }
@@ -393,6 +409,11 @@ impl Kernels {
             gemv_tma_norm: self.gemv_tma_norm.clone().programmatic()?,
             gemv_tma_norm_swiglu: self.gemv_tma_norm_swiglu.clone().programmatic()?,
             gemv_tma_res: self.gemv_tma_res.clone().programmatic()?,
+            gemv_async: {
+                let p = |k: &Kernel| k.clone().programmatic();
+                let [[a, b, c], [d, e, f]] = &self.gemv_async;
+                [[p(a)?, p(b)?, p(c)?], [p(d)?, p(e)?, p(f)?]]
+            },
             _module: self._module.clone(),
         })
     }
@@ -622,7 +643,11 @@ fn column_slices(k: usize) -> usize {
 /// leaving some lanes two pieces) gained 8-12 us per step. The q/k/v projection takes fewer
 /// ([`QKV_WARPS_PER_COLUMN`]).
 pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
-    let want = sm_count * 4 * (GEMV_THREADS / 32) as usize;
+    warps_per_column_within(n, k, sm_count * 4 * (GEMV_THREADS / 32) as usize)
+}
+
+/// [`warps_per_column`] for a grid of `want` warps.
+pub fn warps_per_column_within(n: usize, k: usize, want: usize) -> usize {
     let slices = column_slices(k);
     let mut wpc = 1;
     while wpc < 8 && n * wpc * 2 <= want && wpc < slices {
@@ -703,6 +728,44 @@ pub fn gemv_tma(
             eps,
             stages as i32
         ],
+    )
+}
+
+/// Dynamic shared memory of a [`gemv_async`] launch with rings of `ring` rounds, or `None`
+/// when the shape is not one it takes (K a multiple of 8, at most 8,192).
+pub fn async_smem(k: usize, ring: usize) -> Option<usize> {
+    if k == 0 || !k.is_multiple_of(8) || k > 8192 {
+        return None;
+    }
+    Some((GEMV_THREADS as usize / 32) * ring * 4 * 512 + k * 2)
+}
+
+/// One row of `y[n] (op)= prologue(x)[k] @ w[n, k]^T` on a `ll_gemv_async*` kernel (rings of
+/// `ring` rounds: 4 or 8, the kernel's) over `blocks` blocks, [`warps_per_column_within`] them.
+/// `parts` is 2 for gate/up. The caller checks the shape with [`async_smem`] and allowed the
+/// kernel that much shared memory.
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_async(
+    stream: &Stream,
+    label: &str,
+    kernel: &Kernel,
+    blocks: u32,
+    inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
+    y: &mut DeviceBuffer<u16>,
+    (n, k, ring): (usize, usize, usize),
+    eps: f32,
+) -> graphsmith::Result<()> {
+    let (x, nw, w) = inputs;
+    let warps = (GEMV_THREADS / 32) as usize;
+    let wpc = warps_per_column_within(n, k, blocks as usize * warps);
+    let blocks = (n * wpc).div_ceil(warps).min(blocks as usize).max(1) as u32;
+    let smem = async_smem(k, ring).unwrap_or(0);
+    stream.launch(
+        label,
+        kernel,
+        grid(blocks, 1, GEMV_THREADS, smem as u32),
+        args![x, nw, w, &mut *y, 0i32, n as i32, k as i32, eps, wpc as i32],
     )
 }
 

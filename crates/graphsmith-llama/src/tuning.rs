@@ -62,11 +62,17 @@ pub struct Tuning {
     /// Whether the q/k/v projection at one row loads two rounds of weights before its wait
     /// (`ll_gemv_norm_pre2_1`, three blocks per multiprocessor; the rule: no).
     pub qkv_preload: Option<bool>,
+    /// Which one-row projections run on the cp.async ring GEMV (`kernels::gemv_async`), a bit
+    /// each as `tma` (the rule: none), with rings of `cpar` rounds (4 or 8; the rule: 4) over
+    /// `cpab` blocks per multiprocessor (1 or 2; the rule: 2).
+    pub cp_async: Option<u8>,
+    pub cp_async_ring: Option<usize>,
+    pub cp_async_blocks: Option<u32>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
 const OTHER_KEYS: &str =
-    "splits, blocks, early, pf, pfw, pfs, pfo, cluster, atrig, tma, tmas, qpre";
+    "splits, blocks, early, pf, pfw, pfs, pfo, cluster, atrig, tma, tmas, qpre, cpa, cpar, cpab";
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200:
 /// 8 MiB before the wait was the fastest budget on both configs in the sixth pass (4 to 32
@@ -99,6 +105,17 @@ impl Tuning {
     pub fn tma_stages_for(&self, i: usize) -> Option<usize> {
         (i < 4 && self.tma.unwrap_or(0) >> i & 1 == 1)
             .then(|| self.tma_stages.unwrap_or(crate::kernels::TMA_STAGES))
+    }
+
+    /// Whether projection `i` runs on the cp.async ring GEMV at one row: (ring, blocks per
+    /// multiprocessor).
+    pub fn cp_async_for(&self, i: usize) -> Option<(usize, u32)> {
+        (i < 4 && self.cp_async.unwrap_or(0) >> i & 1 == 1).then(|| {
+            (
+                self.cp_async_ring.unwrap_or(4),
+                self.cp_async_blocks.unwrap_or(2),
+            )
+        })
     }
 
     /// Whether the attention loads its position and first round of K and V before its
@@ -179,6 +196,29 @@ impl FromStr for Tuning {
                     ));
                 }
                 t.attention_trigger = Some(n as u8);
+                continue;
+            }
+            if key == "cpa" {
+                if n > 15 {
+                    return Err(format!(
+                        "cpa={n}: a sum of 1 (q/k/v), 2 (o), 4 (gate/up) and 8 (down)"
+                    ));
+                }
+                t.cp_async = Some(n as u8);
+                continue;
+            }
+            if key == "cpar" {
+                if n != 4 && n != 8 {
+                    return Err(format!("cpar={n}: 4 or 8 rounds"));
+                }
+                t.cp_async_ring = Some(n);
+                continue;
+            }
+            if key == "cpab" {
+                if n != 1 && n != 2 {
+                    return Err(format!("cpab={n}: 1 or 2 blocks per multiprocessor"));
+                }
+                t.cp_async_blocks = Some(n as u32);
                 continue;
             }
             if key == "tma" {
@@ -275,6 +315,15 @@ impl fmt::Display for Tuning {
         if let Some(q) = self.qkv_preload {
             parts.push(format!("qpre={}", u8::from(q)));
         }
+        if let Some(n) = self.cp_async {
+            parts.push(format!("cpa={n}"));
+        }
+        if let Some(n) = self.cp_async_ring {
+            parts.push(format!("cpar={n}"));
+        }
+        if let Some(n) = self.cp_async_blocks {
+            parts.push(format!("cpab={n}"));
+        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -301,6 +350,7 @@ mod tests {
             "splits=8,cluster=0",
             "atrig=2",
             "tma=15,tmas=6,qpre=1",
+            "cpa=15,cpar=8,cpab=1",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);

@@ -183,6 +183,8 @@ fn tiny_logits_match_a_host_reference() {
     let clustered: Tuning = "cluster=1".parse().unwrap();
     // Every projection at one row on the bulk-copy GEMV, its ring of two stages refilled.
     let bulk: Tuning = "tma=15,tmas=2".parse().unwrap();
+    // Every projection at one row on the cp.async ring GEMV.
+    let rings: Tuning = "cpa=15,cpar=8,cpab=1".parse().unwrap();
     // Three prompts in one batch, and the first alone (one row: the GEMV kernels' one-row
     // instantiations, which the decode benchmarks at batch 1 run).
     for (mode, gemm, tuning, batch, via) in [
@@ -200,6 +202,8 @@ fn tiny_logits_match_a_host_reference() {
         (Mode::Graphs, Gemm::Auto, clustered, 1),
         (Mode::Graphs, Gemm::Auto, bulk, 1),
         (Mode::Eager, Gemm::Auto, bulk, 1),
+        (Mode::Graphs, Gemm::Auto, rings, 1),
+        (Mode::Eager, Gemm::Auto, rings, 1),
         (Mode::Eager, Gemm::Gemv, clustered, 3),
     ]
     .map(|(m, g, t, b)| (m, g, t, b, None))

@@ -12,8 +12,8 @@
 use graphsmith::model::Dim3;
 use graphsmith::{args, Context, DeviceBuffer, LaunchConfig, Stream};
 use graphsmith_llama::kernels::{
-    allow_smem, attention_splits, gemv, gemv_head, gemv_tma, tma_smem, AttentionLaunch,
-    GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER,
+    allow_smem, async_smem, attention_splits, gemv, gemv_async, gemv_head, gemv_tma, tma_smem,
+    AttentionLaunch, GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER,
     ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 use graphsmith_llama::Config;
@@ -126,7 +126,15 @@ fn prologue(v: Variant, x: &[u16], nw: &[u16], k: usize, eps: f32) -> Vec<f32> {
 #[derive(Clone, Copy, Debug)]
 enum Path {
     Registers,
-    Tma { blocks: u32, stages: usize },
+    Tma {
+        blocks: u32,
+        stages: usize,
+    },
+    /// The cp.async ring GEMV (`gemv_async`, one row) over `blocks` blocks, rings of `ring`.
+    Async {
+        blocks: u32,
+        ring: usize,
+    },
 }
 
 fn check_gemv(
@@ -219,6 +227,31 @@ fn check_gemv_on(
         .unwrap();
         st.synchronize().unwrap();
         st.download(&y).unwrap()
+    } else if let Path::Async { blocks, ring } = path {
+        assert_eq!(rows, 1, "the cp.async GEMV takes one row");
+        let kind = match v {
+            Variant::Norm => 0,
+            Variant::NormSwiglu => 1,
+            Variant::Residual => 2,
+            _ => panic!("no cp.async GEMV for {v:?}"),
+        };
+        let kernel = &kernels.gemv_async[ring / 8][kind];
+        allow_smem(kernel, async_smem(k, ring).unwrap(), "ll_gemv_async*").unwrap();
+        let mut y = upload(ctx, st, "y", &y0);
+        let shape = (n, k, ring);
+        gemv_async(
+            st,
+            "test gemv async",
+            kernel,
+            blocks,
+            (&xd, &nwd, &wd),
+            &mut y,
+            shape,
+            eps,
+        )
+        .unwrap();
+        st.synchronize().unwrap();
+        st.download(&y).unwrap().into_iter().map(from_bf).collect()
     } else if let Path::Tma { blocks, stages } = path {
         assert_eq!(rows, 1, "the bulk-copy GEMV takes one row");
         let (kernel, parts) = match v {
@@ -372,6 +405,39 @@ fn bulk_copy_gemv_matches_a_host_reference() {
                 }
                 let path = Path::Tma { blocks, stages };
                 check_gemv_on(&ctx, &st, &kernels, v, 1, n, k, path);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cp_async_gemv_matches_a_host_reference() {
+    let ctx = Context::new(0).unwrap();
+    let st = ctx.stream("test").unwrap();
+    let kernels = Kernels::load(&ctx).unwrap();
+    for v in [Variant::Norm, Variant::NormSwiglu, Variant::Residual] {
+        // One round per column part (K 576) up to 32 (K 8192 over one warp); 1 to 8 warps per
+        // column (few columns over many blocks); more rounds than the ring, and fewer.
+        for (n, k) in [
+            (5, 576),
+            (130, 576),
+            (67, 2048),
+            (41, 8192),
+            (9, 1024),
+            (700, 64),
+        ] {
+            for (blocks, ring) in [(1, 4), (3, 8), (7, 4), (16, 8), (264, 4)] {
+                check_gemv_on(
+                    &ctx,
+                    &st,
+                    &kernels,
+                    v,
+                    1,
+                    n,
+                    k,
+                    Path::Async { blocks, ring },
+                );
             }
         }
     }

@@ -7,10 +7,11 @@
 // Programmatic dependent launch: every kernel waits for the kernel before it (pdl_wait) before it
 // reads or writes anything that kernel or earlier work touches. Every kernel but the loop's last
 // (ll_loop_advance, whose successor is the next iteration) lets its dependents start early
-// (pdl_trigger): before its wait, except the q/k/v projection (ll_gemv_norm), which triggers
-// after it. Before the wait, the GEMVs and ll_rmsnorm read weights (which no kernel of a step
-// writes), and the attention prefetches weights into L2 (see Prefetch) and reads positions and
-// its cache's earlier positions: when it follows ll_gemv_norm, the only kernel that can still
+// (pdl_trigger): before its wait, except the q/k/v projection (ll_gemv_norm, ll_gemv_async_norm),
+// which triggers after it. Before the wait, the GEMVs and ll_rmsnorm read weights (which no
+// kernel of a step writes), and the attention prefetches weights into L2 (see Prefetch) and
+// reads positions and its cache's earlier positions: when it follows that projection, the only
+// kernel that can still
 // run then is that projection, which writes neither (its late trigger means everything before
 // it has finished); when it follows a
 // cuBLAS GEMM (batches above one row), graphsmith launches it without the programmatic
@@ -305,21 +306,6 @@ __device__ __forceinline__ void l2_prefetch(const Prefetch& f) {
 #pragma unroll
     for (int i = 0; i < 3; ++i)
         if (f.p[i] != nullptr) l2_prefetch_share(f.p[i], f.off[i], f.n[i]);
-}
-
-// A prefetch of its own (the decoder's side stream, launched once the q/k/v projection has
-// finished and without programmatic launch): asks L2 for three ranges of weights, shared out
-// over the grid, while the attention that follows the projection leaves the memory idle. It
-// touches no value and waits for nothing; a block stays until its bulk prefetches are issued,
-// which is why this is not done by the attention's own blocks after their wait (they would hold
-// back the o projection's wait).
-extern "C" __global__ void ll_l2_prefetch(const unsigned char* pf0, unsigned long long off0,
-                                          unsigned long long n0, const unsigned char* pf1,
-                                          unsigned long long off1, unsigned long long n1,
-                                          const unsigned char* pf2, unsigned long long off2,
-                                          unsigned long long n2) {
-    Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, 0};
-    l2_prefetch(pf);
 }
 
 // Thread block clusters (sm_90): this block's rank in its cluster.
@@ -969,7 +955,7 @@ extern "C" __global__ void ll_loop_advance(unsigned long long* best, int* next, 
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
 #define GEMV_U 4
 
-template <int R, int PRO, int EPI, bool LATE, int PRE = 1>
+template <int R, int PRO, int EPI, bool LATE>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
                                      int n, int k, float eps, int wpc,
@@ -996,19 +982,6 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     uint4 wv[GEMV_U];
     int base0 = blockIdx.x * groups;
     if (vec) load_round(wv, base0 + g, 0, 0);
-    // PRE 2: the second round too (what the loop's first iteration would issue), before the
-    // wait.
-    uint4 w2[GEMV_U];
-    if (PRE == 2 && vec) {
-        if (step < k8) {
-            load_round(w2, base0 + g, 0, step);
-        } else if (P > 1) {
-            load_round(w2, base0 + g, 1, 0);
-        } else {
-            load_round(w2, base0 + g + stride, 0, 0);
-        }
-    }
-    bool first = true;
     if (threadIdx.x < R) sbest[threadIdx.x] = 0ull;
     unsigned long long bk[R];
 #pragma unroll
@@ -1110,11 +1083,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                 // next part, or the group's next column) is issued before it is used.
                 for (int c0 = 0; c0 < k8; c0 += step) {
                     uint4 nx[GEMV_U];
-                    if (PRE == 2 && first) {
-#pragma unroll
-                        for (int u = 0; u < GEMV_U; ++u) nx[u] = w2[u];
-                        first = false;
-                    } else if (c0 + step < k8) {
+                    if (c0 + step < k8) {
                         load_round(nx, o, p, c0 + step);
                     } else if (p + 1 < P) {
                         load_round(nx, o, p + 1, 0);
@@ -1254,13 +1223,6 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     LL_GEMV(NAME##_8, 8, PRO, EPI, LATE)
 // The q/k/v projection triggers late: the attention after it reads before its wait.
 LL_GEMV_ALL(ll_gemv_norm, 1, 0, true)
-// The same at one row with its first two rounds of weights loaded before the wait (three
-// blocks per multiprocessor: up to 80 registers).
-extern "C" __global__ void __launch_bounds__(256, 3) ll_gemv_norm_pre2_1(
-    const unsigned short* x, const unsigned short* nw, const unsigned short* w, void* y,
-    int row0, int rows, int n, int k, float eps, int wpc) {
-    gemv<1, 1, 0, true, 2>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr);
-}
 LL_GEMV_ALL(ll_gemv_norm_swiglu, 1, 3, false)
 LL_GEMV_ALL(ll_gemv_res, 0, 1, false)
 LL_GEMV_ALL(ll_gemv_swiglu_res, 2, 1, false)
@@ -1270,203 +1232,18 @@ LL_GEMV_HEAD(ll_gemv_head_2, 2)
 LL_GEMV_HEAD(ll_gemv_head_4, 4)
 LL_GEMV_HEAD(ll_gemv_head_8, 8)
 
-// ---- GEMV of one row streamed through shared memory by the tensor memory accelerator.
-//
-// The GEMV above holds its weights in registers: 64 per thread, four blocks per
-// multiprocessor, so its blocks fill the register file and the next kernel's blocks cannot
-// start (and load before their programmatic wait) until they leave. Here one block per
-// multiprocessor takes a contiguous run of output columns (a column is one contiguous weight
-// row of K bf16) and streams them through a ring of `stages` shared-memory stages with bulk
-// copies (cp.async.bulk, one instruction per stage and part, completion counted in bytes on
-// the stage's mbarrier). The first `stages` are requested before the programmatic wait
-// (weights are read-only), so a kernel whose blocks start early has its first bytes in
-// shared memory when its input arrives, and its blocks hold few registers, which leaves room
-// for the kernels after it to start beside it.
-// A stage holds `rps` weight rows (a power of two up to 8, at most TMA_STAGE_BYTES unless one
-// column's rows need more): U = rps / P columns, part p's rows at p * U. The block's 8 warps
-// split the stage's rows (8 / rps warps per row, lanes over the row's 16-byte pieces), sum with
-// shuffles, and after a block barrier the first U threads finish the stage's columns (the
-// epilogue) while thread 0 asks for the stage `stages` ahead into the slot just read.
-// PRO 0 / 1 and EPI 0 / 1 / 3 as gemv above (one row, row0). Needs K % 8 == 0, K <= 8,192
-// (the row in GEMV_XC pieces per thread), x, nw and w 16-byte aligned (the decoder checks).
-// Dynamic shared memory: stages * stage_bytes + K * 2 (the row) + 4 * ceil(n / gridDim.x) (EPI
-// 1: the block's residuals), stage_bytes = rps * K * 2 rounded up to 128 (tma_stage_bytes).
-#define TMA_STAGE_BYTES 16384
-#define TMA_MAX_STAGES 8
-
-// Waits until phase `parity` of this block's mbarrier `bar` has completed.
-__device__ __forceinline__ void mbar_wait_cta(unsigned long long* bar, unsigned int parity) {
-    unsigned int a = smem_u32(bar), done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n\t.reg .pred q;\n\t"
-            "mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n\t"
-            "selp.u32 %0, 1, 0, q;\n\t}"
-            : "=r"(done)
-            : "r"(a), "r"(parity)
-            : "memory");
-    }
-}
-
-// Rows per stage for rows of K bf16 and P parts per column (see above).
-__device__ __forceinline__ int tma_rows_per_stage(int k, int P) {
-    int rps = 8;
-    while (rps > P && (size_t)rps * k * 2 > TMA_STAGE_BYTES) rps >>= 1;
-    return rps;
-}
-
-template <int PRO, int EPI, bool LATE>
-__device__ __forceinline__ void gemv_tma(const unsigned short* x, const unsigned short* nw,
-                                         const unsigned short* w, void* y, int row0, int n,
-                                         int k, float eps, int stages) {
-    constexpr int P = EPI == 3 ? 2 : 1;
-    extern __shared__ __align__(128) unsigned char tsm[];
-    __shared__ unsigned long long full[TMA_MAX_STAGES];
-    __shared__ float scratch[32];
-    __shared__ float red[2][8];  // per warp: its row's share, by the stage's parity
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int k8 = k >> 3;
-    unsigned int rowb = (unsigned int)k * 2u;
-    int rps = tma_rows_per_stage(k, P), U = rps / P;
-    unsigned int stage_bytes = (rps * rowb + 127u) & ~127u;
-    unsigned short* xs = (unsigned short*)(tsm + (size_t)stages * stage_bytes);
-    float* res = (float*)(xs + ((k + 7) & ~7));
-    int cpb = (n + gridDim.x - 1) / gridDim.x;
-    int c0 = blockIdx.x * cpb, c1 = min(n, c0 + cpb);
-    int nst = c0 < c1 ? (c1 - c0 + U - 1) / U : 0;
-    // Thread 0: stage s of this block into slot s % stages.
-    auto fill = [&](int s) {
-        int slot = s % stages;
-        int c = c0 + s * U, cols = min(U, c1 - c);
-        unsigned int bytes = (unsigned int)cols * rowb;
-        unsigned int bar = smem_u32(&full[slot]);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                     "r"(bytes * P)
-                     : "memory");
-#pragma unroll
-        for (int p = 0; p < P; ++p) {
-            const unsigned short* src = w + ((size_t)p * n + c) * k;
-            unsigned int dst = smem_u32(tsm + (size_t)slot * stage_bytes + (size_t)p * U * rowb);
-            asm volatile(
-                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                "%2, [%3];" ::"r"(dst),
-                "l"(src), "r"(bytes), "r"(bar)
-                : "memory");
-        }
-    };
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < stages; ++i)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[i]))
-                         : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int s = 0; s < min(stages, nst); ++s) fill(s);
-    }
-    uint4 nv[GEMV_XC];
-    if (PRO == 1) {
-#pragma unroll
-        for (int j = 0; j < GEMV_XC; ++j) {
-            int c = threadIdx.x + j * blockDim.x;
-            nv[j] = ldg_if((const uint4*)nw + c, c < k8);
-        }
-    }
-    // Every barrier is made before any thread waits on one.
-    __syncthreads();
-    if (!LATE) pdl_trigger();
-    pdl_wait();
-    if (LATE) pdl_trigger();
-    {
-        const uint4* xr4 = (const uint4*)(x + (size_t)row0 * k);
-        uint4 xv[GEMV_XC];
-#pragma unroll
-        for (int j = 0; j < GEMV_XC; ++j) {
-            int c = threadIdx.x + j * blockDim.x;
-            xv[j] = ld_if(xr4 + c, c < k8);
-        }
-        if (EPI == 1) {
-            for (int t = threadIdx.x; t < c1 - c0; t += blockDim.x)
-                res[t] = bf2f(((const unsigned short*)y)[(size_t)row0 * n + c0 + t]);
-        }
-        if (PRO == 1) {
-            norm_pieces(xv, nv, k8, k, eps, scratch, (uint4*)xs);
-        } else {
-#pragma unroll
-            for (int j = 0; j < GEMV_XC; ++j) {
-                int c = threadIdx.x + j * blockDim.x;
-                if (c < k8) ((uint4*)xs)[c] = xv[j];
-            }
-        }
-    }
-    __syncthreads();
-    int wpr = 8 / rps, row = warp / wpr, sub = warp % wpr;
-    int part = row / U, cc = row % U;
-    const uint4* xs4 = (const uint4*)xs;
-    for (int s = 0; s < nst; ++s) {
-        int slot = s % stages;
-        mbar_wait_cta(&full[slot], (unsigned int)(s / stages) & 1u);
-        const uint4* ws =
-            (const uint4*)(tsm + (size_t)slot * stage_bytes + (size_t)(part * U + cc) * rowb);
-        float acc = 0.0f;
-        if (c0 + s * U + cc < c1) {
-            for (int j = sub * 32 + lane; j < k8; j += 32 * wpr) {
-                uint4 wv = ws[j], xv = xs4[j];
-                unsigned int ww[4] = {wv.x, wv.y, wv.z, wv.w};
-                unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    acc += __uint_as_float(ww[q] << 16) * __uint_as_float(xx[q] << 16);
-                    acc += __uint_as_float(ww[q] & 0xffff0000u) *
-                           __uint_as_float(xx[q] & 0xffff0000u);
-                }
-            }
-        }
-        for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-        if (lane == 0) red[s & 1][warp] = acc;
-        __syncthreads();
-        if (threadIdx.x == 0 && s + stages < nst) fill(s + stages);
-        int t = threadIdx.x, o = c0 + s * U + t;
-        if (t < U && o < c1) {
-            float a[P];
-#pragma unroll
-            for (int p = 0; p < P; ++p) {
-                float v = 0.0f;
-                for (int i = 0; i < wpr; ++i) v += red[s & 1][(p * U + t) * wpr + i];
-                a[p] = v;
-            }
-            size_t at = (size_t)row0 * n + o;
-            if (EPI == 0) {
-                ((unsigned short*)y)[at] = f2bf(a[0]);
-            } else if (EPI == 1) {
-                ((unsigned short*)y)[at] = f2bf(res[o - c0] + rbf(a[0]));
-            } else {
-                float gt = rbf(a[0]);
-                float silu = rbf(gt / (1.0f + __expf(-gt)));
-                ((unsigned short*)y)[at] = f2bf(silu * rbf(a[P - 1]));
-            }
-        }
-    }
-}
-
-// The instantiations (one row; arguments x, nw, w, y, row0, n, k, eps, stages; nw is ignored
-// without the norm): ll_gemv_tma_norm (q/k/v: the norm, bf16 out, triggering after its wait as
-// ll_gemv_norm), ll_gemv_tma_norm_swiglu (gate/up), ll_gemv_tma_res (o and down).
-#define LL_GEMV_TMA(NAME, PRO, EPI, LATE)                                                      \
-    extern "C" __global__ void __launch_bounds__(256, 1)                                        \
-        NAME(const unsigned short* x, const unsigned short* nw, const unsigned short* w,       \
-             void* y, int row0, int n, int k, float eps, int stages) {                         \
-        gemv_tma<PRO, EPI, LATE>(x, nw, w, y, row0, n, k, eps, stages);                        \
-    }
-LL_GEMV_TMA(ll_gemv_tma_norm, 1, 0, true)
-LL_GEMV_TMA(ll_gemv_tma_norm_swiglu, 1, 3, false)
-LL_GEMV_TMA(ll_gemv_tma_res, 0, 1, false)
-
 // ---- One-row GEMV whose weights stream through a ring in shared memory, per warp (cp.async).
 //
 // The same rounds as gemv above (GEMV_U 16-byte pieces per lane, columns in a grid stride,
 // `wpc` warps per column), but each lane copies its pieces with cp.async into its own slots of
-// a ring of RING rounds in shared memory, and reads back only what it copied itself (no
-// barrier between warps; a lane's groups complete in order). RING rounds are requested before
-// the programmatic wait, the registers hold no weights, and the kernel takes one or two
-// blocks per multiprocessor, so the next kernels' blocks can start beside it.
+// a ring of RING rounds in shared memory and reads back only what it copied itself (no barrier
+// between warps: a lane's groups complete in order). The first RING rounds are requested
+// before the programmatic wait, and no register holds a weight: the kernel takes 46 to 67
+// registers at up to two blocks per multiprocessor, where gemv fills the register file with
+// four, so the blocks of the kernels after it start beside it and load before their own waits.
+// When a layer's projections are small enough to be requested whole before their waits (a
+// launch-bound model), that chain of early starts is what a step is made of
+// (crates/graphsmith-llama/src/kernels.rs, ring_gemv_rule).
 // Dynamic shared memory: warps * RING * GEMV_U * 512 bytes (the rings), then K * 2 (the row).
 // Needs K % 8 == 0 and K <= 8,192, x and nw 16-byte aligned (the decoder checks).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
@@ -1611,18 +1388,16 @@ __device__ __forceinline__ void gemv_async(const unsigned short* x, const unsign
     asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
-// The instantiations (one row; arguments x, nw, w, y, row0, n, k, eps, wpc), for rings of 4
-// and 8 rounds: ll_gemv_async{4,8}_norm (q/k/v, triggering after its wait),
-// ll_gemv_async{4,8}_norm_swiglu (gate/up), ll_gemv_async{4,8}_res (o and down).
+// The instantiations (one row; arguments x, nw, w, y, row0, n, k, eps, wpc; nw is ignored
+// without the norm), rings of 4 rounds: ll_gemv_async_norm (q/k/v, triggering after its wait
+// as ll_gemv_norm), ll_gemv_async_norm_swiglu (gate/up), ll_gemv_async_res (o and down).
 #define LL_GEMV_ASYNC(NAME, PRO, EPI, LATE, RING)                                              \
     extern "C" __global__ void __launch_bounds__(256, 2)                                        \
         NAME(const unsigned short* x, const unsigned short* nw, const unsigned short* w,       \
              void* y, int row0, int n, int k, float eps, int wpc) {                            \
         gemv_async<PRO, EPI, LATE, RING>(x, nw, w, y, row0, n, k, eps, wpc);                   \
     }
-LL_GEMV_ASYNC(ll_gemv_async4_norm, 1, 0, true, 4)
-LL_GEMV_ASYNC(ll_gemv_async4_norm_swiglu, 1, 3, false, 4)
-LL_GEMV_ASYNC(ll_gemv_async4_res, 0, 1, false, 4)
-LL_GEMV_ASYNC(ll_gemv_async8_norm, 1, 0, true, 8)
-LL_GEMV_ASYNC(ll_gemv_async8_norm_swiglu, 1, 3, false, 8)
-LL_GEMV_ASYNC(ll_gemv_async8_res, 0, 1, false, 8)
+#define GEMV_RING 4
+LL_GEMV_ASYNC(ll_gemv_async_norm, 1, 0, true, GEMV_RING)
+LL_GEMV_ASYNC(ll_gemv_async_norm_swiglu, 1, 3, false, GEMV_RING)
+LL_GEMV_ASYNC(ll_gemv_async_res, 0, 1, false, GEMV_RING)

@@ -9,15 +9,16 @@ use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{
-    allow_smem, async_smem, attention_partials_len, device_attribute, gemv_async, gemv_tma, grid,
-    grid3, tma_smem, GemvGrid, DEFAULT_SMEM, GEMV_ROWS, QKV_WARPS_PER_COLUMN,
+    allow_smem, async_smem, attention_partials_len, device_attribute, gemv_async, grid, grid3,
+    ring_gemv_rule, GemvGrid, DEFAULT_SMEM, GEMV_ASYNC_BLOCKS_PER_SM, GEMV_ROWS,
+    QKV_WARPS_PER_COLUMN,
 };
 pub use crate::kernels::{
     attention_smem, gemv, gemv_head, AttentionLaunch, Gemm, GemvKernels, Kernels, Pdl,
     ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
     GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
 };
-use crate::prefetch::{prefetch_plan, PrefetchRange, Source, L2_PREFETCH_CHUNK};
+use crate::prefetch::{prefetch_plan, PrefetchRange, Source};
 use crate::tuning::Tuning;
 use crate::weights::DeviceWeights;
 
@@ -66,17 +67,14 @@ pub struct Decoder {
     act: DeviceBuffer<u16>,
     /// The most dynamic shared memory an attention block takes (opted into at creation).
     attention_smem_max: u32,
-    /// The most dynamic shared memory a bulk-copy GEMV block may take (they were allowed it).
-    smem_limit: usize,
+    /// Whether the ring GEMVs take this model's one-row projections, and whether the rule
+    /// runs them (`kernels::ring_gemv_rule`; `Tuning::ring_gemv` decides otherwise).
+    ring_fits: bool,
+    ring_rule: bool,
     /// The attention blocks' partial results (see `attention_partials_len`).
     attn_partials: DeviceBuffer<f32>,
     /// Per (row, key/value head): attention blocks done, 0 between launches.
     attn_counters: DeviceBuffer<u32>,
-    /// Where the L2 prefetches of [`Tuning::side_prefetch_bytes`] run, forked from the step's
-    /// stream after each q/k/v projection and joined back at the step's end.
-    side: Stream,
-    /// Whether the side stream has work of this step that the step's stream has not joined.
-    side_forked: bool,
 }
 
 impl Decoder {
@@ -172,18 +170,29 @@ impl Decoder {
             }
             gemv_max_rows = rows;
         }
-        // The bulk-copy GEMVs size their rings by the launch (`kernels::tma_smem`); their
-        // static shared memory (under 1 KiB) counts against the same limit.
-        let tma_limit = limit.saturating_sub(1024);
-        for k in [
-            &kernels.gemv_tma_norm,
-            &kernels.gemv_tma_norm_swiglu,
-            &kernels.gemv_tma_res,
-        ]
-        .into_iter()
-        .chain(kernels.gemv_async.iter().flatten())
-        {
-            allow_smem(k, tma_limit, "ll_gemv_tma_*")?;
+        // The ring GEMVs (one row): whether every K is one they take and their shared memory
+        // (rings and row, under 1 KiB of static beside) fits, then whether the rule runs them.
+        let ks = [config.hidden_size, config.q_dim(), config.intermediate_size];
+        let ring_fits = ks
+            .iter()
+            .all(|&k| async_smem(k).is_some_and(|b| b + 1024 <= limit));
+        let (h, q, f) = (config.hidden_size, config.q_dim(), config.intermediate_size);
+        let largest = [config.qkv_dim() * h, h * q, 2 * f * h, h * f]
+            .into_iter()
+            .max()
+            .unwrap_or(0)
+            * 2;
+        let ring_rule = ring_fits && ring_gemv_rule(largest, &ks, sm_count);
+        if let Some(bytes) = async_smem(kmax).filter(|_| ring_fits) {
+            if bytes + 1024 > DEFAULT_SMEM {
+                for k in [
+                    &kernels.gemv_async_norm,
+                    &kernels.gemv_async_norm_swiglu,
+                    &kernels.gemv_async_res,
+                ] {
+                    allow_smem(k, bytes, "ll_gemv_async_*")?;
+                }
+            }
         }
         // Where the device has it, the programmatic set is made now (same module) and used.
         let (kernels, other_kernels) = match kernels.programmatic() {
@@ -254,11 +263,10 @@ impl Decoder {
             cos,
             sin,
             attention_smem_max: smem as u32,
-            smem_limit: tma_limit,
+            ring_fits,
+            ring_rule,
             attn_partials,
             attn_counters,
-            side: ctx.stream("l2 prefetch")?,
-            side_forked: false,
         })
     }
 
@@ -337,7 +345,7 @@ impl Decoder {
                 max_ctx
             ],
         )?;
-        self.join_side(stream)
+        Ok(())
     }
 
     /// A step up to each row's argmax in `best` (embedding, layers, lm_head): what
@@ -404,12 +412,28 @@ impl Decoder {
         );
         let smem = launch.smem(group, c.head_dim) as u32;
         debug_assert!(smem <= self.attention_smem_max);
+        let lw = &self.weights.layers[l];
+        let next = match self.weights.layers.get(l + 1) {
+            Some(next) => &next.qkv,
+            None => self.weights.head(),
+        };
         let budget = if prefetch {
             self.tuning.prefetch_bytes()
         } else {
             0
         };
-        let [pa, pb, pc] = prefetch_ranges(&self.weights, l, budget);
+        let plan = prefetch_plan(
+            budget,
+            lw.gate_up.bytes() as u64,
+            lw.down.bytes() as u64,
+            next.bytes() as u64,
+        );
+        let pick = |r: &PrefetchRange| match r.source {
+            Source::GateUp => &lw.gate_up,
+            Source::Down => &lw.down,
+            Source::Next => next,
+        };
+        let [pa, pb, pc] = plan.each_ref().map(|r| (pick(r), r.offset, r.bytes));
         stream.launch(
             "rope + kv append + attention",
             self.kernels
@@ -451,52 +475,10 @@ impl Decoder {
         )
     }
 
-    /// After layer `l`'s q/k/v projection on `stream`: with a side budget
-    /// ([`Tuning::side_prefetch_bytes`]), forks the side stream there and asks L2 for the
-    /// attention's ranges and as many bytes more ([`prefetch_plan`] of both budgets; what the
-    /// attention already asked for is found in L2). The prefetch starts once the projection
-    /// has finished, so it does not compete with its loads, and its blocks hold back no
-    /// kernel of the step's chain. Only weights: nothing of a step writes them.
-    #[track_caller]
-    fn side_prefetch(&mut self, stream: &Stream, l: usize) -> graphsmith::Result<()> {
-        let side = self.tuning.side_prefetch_bytes();
-        if side == 0 {
-            return Ok(());
-        }
-        let mut ranges = prefetch_ranges(&self.weights, l, self.tuning.prefetch_bytes() + side);
-        let o = &self.weights.layers[l].o;
-        if self.tuning.side_prefetch_o.unwrap_or(false) && ranges[2].2 == 0 {
-            ranges[2] = (o, 0, o.bytes() as u64 & !15);
-        }
-        let total: u64 = ranges.iter().map(|r| r.2).sum();
-        let blocks = total
-            .div_ceil(L2_PREFETCH_CHUNK)
-            .clamp(1, u64::from(self.sm_count)) as u32;
-        let [pa, pb, pc] = ranges;
-        self.side.join(stream)?;
-        self.side_forked = true;
-        self.side.launch(
-            "l2 prefetch",
-            &self.kernels.l2_prefetch,
-            grid(blocks, 1, 32, 0),
-            args![pa.0, pa.1, pa.2, pb.0, pb.1, pb.2, pc.0, pc.1, pc.2],
-        )
-    }
-
-    /// Joins the side stream's work of this step (if any) into `stream`: the last call of a
-    /// step, after its final kernel, so that no kernel of the step's chain waits for it.
-    #[track_caller]
-    pub(crate) fn join_side(&mut self, stream: &Stream) -> graphsmith::Result<()> {
-        if self.side_forked {
-            stream.join(&self.side)?;
-            self.side_forked = false;
-        }
-        Ok(())
-    }
-
     /// Five kernels per layer: q/k/v with the input norm, attention, o with the residual,
     /// gate/up with the post-attention norm and SwiGLU, down with the residual; then lm_head
-    /// with the final norm and the argmax.
+    /// with the final norm and the argmax. At one row the projections run on the ring GEMV
+    /// where its rule (or the tuning) says so, on the register GEMV otherwise.
     fn issue_layers_gemv(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let c = self.config.clone();
         let eps = c.rms_norm_eps;
@@ -516,200 +498,115 @@ impl Decoder {
             warps_per_column: if i == 0 { Some(qkv_wpc) } else { wpc[i] },
             blocks_per_sm: per_sm,
         };
-        // The bulk-copy GEMV for projection `i` of (n, k, parts) at one row, when tuned on and
-        // the shape and its shared memory fit: its stage count.
-        let (tuning, smem_limit) = (self.tuning, self.smem_limit);
-        let tma = move |i: usize, n: usize, k: usize, parts: usize| -> Option<usize> {
-            let st = tuning.tma_stages_for(i).filter(|_| rows == 1)?;
-            let smem = tma_smem(n, k, parts, st, sm_count as usize)?;
-            (smem <= smem_limit).then_some(st)
-        };
-        // The cp.async ring GEMV for projection `i` with rows of `k` at one row, when tuned
-        // on and its shared memory fits: (ring, blocks).
-        let cpa = move |i: usize, k: usize| -> Option<(usize, u32)> {
-            let (ring, per_sm) = tuning.cp_async_for(i).filter(|_| rows == 1)?;
-            let smem = async_smem(k, ring)?;
-            (smem <= smem_limit).then_some((ring, sm_count * per_sm))
-        };
+        // Whether projection `i` runs on the ring GEMV, and its grid.
+        let (tuning, fits, rule) = (self.tuning, self.ring_fits, self.ring_rule);
+        let ring = move |i: usize| rows == 1 && fits && tuning.ring_gemv_for(i, rule);
+        let per_sm = tuning.ring_gemv_blocks.unwrap_or(GEMV_ASYNC_BLOCKS_PER_SM);
+        let ring_blocks = sm_count * per_sm;
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));
             let lw = &self.weights.layers[l];
-            if let Some((ring, blocks)) = cpa(0, h) {
-                let inputs = (&self.hidden, &lw.input_norm, &lw.qkv);
-                let kernel = &self.kernels.gemv_async[ring / 8][0];
-                let label = "gemv q/k/v + input norm";
-                let y = &mut self.qkv;
+            let label = "gemv q/k/v + input norm";
+            let inputs = (&self.hidden, &lw.input_norm, &lw.qkv);
+            if ring(0) {
+                let kernel = &self.kernels.gemv_async_norm;
+                let shape = (c.qkv_dim(), h);
                 gemv_async(
                     stream,
                     label,
                     kernel,
-                    blocks,
-                    inputs,
-                    y,
-                    (c.qkv_dim(), h, ring),
-                    eps,
-                )?;
-            } else if let Some(st) = tma(0, c.qkv_dim(), h, 1) {
-                let label = "gemv q/k/v + input norm";
-                let inputs = (&self.hidden, &lw.input_norm, &lw.qkv);
-                let kernel = &self.kernels.gemv_tma_norm;
-                let shape = (c.qkv_dim(), h, 1);
-                gemv_tma(
-                    stream,
-                    label,
-                    kernel,
-                    sm_count,
+                    ring_blocks,
                     inputs,
                     &mut self.qkv,
                     shape,
                     eps,
-                    st,
                 )?;
             } else {
-                let pre2 = rows == 1 && self.tuning.qkv_preload.unwrap_or(false);
-                let (kernels, grid_of) = if pre2 {
-                    let g = GemvGrid {
-                        blocks_per_sm: Some(3),
-                        ..sms(0)
-                    };
-                    (&self.kernels.gemv_norm_pre2, g)
-                } else {
-                    (&self.kernels.gemv_norm, sms(0))
-                };
+                let kernels = &self.kernels.gemv_norm;
+                let y = &mut self.qkv;
                 gemv(
                     stream,
-                    "gemv q/k/v + input norm",
+                    label,
                     kernels,
-                    grid_of,
-                    (&self.hidden, &lw.input_norm, &lw.qkv),
-                    &mut self.qkv,
+                    sms(0),
+                    inputs,
+                    y,
                     rows,
                     c.qkv_dim(),
                     h,
                     eps,
                 )?;
             }
-            if rows == 1 {
-                self.side_prefetch(stream, l)?;
-            }
             self.attention(stream, l, rows, true)?;
             let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            if let Some((ring, blocks)) = cpa(1, q) {
-                let inputs = (&self.attn, &lw.o, &lw.o);
-                let kernel = &k.gemv_async[ring / 8][2];
-                let y = &mut self.hidden;
+            let (label, inputs) = ("gemv o + residual", (&self.attn, &lw.o, &lw.o));
+            let y = &mut self.hidden;
+            if ring(1) {
                 gemv_async(
                     stream,
-                    "gemv o + residual",
-                    kernel,
-                    blocks,
-                    inputs,
-                    y,
-                    (h, q, ring),
-                    eps,
-                )?;
-            } else if let Some(st) = tma(1, h, q, 1) {
-                let label = "gemv o + residual";
-                let inputs = (&self.attn, &lw.o, &lw.o);
-                let y = &mut self.hidden;
-                gemv_tma(
-                    stream,
                     label,
-                    &k.gemv_tma_res,
-                    sm_count,
+                    &k.gemv_async_res,
+                    ring_blocks,
                     inputs,
                     y,
-                    (h, q, 1),
+                    (h, q),
                     eps,
-                    st,
                 )?;
             } else {
                 gemv(
                     stream,
-                    "gemv o + residual",
+                    label,
                     &k.gemv_res,
                     sms(1),
-                    (&self.attn, &lw.o, &lw.o),
-                    &mut self.hidden,
+                    inputs,
+                    y,
                     rows,
                     h,
                     q,
                     eps,
                 )?;
             }
-            if let Some((ring, blocks)) = cpa(2, h) {
-                let inputs = (&self.hidden, &lw.post_norm, &lw.gate_up);
-                let kernel = &k.gemv_async[ring / 8][1];
-                let label = "gemv gate/up + post-attention norm + swiglu";
-                let y = &mut self.act;
-                gemv_async(stream, label, kernel, blocks, inputs, y, (f, h, ring), eps)?;
-            } else if let Some(st) = tma(2, f, h, 2) {
-                let label = "gemv gate/up + post-attention norm + swiglu";
-                let inputs = (&self.hidden, &lw.post_norm, &lw.gate_up);
-                let kernel = &k.gemv_tma_norm_swiglu;
-                let y = &mut self.act;
-                gemv_tma(
-                    stream,
-                    label,
-                    kernel,
-                    sm_count,
-                    inputs,
-                    y,
-                    (f, h, 2),
-                    eps,
-                    st,
-                )?;
+            let label = "gemv gate/up + post-attention norm + swiglu";
+            let inputs = (&self.hidden, &lw.post_norm, &lw.gate_up);
+            let y = &mut self.act;
+            if ring(2) {
+                let kernel = &k.gemv_async_norm_swiglu;
+                gemv_async(stream, label, kernel, ring_blocks, inputs, y, (f, h), eps)?;
             } else {
                 gemv(
                     stream,
-                    "gemv gate/up + post-attention norm + swiglu",
+                    label,
                     &k.gemv_norm_swiglu,
                     sms(2),
-                    (&self.hidden, &lw.post_norm, &lw.gate_up),
-                    &mut self.act,
+                    inputs,
+                    y,
                     rows,
                     f,
                     h,
                     eps,
                 )?;
             }
-            if let Some((ring, blocks)) = cpa(3, f) {
-                let inputs = (&self.act, &lw.down, &lw.down);
-                let kernel = &k.gemv_async[ring / 8][2];
-                let y = &mut self.hidden;
+            let (label, inputs) = ("gemv down + residual", (&self.act, &lw.down, &lw.down));
+            let y = &mut self.hidden;
+            if ring(3) {
                 gemv_async(
                     stream,
-                    "gemv down + residual",
-                    kernel,
-                    blocks,
-                    inputs,
-                    y,
-                    (h, f, ring),
-                    eps,
-                )?;
-            } else if let Some(st) = tma(3, h, f, 1) {
-                let label = "gemv down + residual";
-                let inputs = (&self.act, &lw.down, &lw.down);
-                let y = &mut self.hidden;
-                gemv_tma(
-                    stream,
                     label,
-                    &k.gemv_tma_res,
-                    sm_count,
+                    &k.gemv_async_res,
+                    ring_blocks,
                     inputs,
                     y,
-                    (h, f, 1),
+                    (h, f),
                     eps,
-                    st,
                 )?;
             } else {
                 gemv(
                     stream,
-                    "gemv down + residual",
+                    label,
                     &k.gemv_res,
                     sms(3),
-                    (&self.act, &lw.down, &lw.down),
-                    &mut self.hidden,
+                    inputs,
+                    y,
                     rows,
                     h,
                     f,
@@ -843,32 +740,6 @@ impl graphsmith::Workload<usize> for Decoder {
     ) -> graphsmith::Result<()> {
         self.issue_step(stream, *shape)
     }
-}
-
-/// The three ranges of weights a prefetch of `budget` bytes after layer `l`'s q/k/v
-/// projection asks L2 for ([`prefetch_plan`]): (buffer, byte offset, bytes).
-fn prefetch_ranges(
-    weights: &DeviceWeights,
-    l: usize,
-    budget: u64,
-) -> [(&DeviceBuffer<u16>, u64, u64); 3] {
-    let lw = &weights.layers[l];
-    let next = match weights.layers.get(l + 1) {
-        Some(next) => &next.qkv,
-        None => weights.head(),
-    };
-    let plan = prefetch_plan(
-        budget,
-        lw.gate_up.bytes() as u64,
-        lw.down.bytes() as u64,
-        next.bytes() as u64,
-    );
-    let pick = |r: &PrefetchRange| match r.source {
-        Source::GateUp => &lw.gate_up,
-        Source::Down => &lw.down,
-        Source::Next => next,
-    };
-    plan.map(|r| (pick(&r), r.offset, r.bytes))
 }
 
 /// The token and position arrays (`capacity` long) for `rows`: rows past `rows.len()`, and rows

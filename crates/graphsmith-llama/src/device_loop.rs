@@ -99,8 +99,7 @@ impl Decoder {
                             max_steps as i32,
                             more
                         ],
-                    )?;
-                    self.join_side(s)
+                    )
                 })
                 .map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))?;
         }

@@ -249,9 +249,6 @@ pub struct Kernels {
     pub loop_advance: Kernel,
     /// GEMV with the RMSNorm as prologue, bf16 out (q/k/v; gate/up on the unfused path).
     pub gemv_norm: GemvKernels,
-    /// `gemv_norm` whose one-row instantiation loads two rounds of weights before its wait
-    /// (`ll_gemv_norm_pre2_1`, three blocks per multiprocessor; `--tune qpre=1`).
-    pub gemv_norm_pre2: GemvKernels,
     /// GEMV with the RMSNorm as prologue and SwiGLU as epilogue (gate/up: two weight rows per
     /// output column, bf16 activation out).
     pub gemv_norm_swiglu: GemvKernels,
@@ -263,19 +260,13 @@ pub struct Kernels {
     pub gemv_norm_f32: GemvKernels,
     /// The same, with each row's argmax folded into `best` (lm_head when the argmax is fused).
     pub gemv_head: GemvKernels,
-    /// `ll_l2_prefetch`: bulk L2 prefetches of weights, launched on the decoder's side stream
-    /// (never programmatic: it starts once the q/k/v projection before it has finished).
-    pub l2_prefetch: Kernel,
-    /// One-row GEMVs streamed through shared memory by bulk copies ([`gemv_tma`]): q/k/v with
-    /// the input norm (triggering after its wait, as `gemv_norm`), gate/up with the norm and
-    /// SwiGLU, o and down with the residual.
-    pub gemv_tma_norm: Kernel,
-    pub gemv_tma_norm_swiglu: Kernel,
-    pub gemv_tma_res: Kernel,
-    /// One-row GEMVs whose lanes stream their weights through rings of 4 and 8 rounds in
-    /// shared memory with cp.async ([`gemv_async`]): [q/k/v with the norm, gate/up with the
-    /// norm and SwiGLU, o and down with the residual], for rings of 4 and of 8.
-    pub gemv_async: [[Kernel; 3]; 2],
+    /// One-row GEMVs whose lanes stream their weights through rings in shared memory
+    /// ([`gemv_async`], the rule where [`ring_gemv_rule`] says so): q/k/v with the norm
+    /// (triggering after its wait, as `gemv_norm`), gate/up with the norm and SwiGLU, o and
+    /// down with the residual.
+    pub gemv_async_norm: Kernel,
+    pub gemv_async_norm_swiglu: Kernel,
+    pub gemv_async_res: Kernel,
     _module: Module,
 }
 
@@ -310,35 +301,14 @@ impl Kernels {
             // The q/k/v projection lets its dependents start only after its wait (LATE in the
             // kernel source): the attention after it reads before its own wait.
             gemv_norm: GemvKernels::load(&module, "ll_gemv_norm")?.triggering_after_wait(),
-            gemv_norm_pre2: {
-                let g = GemvKernels::load(&module, "ll_gemv_norm")?;
-                let [_, b, c, d] = g.by_rows;
-                GemvKernels {
-                    by_rows: [module.kernel("ll_gemv_norm_pre2_1")?, b, c, d],
-                }
-                .triggering_after_wait()
-            },
             gemv_norm_swiglu: GemvKernels::load(&module, "ll_gemv_norm_swiglu")?,
             gemv_res: GemvKernels::load(&module, "ll_gemv_res")?,
             gemv_swiglu_res: GemvKernels::load(&module, "ll_gemv_swiglu_res")?,
             gemv_norm_f32: GemvKernels::load(&module, "ll_gemv_norm_f32")?,
             gemv_head: GemvKernels::load(&module, "ll_gemv_head")?,
-            l2_prefetch: module.kernel("ll_l2_prefetch")?,
-            gemv_tma_norm: module.kernel("ll_gemv_tma_norm")?.triggers_after_wait(),
-            gemv_tma_norm_swiglu: module.kernel("ll_gemv_tma_norm_swiglu")?,
-            gemv_tma_res: module.kernel("ll_gemv_tma_res")?,
-            gemv_async: [
-                [
-                    module.kernel("ll_gemv_async4_norm")?.triggers_after_wait(),
-                    module.kernel("ll_gemv_async4_norm_swiglu")?,
-                    module.kernel("ll_gemv_async4_res")?,
-                ],
-                [
-                    module.kernel("ll_gemv_async8_norm")?.triggers_after_wait(),
-                    module.kernel("ll_gemv_async8_norm_swiglu")?,
-                    module.kernel("ll_gemv_async8_res")?,
-                ],
-            ],
+            gemv_async_norm: module.kernel("ll_gemv_async_norm")?.triggers_after_wait(),
+            gemv_async_norm_swiglu: module.kernel("ll_gemv_async_norm_swiglu")?,
+            gemv_async_res: module.kernel("ll_gemv_async_res")?,
             _module: module,
         })
     }
@@ -398,22 +368,14 @@ impl Kernels {
             advance: self.advance.clone().programmatic()?,
             loop_advance: self.loop_advance.clone().programmatic()?,
             gemv_norm: self.gemv_norm.programmatic()?,
-            gemv_norm_pre2: self.gemv_norm_pre2.programmatic()?,
             gemv_norm_swiglu: self.gemv_norm_swiglu.programmatic()?,
             gemv_res: self.gemv_res.programmatic()?,
             gemv_swiglu_res: self.gemv_swiglu_res.programmatic()?,
             gemv_norm_f32: self.gemv_norm_f32.programmatic()?,
             gemv_head: self.gemv_head.programmatic()?,
-            // Plain: it follows the q/k/v projection on another stream, after its end.
-            l2_prefetch: self.l2_prefetch.clone(),
-            gemv_tma_norm: self.gemv_tma_norm.clone().programmatic()?,
-            gemv_tma_norm_swiglu: self.gemv_tma_norm_swiglu.clone().programmatic()?,
-            gemv_tma_res: self.gemv_tma_res.clone().programmatic()?,
-            gemv_async: {
-                let p = |k: &Kernel| k.clone().programmatic();
-                let [[a, b, c], [d, e, f]] = &self.gemv_async;
-                [[p(a)?, p(b)?, p(c)?], [p(d)?, p(e)?, p(f)?]]
-            },
+            gemv_async_norm: self.gemv_async_norm.clone().programmatic()?,
+            gemv_async_norm_swiglu: self.gemv_async_norm_swiglu.clone().programmatic()?,
+            gemv_async_res: self.gemv_async_res.clone().programmatic()?,
             _module: self._module.clone(),
         })
     }
@@ -666,84 +628,40 @@ pub fn warps_per_column_within(n: usize, k: usize, want: usize) -> usize {
 /// (`2026-12-02-llama-11.md`).
 pub const QKV_WARPS_PER_COLUMN: usize = 1;
 
-/// Most stages of a [`gemv_tma`] ring (`TMA_MAX_STAGES` in the kernel source).
-pub const TMA_MAX_STAGES: usize = 8;
+/// Rounds in each lane's ring of a [`gemv_async`] (`GEMV_RING` in the kernel source).
+pub const GEMV_RING: usize = 4;
 
-/// Stages of a [`gemv_tma`] ring unless tuned otherwise.
-pub const TMA_STAGES: usize = 4;
+/// Bytes of one round of one warp: 4 pieces of 16 bytes per lane (`GEMV_U`).
+const ROUND_BYTES: usize = 4 * 16 * 32;
 
-/// Bytes of one stage of a [`gemv_tma`] ring for rows of `k` bf16 and `parts` weight rows per
-/// output column (as `tma_rows_per_stage` in the kernel source: a power of two up to 8 rows,
-/// at most 16 KiB unless one column's rows need more, rounded up to 128 bytes).
-pub fn tma_stage_bytes(k: usize, parts: usize) -> usize {
-    let mut rows = 8;
-    while rows > parts && rows * k * 2 > 16 << 10 {
-        rows /= 2;
-    }
-    (rows * k * 2).next_multiple_of(128)
-}
+/// Blocks per multiprocessor of a [`gemv_async`] unless tuned otherwise.
+pub const GEMV_ASYNC_BLOCKS_PER_SM: u32 = 2;
 
-/// Dynamic shared memory of a [`gemv_tma`] launch with `stages` stages over `blocks` blocks,
-/// or `None` when the shape is not one it takes (K a multiple of 8, at most 8,192).
-pub fn tma_smem(n: usize, k: usize, parts: usize, stages: usize, blocks: usize) -> Option<usize> {
-    if k == 0 || !k.is_multiple_of(8) || k > 8192 || stages == 0 || stages > TMA_MAX_STAGES {
-        return None;
-    }
-    Some(stages * tma_stage_bytes(k, parts) + k * 2 + 4 * n.div_ceil(blocks.max(1)))
-}
-
-/// One row of `y[n] (op)= prologue(x)[k] @ w[n, k]^T` on a `ll_gemv_tma_*` kernel: one block
-/// per multiprocessor, each a contiguous run of columns streamed through `stages` stages of
-/// shared memory (see the kernel source). `parts` is 2 for gate/up (rows `o` and `n + o`).
-/// The caller checks the shape with [`tma_smem`] and allowed the kernel that much shared
-/// memory.
-#[track_caller]
-#[allow(clippy::too_many_arguments)]
-pub fn gemv_tma(
-    stream: &Stream,
-    label: &str,
-    kernel: &Kernel,
-    sm_count: u32,
-    inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
-    y: &mut DeviceBuffer<u16>,
-    (n, k, parts): (usize, usize, usize),
-    eps: f32,
-    stages: usize,
-) -> graphsmith::Result<()> {
-    let (x, nw, w) = inputs;
-    let blocks = sm_count.max(1);
-    let smem = tma_smem(n, k, parts, stages, blocks as usize).unwrap_or(0);
-    stream.launch(
-        label,
-        kernel,
-        grid(blocks, 1, GEMV_THREADS, smem as u32),
-        args![
-            x,
-            nw,
-            w,
-            &mut *y,
-            0i32,
-            n as i32,
-            k as i32,
-            eps,
-            stages as i32
-        ],
-    )
-}
-
-/// Dynamic shared memory of a [`gemv_async`] launch with rings of `ring` rounds, or `None`
-/// when the shape is not one it takes (K a multiple of 8, at most 8,192).
-pub fn async_smem(k: usize, ring: usize) -> Option<usize> {
+/// Dynamic shared memory of a [`gemv_async`] block (the warps' rings, then the input row), or
+/// `None` when the shape is not one it takes (K a multiple of 8, at most 8,192).
+pub fn async_smem(k: usize) -> Option<usize> {
     if k == 0 || !k.is_multiple_of(8) || k > 8192 {
         return None;
     }
-    Some((GEMV_THREADS as usize / 32) * ring * 4 * 512 + k * 2)
+    Some((GEMV_THREADS as usize / 32) * GEMV_RING * ROUND_BYTES + k * 2)
 }
 
-/// One row of `y[n] (op)= prologue(x)[k] @ w[n, k]^T` on a `ll_gemv_async*` kernel (rings of
-/// `ring` rounds: 4 or 8, the kernel's) over `blocks` blocks, [`warps_per_column_within`] them.
-/// `parts` is 2 for gate/up. The caller checks the shape with [`async_smem`] and allowed the
-/// kernel that much shared memory.
+/// Whether a model's one-row projections run on [`gemv_async`]: when the largest of a layer's
+/// projections (`largest_bytes` of weights) is no more than its rings hold, so that every
+/// projection is requested whole before its programmatic wait, and every K (`ks`) is one it
+/// takes. Measured on an H200 against the register GEMV (`bench --tune cpa=15`,
+/// `bench/results/2026-12-02-llama-12.md`): -38.8 us per step on the small config (at most 3.5
+/// MB per projection; rings of 17 MB), +75.8 us on the 1B (gate/up 67 MB, down 34 MB: there the
+/// projections stream, which the register GEMV's four blocks per multiprocessor do faster).
+pub fn ring_gemv_rule(largest_bytes: usize, ks: &[usize], sm_count: u32) -> bool {
+    let warps =
+        sm_count as usize * GEMV_ASYNC_BLOCKS_PER_SM as usize * (GEMV_THREADS as usize / 32);
+    largest_bytes <= warps * GEMV_RING * ROUND_BYTES && ks.iter().all(|&k| async_smem(k).is_some())
+}
+
+/// One row of `y[n] (op)= prologue(x)[k] @ w[n, k]^T` on a `ll_gemv_async_*` kernel over up to
+/// `blocks` blocks, [`warps_per_column_within`] them per output column. The caller checks K
+/// with [`async_smem`] and allowed the kernel that much shared memory.
 #[track_caller]
 #[allow(clippy::too_many_arguments)]
 pub fn gemv_async(
@@ -753,14 +671,14 @@ pub fn gemv_async(
     blocks: u32,
     inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
     y: &mut DeviceBuffer<u16>,
-    (n, k, ring): (usize, usize, usize),
+    (n, k): (usize, usize),
     eps: f32,
 ) -> graphsmith::Result<()> {
     let (x, nw, w) = inputs;
     let warps = (GEMV_THREADS / 32) as usize;
     let wpc = warps_per_column_within(n, k, blocks as usize * warps);
     let blocks = (n * wpc).div_ceil(warps).min(blocks as usize).max(1) as u32;
-    let smem = async_smem(k, ring).unwrap_or(0);
+    let smem = async_smem(k).unwrap_or(0);
     stream.launch(
         label,
         kernel,
@@ -828,6 +746,22 @@ mod tests {
         assert_eq!(warps_per_column(4, 2048, 2), 8);
         assert_eq!(warps_per_column(12, 1032, 2), 4);
         assert_eq!(warps_per_column(20, 576, 2), 2);
+    }
+
+    #[test]
+    fn the_ring_gemv_serves_models_whose_projections_fit_its_rings() {
+        use super::{async_smem, ring_gemv_rule};
+        let bf = |n: usize, k: usize| n * k * 2;
+        // H200 (132 multiprocessors): rings of 264 blocks x 8 warps x 4 rounds x 2 KiB, 17.3 MB.
+        // The small config: gate/up (2 x 1536 x 576) is its largest projection.
+        assert!(ring_gemv_rule(bf(3072, 576), &[576, 576, 1536], 132));
+        // The 1B config: gate/up (2 x 8192 x 2048) streams.
+        assert!(!ring_gemv_rule(bf(16_384, 2048), &[2048, 2048, 8192], 132));
+        // A K it does not take, and the limits of K.
+        assert!(!ring_gemv_rule(100, &[576, 577], 132));
+        assert_eq!(async_smem(8192), Some(8 * 4 * 2048 + 16_384));
+        assert_eq!(async_smem(8200), None);
+        assert_eq!(async_smem(0), None);
     }
 
     #[test]

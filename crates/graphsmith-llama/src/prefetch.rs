@@ -20,9 +20,6 @@
 //! The gate/up GEMV reads its gate and up rows together (column `o` takes rows `o` and
 //! `n + o`), so a budget smaller than gate/up takes the beginning of each half.
 
-/// Bytes per bulk prefetch instruction (`L2_PREFETCH_CHUNK` in the kernel source).
-pub const L2_PREFETCH_CHUNK: u64 = 16 << 10;
-
 /// Which weight buffer a range lies in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {

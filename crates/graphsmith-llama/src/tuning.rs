@@ -3,7 +3,8 @@
 //! projection, the projections' blocks per multiprocessor, a cap on the attention's splits,
 //! whether the attention loads before its programmatic wait, how many bytes of the next
 //! weights it asks L2 for (`crate::prefetch`), before or after that wait, whether it runs
-//! as thread block clusters. They change how the work is spread over the
+//! as thread block clusters, which one-row projections run on the ring GEMV
+//! (`kernels::gemv_async`) and on how many blocks. They change how the work is spread over the
 //! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
 //! may differ from the rules' by rounding, and must pass the same checks
 //! (`tests/gpu_decode.rs` runs the host-reference check with two extreme choices).
@@ -46,33 +47,16 @@ pub struct Tuning {
     /// Where each attention block lets the next kernel (the o projection) start: 0 before its
     /// programmatic wait (the rule), 1 after it, 2 after its dot products, 3 at its exit.
     pub attention_trigger: Option<u8>,
-    /// MiB more of the next weights asked of L2 at one row by a kernel of its own on a side
-    /// stream, started once each q/k/v projection has finished (`Decoder`'s side prefetch;
-    /// the rule: [`SIDE_PREFETCH_MIB_RULE`]; 0: none).
-    pub side_prefetch_mib: Option<u64>,
-    /// Whether that side prefetch also asks for the layer's o projection weights, where its
-    /// plan leaves a range free (the rule: no).
-    pub side_prefetch_o: Option<bool>,
-    /// Which one-row projections run on the bulk-copy GEMV (`kernels::gemv_tma`), a bit
-    /// each: 1 q/k/v, 2 o, 4 gate/up, 8 down (the rule: none).
-    pub tma: Option<u8>,
-    /// Stages of that GEMV's shared-memory ring (1 to `kernels::TMA_MAX_STAGES`; the rule:
-    /// `kernels::TMA_STAGES`).
-    pub tma_stages: Option<usize>,
-    /// Whether the q/k/v projection at one row loads two rounds of weights before its wait
-    /// (`ll_gemv_norm_pre2_1`, three blocks per multiprocessor; the rule: no).
-    pub qkv_preload: Option<bool>,
-    /// Which one-row projections run on the cp.async ring GEMV (`kernels::gemv_async`), a bit
-    /// each as `tma` (the rule: none), with rings of `cpar` rounds (4 or 8; the rule: 4) over
-    /// `cpab` blocks per multiprocessor (1 or 2; the rule: 2).
-    pub cp_async: Option<u8>,
-    pub cp_async_ring: Option<usize>,
-    pub cp_async_blocks: Option<u32>,
+    /// Which one-row projections run on the ring GEMV (`kernels::gemv_async`), a bit each: 1
+    /// q/k/v, 2 o, 4 gate/up, 8 down (the rule: all or none, `kernels::ring_gemv_rule`).
+    pub ring_gemv: Option<u8>,
+    /// The ring GEMV's blocks per multiprocessor (1 or 2; the rule:
+    /// `kernels::GEMV_ASYNC_BLOCKS_PER_SM`).
+    pub ring_gemv_blocks: Option<u32>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
-const OTHER_KEYS: &str =
-    "splits, blocks, early, pf, pfw, pfs, pfo, cluster, atrig, tma, tmas, qpre, cpa, cpar, cpab";
+const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig, cpa, cpab";
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200:
 /// 8 MiB before the wait was the fastest budget on both configs in the sixth pass (4 to 32
@@ -80,9 +64,6 @@ const OTHER_KEYS: &str =
 /// pass, `2026-12-02-llama-10.md`) 4 MiB is, by 2.5-5 us per step on both configs. More
 /// competes with the q/k/v projection still streaming.
 pub const PREFETCH_MIB_RULE: u64 = 4;
-
-/// MiB the side stream's prefetch adds unless `pfs=N` says otherwise (0: no side prefetch).
-pub const SIDE_PREFETCH_MIB_RULE: u64 = 0;
 
 impl Tuning {
     /// Whether every choice is the rules'.
@@ -95,27 +76,11 @@ impl Tuning {
         self.prefetch_mib.unwrap_or(PREFETCH_MIB_RULE) << 20
     }
 
-    /// Bytes the side stream's prefetch asks L2 for beyond the attention's, at one row.
-    pub fn side_prefetch_bytes(&self) -> u64 {
-        self.side_prefetch_mib.unwrap_or(SIDE_PREFETCH_MIB_RULE) << 20
-    }
-
-    /// Whether projection `i` (in [`PROJECTIONS`]' order) runs on the bulk-copy GEMV at one
-    /// row, and with how many stages.
-    pub fn tma_stages_for(&self, i: usize) -> Option<usize> {
-        (i < 4 && self.tma.unwrap_or(0) >> i & 1 == 1)
-            .then(|| self.tma_stages.unwrap_or(crate::kernels::TMA_STAGES))
-    }
-
-    /// Whether projection `i` runs on the cp.async ring GEMV at one row: (ring, blocks per
-    /// multiprocessor).
-    pub fn cp_async_for(&self, i: usize) -> Option<(usize, u32)> {
-        (i < 4 && self.cp_async.unwrap_or(0) >> i & 1 == 1).then(|| {
-            (
-                self.cp_async_ring.unwrap_or(4),
-                self.cp_async_blocks.unwrap_or(2),
-            )
-        })
+    /// Whether projection `i` (in [`PROJECTIONS`]' order) runs on the ring GEMV at one row,
+    /// given the rule's answer for the model (`by_rule`).
+    pub fn ring_gemv_for(&self, i: usize, by_rule: bool) -> bool {
+        let mask = self.ring_gemv.unwrap_or(if by_rule { 15 } else { 0 });
+        i < 4 && mask >> i & 1 == 1
     }
 
     /// Whether the attention loads its position and first round of K and V before its
@@ -142,8 +107,9 @@ impl FromStr for Tuning {
     type Err = String;
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
-    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf and
-    /// pfs (MiB, up to 1024), pfo (0 or 1), pfw (0 or 1), cluster (0 or 1) and atrig (0 to 3).
+    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
+    /// up to 1024), pfw (0 or 1), cluster (0 or 1), atrig (0 to 3), cpa (0 to 15) and cpab (1
+    /// or 2).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -161,23 +127,16 @@ impl FromStr for Tuning {
             let n: usize = value
                 .parse()
                 .map_err(|_| format!("{key}={value}: not a whole number"))?;
-            if key == "pf" || key == "pfs" {
+            if key == "pf" {
                 if n > 1024 {
-                    return Err(format!("{key}={n}: at most 1024 MiB"));
+                    return Err(format!("pf={n}: at most 1024 MiB"));
                 }
-                let mib = if key == "pf" {
-                    &mut t.prefetch_mib
-                } else {
-                    &mut t.side_prefetch_mib
-                };
-                *mib = Some(n as u64);
+                t.prefetch_mib = Some(n as u64);
                 continue;
             }
             // The keys that are a yes (1) or a no (0).
             let flag = match key {
                 "pfw" => Some(&mut t.prefetch_after_wait),
-                "pfo" => Some(&mut t.side_prefetch_o),
-                "qpre" => Some(&mut t.qkv_preload),
                 "cluster" => Some(&mut t.attention_cluster),
                 "early" => Some(&mut t.attention_early),
                 _ => None,
@@ -204,40 +163,14 @@ impl FromStr for Tuning {
                         "cpa={n}: a sum of 1 (q/k/v), 2 (o), 4 (gate/up) and 8 (down)"
                     ));
                 }
-                t.cp_async = Some(n as u8);
-                continue;
-            }
-            if key == "cpar" {
-                if n != 4 && n != 8 {
-                    return Err(format!("cpar={n}: 4 or 8 rounds"));
-                }
-                t.cp_async_ring = Some(n);
+                t.ring_gemv = Some(n as u8);
                 continue;
             }
             if key == "cpab" {
                 if n != 1 && n != 2 {
                     return Err(format!("cpab={n}: 1 or 2 blocks per multiprocessor"));
                 }
-                t.cp_async_blocks = Some(n as u32);
-                continue;
-            }
-            if key == "tma" {
-                if n > 15 {
-                    return Err(format!(
-                        "tma={n}: a sum of 1 (q/k/v), 2 (o), 4 (gate/up) and 8 (down)"
-                    ));
-                }
-                t.tma = Some(n as u8);
-                continue;
-            }
-            if key == "tmas" {
-                if !(1..=crate::kernels::TMA_MAX_STAGES).contains(&n) {
-                    return Err(format!(
-                        "tmas={n}: 1 to {} stages",
-                        crate::kernels::TMA_MAX_STAGES
-                    ));
-                }
-                t.tma_stages = Some(n);
+                t.ring_gemv_blocks = Some(n as u32);
                 continue;
             }
             if key == "blocks" {
@@ -291,12 +224,6 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.prefetch_mib {
             parts.push(format!("pf={n}"));
         }
-        if let Some(n) = self.side_prefetch_mib {
-            parts.push(format!("pfs={n}"));
-        }
-        if let Some(o) = self.side_prefetch_o {
-            parts.push(format!("pfo={}", u8::from(o)));
-        }
         if let Some(w) = self.prefetch_after_wait {
             parts.push(format!("pfw={}", u8::from(w)));
         }
@@ -306,22 +233,10 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.attention_trigger {
             parts.push(format!("atrig={n}"));
         }
-        if let Some(n) = self.tma {
-            parts.push(format!("tma={n}"));
-        }
-        if let Some(n) = self.tma_stages {
-            parts.push(format!("tmas={n}"));
-        }
-        if let Some(q) = self.qkv_preload {
-            parts.push(format!("qpre={}", u8::from(q)));
-        }
-        if let Some(n) = self.cp_async {
+        if let Some(n) = self.ring_gemv {
             parts.push(format!("cpa={n}"));
         }
-        if let Some(n) = self.cp_async_ring {
-            parts.push(format!("cpar={n}"));
-        }
-        if let Some(n) = self.cp_async_blocks {
+        if let Some(n) = self.ring_gemv_blocks {
             parts.push(format!("cpab={n}"));
         }
         if parts.is_empty() {
@@ -346,11 +261,9 @@ mod tests {
             "o=4,blocks=2",
             "splits=4,early=0",
             "pf=16,pfw=0",
-            "pf=0,pfs=24,pfo=1",
             "splits=8,cluster=0",
             "atrig=2",
-            "tma=15,tmas=6,qpre=1",
-            "cpa=15,cpar=8,cpab=1",
+            "cpa=5,cpab=1",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -371,11 +284,10 @@ mod tests {
         assert!(err("blocks=5").contains("1 to 4"));
         assert!(err("early=2").contains("0 or 1"));
         assert!(err("pf=2000").contains("at most 1024"));
-        assert!(err("pfs=2000").contains("pfs=2000: at most 1024"));
         assert!(err("pfw=3").contains("0 or 1"));
         assert!(err("cluster=2").contains("0 or 1"));
         assert!(err("o=x").contains("not a whole number"));
-        assert!(err("tma=16").contains("8 (down)"));
-        assert!(err("tmas=9").contains("1 to 8"));
+        assert!(err("cpa=16").contains("8 (down)"));
+        assert!(err("cpab=3").contains("1 or 2"));
     }
 }

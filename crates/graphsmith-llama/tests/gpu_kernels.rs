@@ -1,6 +1,7 @@
 //! GPU tests of the decoder's kernels one by one (ignored without a GPU), each against a host
 //! reference on random inputs, outputs poisoned first: the fused GEMV variants (rows 1, 3, 8 and
 //! 11, which runs in chunks; K odd and K a multiple of 8; more columns than warps in the grid),
+//! the ring GEMV's (one row; its rings refilled or not; 1 to 8 warps per column),
 //! the decode attention (several positions, a padded row, group sizes 2 to 16, split over 1 to
 //! 64 blocks per row and KV head, and as clusters of 8 blocks combining in distributed shared
 //! memory; launched twice) and the argmax
@@ -12,8 +13,8 @@
 use graphsmith::model::Dim3;
 use graphsmith::{args, Context, DeviceBuffer, LaunchConfig, Stream};
 use graphsmith_llama::kernels::{
-    allow_smem, async_smem, attention_splits, gemv, gemv_async, gemv_head, gemv_tma, tma_smem,
-    AttentionLaunch, GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER,
+    allow_smem, async_smem, attention_splits, gemv, gemv_async, gemv_head, AttentionLaunch,
+    GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER,
     ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 use graphsmith_llama::Config;
@@ -83,8 +84,6 @@ const POISON: u16 = 0x7fc1;
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Variant {
     Norm,
-    /// Norm with two rounds of weights loaded before the wait at one row (`gemv_norm_pre2`).
-    NormPre2,
     /// The norm as prologue, SwiGLU as epilogue: weights [2n, k] (gate rows, then up rows).
     NormSwiglu,
     Residual,
@@ -97,11 +96,7 @@ enum Variant {
 /// The prologue's input row (bf16 values as f32), as the unfused kernels compute it.
 fn prologue(v: Variant, x: &[u16], nw: &[u16], k: usize, eps: f32) -> Vec<f32> {
     match v {
-        Variant::Norm
-        | Variant::NormPre2
-        | Variant::NormF32
-        | Variant::NormSwiglu
-        | Variant::Head => {
+        Variant::Norm | Variant::NormF32 | Variant::NormSwiglu | Variant::Head => {
             let xf: Vec<f32> = x.iter().map(|&b| from_bf(b)).collect();
             let ms = xf.iter().map(|v| v * v).sum::<f32>() / k as f32;
             let inv = 1.0 / (ms + eps).sqrt();
@@ -121,22 +116,6 @@ fn prologue(v: Variant, x: &[u16], nw: &[u16], k: usize, eps: f32) -> Vec<f32> {
     }
 }
 
-/// How a GEMV runs: the register GEMV (`gemv`), or the bulk-copy one (`gemv_tma`, one row)
-/// over `blocks` blocks with `stages` stages.
-#[derive(Clone, Copy, Debug)]
-enum Path {
-    Registers,
-    Tma {
-        blocks: u32,
-        stages: usize,
-    },
-    /// The cp.async ring GEMV (`gemv_async`, one row) over `blocks` blocks, rings of `ring`.
-    Async {
-        blocks: u32,
-        ring: usize,
-    },
-}
-
 fn check_gemv(
     ctx: &Context,
     st: &Stream,
@@ -146,9 +125,11 @@ fn check_gemv(
     n: usize,
     k: usize,
 ) {
-    check_gemv_on(ctx, st, kernels, v, rows, n, k, Path::Registers)
+    check_gemv_on(ctx, st, kernels, v, rows, n, k, None)
 }
 
+/// [`check_gemv`] on the register GEMV, or with `ring_blocks` on the ring GEMV (`gemv_async`,
+/// one row) over up to that many blocks.
 #[allow(clippy::too_many_arguments)]
 fn check_gemv_on(
     ctx: &Context,
@@ -158,7 +139,7 @@ fn check_gemv_on(
     rows: usize,
     n: usize,
     k: usize,
-    path: Path,
+    ring_blocks: Option<u32>,
 ) {
     let mut rng = Rng(0x9e37_79b9 ^ ((rows * 1000 + n) * 100_000 + k) as u64);
     let eps = 1e-5;
@@ -182,7 +163,6 @@ fn check_gemv_on(
     );
     let g: &GemvKernels = match v {
         Variant::Norm => &kernels.gemv_norm,
-        Variant::NormPre2 => &kernels.gemv_norm_pre2,
         Variant::Residual => &kernels.gemv_res,
         Variant::SwigluResidual => &kernels.gemv_swiglu_res,
         Variant::NormF32 => &kernels.gemv_norm_f32,
@@ -227,18 +207,16 @@ fn check_gemv_on(
         .unwrap();
         st.synchronize().unwrap();
         st.download(&y).unwrap()
-    } else if let Path::Async { blocks, ring } = path {
-        assert_eq!(rows, 1, "the cp.async GEMV takes one row");
-        let kind = match v {
-            Variant::Norm => 0,
-            Variant::NormSwiglu => 1,
-            Variant::Residual => 2,
-            _ => panic!("no cp.async GEMV for {v:?}"),
+    } else if let Some(blocks) = ring_blocks {
+        assert_eq!(rows, 1, "the ring GEMV takes one row");
+        let kernel = match v {
+            Variant::Norm => &kernels.gemv_async_norm,
+            Variant::NormSwiglu => &kernels.gemv_async_norm_swiglu,
+            Variant::Residual => &kernels.gemv_async_res,
+            _ => panic!("no ring GEMV for {v:?}"),
         };
-        let kernel = &kernels.gemv_async[ring / 8][kind];
-        allow_smem(kernel, async_smem(k, ring).unwrap(), "ll_gemv_async*").unwrap();
+        allow_smem(kernel, async_smem(k).unwrap(), "ll_gemv_async_*").unwrap();
         let mut y = upload(ctx, st, "y", &y0);
-        let shape = (n, k, ring);
         gemv_async(
             st,
             "test gemv async",
@@ -246,34 +224,8 @@ fn check_gemv_on(
             blocks,
             (&xd, &nwd, &wd),
             &mut y,
-            shape,
+            (n, k),
             eps,
-        )
-        .unwrap();
-        st.synchronize().unwrap();
-        st.download(&y).unwrap().into_iter().map(from_bf).collect()
-    } else if let Path::Tma { blocks, stages } = path {
-        assert_eq!(rows, 1, "the bulk-copy GEMV takes one row");
-        let (kernel, parts) = match v {
-            Variant::Norm => (&kernels.gemv_tma_norm, 1),
-            Variant::NormSwiglu => (&kernels.gemv_tma_norm_swiglu, 2),
-            Variant::Residual => (&kernels.gemv_tma_res, 1),
-            _ => panic!("no bulk-copy GEMV for {v:?}"),
-        };
-        let smem = tma_smem(n, k, parts, stages, blocks as usize).expect("a shape it takes");
-        allow_smem(kernel, smem, "ll_gemv_tma_*").unwrap();
-        let mut y = upload(ctx, st, "y", &y0);
-        let shape = (n, k, parts);
-        gemv_tma(
-            st,
-            "test gemv tma",
-            kernel,
-            blocks,
-            (&xd, &nwd, &wd),
-            &mut y,
-            shape,
-            eps,
-            stages,
         )
         .unwrap();
         st.synchronize().unwrap();
@@ -327,7 +279,7 @@ fn check_gemv_on(
             let scale = scale.max(1.0);
             assert!(
                 have.is_finite() && (have - want).abs() <= scale / 64.0,
-                "{v:?} {path:?} rows {rows} n {n} k {k}: y[{r}, {o}] = {have}, want {want}"
+                "{v:?} (ring {ring_blocks:?}) rows {rows} n {n} k {k}: y[{r}, {o}] = {have}, want {want}"
             );
         }
         if let Some(best) = &best_rows {
@@ -355,7 +307,6 @@ fn gemv_variants_match_a_host_reference() {
     let kernels = Kernels::load(&ctx).unwrap();
     for v in [
         Variant::Norm,
-        Variant::NormPre2,
         Variant::NormSwiglu,
         Variant::Residual,
         Variant::SwigluResidual,
@@ -387,38 +338,14 @@ fn gemv_variants_match_a_host_reference() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn bulk_copy_gemv_matches_a_host_reference() {
+fn ring_gemv_matches_a_host_reference() {
     let ctx = Context::new(0).unwrap();
     let st = ctx.stream("test").unwrap();
     let kernels = Kernels::load(&ctx).unwrap();
     for v in [Variant::Norm, Variant::NormSwiglu, Variant::Residual] {
-        // Stages of 8, 4, 2 and 1 rows (K 576, 2048, 8192 and, for gate/up's two parts, 8192
-        // at two rows); the ring refilled many times (few blocks, 1 or 2 stages) or never
-        // (more stages than a block has); blocks without columns (n below the grid); a last
-        // stage with fewer columns.
-        for (n, k) in [(5, 576), (130, 576), (67, 2048), (41, 8192), (9, 1024)] {
-            for (blocks, stages) in [(1, 1), (3, 2), (7, 4), (16, 8), (132, 3)] {
-                let parts = if v == Variant::NormSwiglu { 2 } else { 1 };
-                // 8 stages of gate/up's two 16 KiB rows are more than a block may have.
-                if tma_smem(n, k, parts, stages, blocks as usize).unwrap() > 227 << 10 {
-                    continue;
-                }
-                let path = Path::Tma { blocks, stages };
-                check_gemv_on(&ctx, &st, &kernels, v, 1, n, k, path);
-            }
-        }
-    }
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn cp_async_gemv_matches_a_host_reference() {
-    let ctx = Context::new(0).unwrap();
-    let st = ctx.stream("test").unwrap();
-    let kernels = Kernels::load(&ctx).unwrap();
-    for v in [Variant::Norm, Variant::NormSwiglu, Variant::Residual] {
-        // One round per column part (K 576) up to 32 (K 8192 over one warp); 1 to 8 warps per
-        // column (few columns over many blocks); more rounds than the ring, and fewer.
+        // One round per column part (K 576, 64) up to 32 (K 8192 at one warp per column); 1
+        // to 8 warps per column (few columns over many blocks); more rounds per warp than its
+        // ring holds (few blocks), and fewer; groups past the last column.
         for (n, k) in [
             (5, 576),
             (130, 576),
@@ -427,17 +354,8 @@ fn cp_async_gemv_matches_a_host_reference() {
             (9, 1024),
             (700, 64),
         ] {
-            for (blocks, ring) in [(1, 4), (3, 8), (7, 4), (16, 8), (264, 4)] {
-                check_gemv_on(
-                    &ctx,
-                    &st,
-                    &kernels,
-                    v,
-                    1,
-                    n,
-                    k,
-                    Path::Async { blocks, ring },
-                );
+            for blocks in [1, 3, 7, 16, 264] {
+                check_gemv_on(&ctx, &st, &kernels, v, 1, n, k, Some(blocks));
             }
         }
     }

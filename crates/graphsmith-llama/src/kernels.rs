@@ -241,6 +241,14 @@ pub struct Kernels {
     /// `ll_attention_{1,2,4}_c8`: groups of up to 4, head_dim up to 128, in clusters of
     /// [`ATTENTION_CLUSTER`] blocks (see [`AttentionLaunch`]).
     pub attention_c8: [Kernel; 3],
+    /// `ll_attention_{1,2,4}_c8o`: the cluster variants with the o projection fused
+    /// ([`fused_o_smem`]), summing into an f32 buffer that `gemv_acc_*` read.
+    pub attention_c8o: [Kernel; 3],
+    /// One-row gate/up (norm and SwiGLU) reading the residual stream as hidden + the fused o
+    /// projection's sums.
+    pub gemv_acc_norm_swiglu: Kernel,
+    /// One-row down adding hidden + those sums to its output, and zeroing the sums.
+    pub gemv_acc_res: Kernel,
     pub swiglu: Kernel,
     pub argmax: Kernel,
     pub advance: Kernel,
@@ -294,6 +302,13 @@ impl Kernels {
                 module.kernel("ll_attention_2_c8")?,
                 module.kernel("ll_attention_4_c8")?,
             ],
+            attention_c8o: [
+                module.kernel("ll_attention_1_c8o")?,
+                module.kernel("ll_attention_2_c8o")?,
+                module.kernel("ll_attention_4_c8o")?,
+            ],
+            gemv_acc_norm_swiglu: module.kernel("ll_gemv_acc_norm_swiglu_1")?,
+            gemv_acc_res: module.kernel("ll_gemv_acc_res_1")?,
             swiglu: module.kernel("ll_swiglu")?,
             argmax: module.kernel("ll_argmax")?,
             advance: module.kernel("ll_advance")?,
@@ -363,6 +378,16 @@ impl Kernels {
                     c.clone().programmatic()?,
                 ]
             },
+            attention_c8o: {
+                let [a, b, c] = &self.attention_c8o;
+                [
+                    a.clone().programmatic()?,
+                    b.clone().programmatic()?,
+                    c.clone().programmatic()?,
+                ]
+            },
+            gemv_acc_norm_swiglu: self.gemv_acc_norm_swiglu.clone().programmatic()?,
+            gemv_acc_res: self.gemv_acc_res.clone().programmatic()?,
             swiglu: self.swiglu.clone().programmatic()?,
             argmax: self.argmax.clone().programmatic()?,
             advance: self.advance.clone().programmatic()?,
@@ -433,6 +458,27 @@ impl Kernels {
             &self.attention[i]
         }
     }
+}
+
+/// Shared memory the fused o projection adds to a cluster attention block (`ll_attention_*_c8o`)
+/// in `mode` (1: each block adds into the sums; 2: the cluster sums first), or `None` when the
+/// shape is not one it takes: each block's share of the output (`group * head_dim /`
+/// [`ATTENTION_CLUSTER`]) a whole number of 16-byte pieces, `hidden` a multiple of 8. The
+/// attention's own shared memory is rounded up to 16 bytes first.
+pub fn fused_o_smem(group: usize, head_dim: usize, hidden: usize, mode: u8) -> Option<usize> {
+    let per = group * head_dim / ATTENTION_CLUSTER;
+    let takes = (group * head_dim).is_multiple_of(ATTENTION_CLUSTER * 8)
+        && hidden.is_multiple_of(8)
+        && hidden > 0
+        && (mode == 1 || mode == 2);
+    takes.then(|| {
+        let sums = if mode == 2 {
+            hidden.next_multiple_of(4)
+        } else {
+            0
+        };
+        (per.next_multiple_of(4) + sums) * 4 + hidden * per * 2 + 16
+    })
 }
 
 pub(crate) fn grid(x: u32, y: u32, block: u32, smem: u32) -> LaunchConfig {
@@ -550,26 +596,12 @@ fn launch_gemv<T: graphsmith::Element>(
     eps: f32,
 ) -> graphsmith::Result<()> {
     let (x, nw, w) = inputs;
-    let warps = (GEMV_THREADS / 32) as usize;
-    let (sm_count, max_rows) = (grid_of.sm_count, grid_of.max_rows);
-    let wpc = grid_of
-        .warps_per_column
-        .unwrap_or_else(|| warps_per_column(n, k, sm_count as usize));
+    let max_rows = grid_of.max_rows;
     let mut row0 = 0;
     while row0 < rows {
         let chunk = (rows - row0).min(max_rows.clamp(1, 8));
         let (kernel, cap) = kernels.for_rows(chunk);
-        let smem = cap * k.next_multiple_of(8) * 2;
-        // Resident blocks per multiprocessor: at most 4 (64 registers x 256 threads), fewer
-        // when the staged rows take more shared memory; the grid is one wave of them.
-        let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
-        let per_sm = grid_of
-            .blocks_per_sm
-            .map_or(per_sm, |b| per_sm.min(b.max(1)));
-        let blocks = ((n * wpc).div_ceil(warps) as u32)
-            .min(sm_count * per_sm)
-            .max(1);
-        let cfg = grid(blocks, 1, GEMV_THREADS, smem as u32);
+        let (cfg, wpc) = gemv_launch(grid_of, cap, n, k);
         let (r0, c, nn, kk, wp) = (row0 as i32, chunk as i32, n as i32, k as i32, wpc as i32);
         match best.as_deref_mut() {
             None => stream.launch(
@@ -588,6 +620,54 @@ fn launch_gemv<T: graphsmith::Element>(
         row0 += chunk;
     }
     Ok(())
+}
+
+/// The grid of a register GEMV staging `cap` rows of `k` inputs over `n` columns, and its warps
+/// per column: at most 4 resident blocks per multiprocessor (64 registers x 256 threads), fewer
+/// when the staged rows take more shared memory; one wave of them.
+fn gemv_launch(grid_of: GemvGrid, cap: usize, n: usize, k: usize) -> (LaunchConfig, usize) {
+    let warps = (GEMV_THREADS / 32) as usize;
+    let sm_count = grid_of.sm_count;
+    let wpc = grid_of
+        .warps_per_column
+        .unwrap_or_else(|| warps_per_column(n, k, sm_count as usize));
+    let smem = cap * k.next_multiple_of(8) * 2;
+    let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
+    let per_sm = grid_of
+        .blocks_per_sm
+        .map_or(per_sm, |b| per_sm.min(b.max(1)));
+    let blocks = ((n * wpc).div_ceil(warps) as u32)
+        .min(sm_count * per_sm)
+        .max(1);
+    (grid(blocks, 1, GEMV_THREADS, smem as u32), wpc)
+}
+
+/// One row of a register GEMV after the attention with o fused (`ll_gemv_acc_*`): `sums` is
+/// the fused o projection's f32 sums, read by gate/up (`&`) and read and zeroed by down
+/// (`&mut`). Otherwise as [`gemv`] at one row.
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+pub fn gemv_acc<'a>(
+    stream: &Stream,
+    label: &str,
+    kernel: &Kernel,
+    grid_of: GemvGrid,
+    inputs: (
+        &'a DeviceBuffer<u16>,
+        &'a DeviceBuffer<u16>,
+        &'a DeviceBuffer<u16>,
+    ),
+    y: &'a mut DeviceBuffer<u16>,
+    sums: impl graphsmith::KernelArg<'a>,
+    (n, k): (usize, usize),
+    eps: f32,
+) -> graphsmith::Result<()> {
+    let (x, nw, w) = inputs;
+    let (cfg, wpc) = gemv_launch(grid_of, 1, n, k);
+    let (nn, kk, wp) = (n as i32, k as i32, wpc as i32);
+    let mut args = args![x, nw, w, y, 0i32, 1i32, nn, kk, eps, wp];
+    args.push(sums);
+    stream.launch(label, kernel, cfg, args)
 }
 
 /// A GEMV column of `k` bf16 weights in slices of 512 bytes, rounded up (at least one): what

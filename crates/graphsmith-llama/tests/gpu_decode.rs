@@ -186,7 +186,7 @@ fn tiny_logits_match_a_host_reference() {
     let rings: Tuning = "cpa=5,cpab=1".parse().unwrap();
     // Three prompts in one batch, and the first alone (one row: the GEMV kernels' one-row
     // instantiations, which the decode benchmarks at batch 1 run).
-    for (mode, gemm, tuning, batch, via) in [
+    let cases = [
         (Mode::Eager, Gemm::Gemv, Tuning::default(), 3),
         (Mode::Graphs, Gemm::Gemv, Tuning::default(), 3),
         (Mode::Eager, Gemm::Cublas, Tuning::default(), 3),
@@ -214,8 +214,26 @@ fn tiny_logits_match_a_host_reference() {
         Tuning::default(),
         1,
         Some(clustered),
-    )]) {
-        let mut model = Model::new(&ctx, c.clone(), &w, batch, 32, mode, noop).unwrap();
+    )]);
+    check_host_reference(&ctx, &c, &w, &prompts, steps, cases);
+}
+
+type Case = (Mode, Gemm, Tuning, usize, Option<Tuning>);
+
+/// Teacher-forced decoding of `prompts` for `steps` steps in each case (mode, projections,
+/// tuning, batch, and a tuning to run three steps with first), every logit against the host
+/// model's, the argmax where the host's top-2 margin is clear, the attention's counters and
+/// the fused o projection's sums 0 between steps.
+fn check_host_reference(
+    ctx: &Context,
+    c: &Config,
+    w: &HostWeights,
+    prompts: &[&[usize]],
+    steps: usize,
+    cases: impl IntoIterator<Item = Case>,
+) {
+    for (mode, gemm, tuning, batch, via) in cases {
+        let mut model = Model::new(ctx, c.clone(), w, batch, 32, mode, noop).unwrap();
         model.set_gemm(gemm).unwrap();
         if let Some(via) = via {
             model.set_tuning(via).unwrap();
@@ -224,7 +242,7 @@ fn tiny_logits_match_a_host_reference() {
             }
         }
         model.set_tuning(tuning).unwrap();
-        let mut host = HostModel::new(&c, &w, batch, 32);
+        let mut host = HostModel::new(c, w, batch, 32);
         // Teacher-forced on the host model's own greedy tokens.
         let mut seqs: Vec<Vec<usize>> = prompts[..batch].iter().map(|p| p.to_vec()).collect();
         let mut worst = 0.0f32;
@@ -268,6 +286,10 @@ fn tiny_logits_match_a_host_reference() {
             }
         }
         assert!(
+            model.o_sums().unwrap().iter().all(|&v| v == 0.0),
+            "{mode:?} {gemm:?} {tuning} (via {via:?}): the fused o projection's sums are 0 between steps"
+        );
+        assert!(
             model.attention_counters().unwrap().iter().all(|&n| n == 0),
             "{mode:?} {gemm:?} {tuning} (via {via:?}): the attention's counters are 0 between steps"
         );
@@ -277,6 +299,44 @@ fn tiny_logits_match_a_host_reference() {
             "{mode:?} {gemm:?} {tuning}: largest difference {worst}"
         );
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fused_o_matches_a_host_reference() {
+    let ctx = Context::new(0).unwrap();
+    // The tiny config with head_dim 32: each cluster block's share of a key/value head's output
+    // (2 x 32 / 8 = 8 values) is one 16-byte piece, which the fused o projection needs.
+    let c = Config {
+        head_dim: 32,
+        ..Config::named("tiny").unwrap()
+    };
+    let w = random_weights(&c, 12);
+    let prompts: [&[usize]; 1] = [&[1, 17, 300, 45, 9, 88]];
+    let fo1: Tuning = "fo=1,cluster=1".parse().unwrap();
+    let fo2: Tuning = "fo=2,cluster=1".parse().unwrap();
+    let fo2_rings: Tuning = "fo=2,cluster=1,cpa=15".parse().unwrap();
+    let mut model = Model::new(&ctx, c.clone(), &w, 1, 32, Mode::Eager, noop).unwrap();
+    for (t, mode) in [(fo1, 1), (fo2, 2), (Tuning::default(), 0)] {
+        model.set_tuning(t).unwrap();
+        assert_eq!(
+            model.fused_o_mode(1),
+            mode,
+            "{t}: the fused o projection runs"
+        );
+        assert_eq!(model.fused_o_mode(2), 0, "{t}: not at two rows");
+    }
+    drop(model);
+    // 24 steps: past 16 positions the cluster's blocks share them (one block alone before),
+    // and after the fused steps the rules' kernels (the sums left at 0).
+    let cases = [
+        (Mode::Eager, Gemm::Auto, fo1, 1, None),
+        (Mode::Graphs, Gemm::Auto, fo1, 1, None),
+        (Mode::Graphs, Gemm::Auto, fo2, 1, None),
+        (Mode::Eager, Gemm::Auto, fo2_rings, 1, None),
+        (Mode::Graphs, Gemm::Auto, Tuning::default(), 1, Some(fo2)),
+    ];
+    check_host_reference(&ctx, &c, &w, &prompts, 24, cases);
 }
 
 #[test]

@@ -108,6 +108,33 @@ __device__ __forceinline__ uint4 pack8(const float* f) {
     return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
+// a += the dot product of 8 bf16 weights and 8 bf16 inputs (16-byte pieces as 4 words each,
+// ww and xx), in f32, the products added one by one in element order. A macro: as an inline
+// function ptxas allocates the one-row gate/up GEMV's registers differently and spills at its
+// 64-register cap.
+#define DOT8_ACC(a, ww, xx)                                                                    \
+    _Pragma("unroll") for (int q_ = 0; q_ < 4; ++q_) {                                         \
+        a += __uint_as_float((ww)[q_] << 16) * __uint_as_float((xx)[q_] << 16);                \
+        a += __uint_as_float((ww)[q_] & 0xffff0000u) * __uint_as_float((xx)[q_] & 0xffff0000u); \
+    }
+
+// One output of a GEMV with a bf16 result (see gemv's EPI): 0 the sum, 1 the residual `res`
+// plus the sum, 3 SwiGLU of the gate and up sums, each rounded where HF rounds.
+template <int EPI>
+__device__ __forceinline__ void store_bf16_out(unsigned short* y, size_t at, float a0, float a1,
+                                               float res) {
+    if (EPI == 0) {
+        y[at] = f2bf(a0);
+    } else if (EPI == 1) {
+        y[at] = f2bf(res + rbf(a0));
+    } else {
+        // As ll_swiglu on the bf16 gate and up HF would have stored.
+        float gt = rbf(a0);
+        float silu = rbf(gt / (1.0f + __expf(-gt)));
+        y[at] = f2bf(silu * rbf(a1));
+    }
+}
+
 // out[r, :] = table[tokens[r], :]; one block per row. Ids outside the vocabulary read row 0.
 // HF RMSNorm of one row held in 16-byte pieces (xv, up to GEMV_XC per thread, piece c =
 // threadIdx.x + j * blockDim.x of n8) with its weights' pieces (wv): the sum of squares in f32
@@ -389,84 +416,22 @@ __device__ __forceinline__ void warp_sum_many(float (&v)[N], int lane) {
     }
 }
 
-// The o projection fused into the cluster attention (FO): each block multiplies its share of
-// the combined output (per = group * hd / CL values, a multiple of 8) by the matching columns of
-// W_o ([hidden, nq * hd] row-major), copied into its shared memory with cp.async before the
-// programmatic wait, and adds the hidden partial sums into oacc (f32, zero before the launch):
-// mode 1 with one red.global.add per block and row, mode 2 first summed over the cluster in
-// distributed shared memory (hidden / CL rows per block), then one red per cluster and row.
-struct FusedO {
-    const unsigned short* wo;
-    float* oacc;
-    int hidden, mode;
-};
-
-__device__ __forceinline__ void red_add(float* p, float v) {
-    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src)
-                 : "memory");
-}
-
-// FO's product: rows of W_o (shared, hidden rows of per_o / 8 pieces) times the block's share
-// `os`, a group of lanes per row (the pieces of a row in consecutive lanes: no bank conflict),
-// into oacc (mode 1) or, mode 2, first into block row / hpc of the cluster (ored) and from
-// there, summed over the cluster, into oacc.
+// The share of n outputs each of the CL blocks of a cluster combines (block b: [b * share,
+// (b + 1) * share)).
 template <int CL>
-__device__ __forceinline__ void fused_o(const FusedO& fo, const float* os, float* ored,
-                                        const uint4* wos, int per_o, int hpc,
-                                        unsigned long long* bar2) {
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int pr = per_o / 8, prw = 1;
-    while (prw < pr) prw <<= 1;
-    int rpw = 32 / prw, c = lane & (prw - 1);
-    float ov[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) ov[e] = c < pr ? os[c * 8 + e] : 0.0f;
-    unsigned int rank = cluster_rank();
-    for (int r0 = warp * rpw; r0 < fo.hidden; r0 += nw * rpw) {
-        int row = r0 + lane / prw;
-        float v = 0.0f;
-        if (c < pr && row < fo.hidden) {
-            float w[8];
-            unpack8(wos[row * pr + c], w);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) v += w[e] * ov[e];
-        }
-        for (int o = prw / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (c == 0 && row < fo.hidden) {
-            if (fo.mode == 2) {
-                int dst = row / hpc;
-                st_async(ored + rank * hpc + (row - dst * hpc), bar2, (unsigned int)dst, v);
-            } else {
-                red_add(fo.oacc + row, v);
-            }
-        }
-    }
-    if (fo.mode == 2) {
-        mbar_wait0(bar2);
-        for (int t = threadIdx.x; t < hpc; t += blockDim.x) {
-            float s = 0.0f;
-#pragma unroll
-            for (int b = 0; b < CL; ++b) s += ored[b * hpc + t];
-            red_add(fo.oacc + rank * hpc + t, s);
-        }
-    }
+__device__ __forceinline__ int cluster_share(int n) {
+    return (n + CL - 1) / (CL > 0 ? CL : 1);
 }
 
-template <int E, int ATT_GMAX, int CL, bool FO = false>
+template <int E, int ATT_GMAX, int CL>
 __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned short* kcache,
                                           unsigned short* vcache, const int* pos,
                                           const float* cos_t, const float* sin_t,
                                           unsigned short* out, int nq, int nkv, int hd,
                                           int max_ctx, float scale, float* part,
                                           unsigned int* counters, int early,
-                                          const Prefetch& pf, FusedO fo = FusedO{}) {
-    extern __shared__ __align__(16) float smem[];
+                                          const Prefetch& pf) {
+    extern __shared__ float smem[];
     __shared__ int is_last;
     const float NEG_INF = __int_as_float(0xff800000);
     int r = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
@@ -484,15 +449,6 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     // output this block combines, from every block of the cluster (CL * per), then every
     // block's max and sum per head (CL * 2 * group); the other blocks write them here.
     float* cpart = hst + 2 * group;
-    // FO (after the cluster's partials, from a 16-byte boundary): the combined share as bf16
-    // values (per floats), the cluster's sums per row (mode 2: hidden floats), W_o's columns
-    // (hidden * per bf16).
-    int per_o = (group * hd) / (CL > 0 ? CL : 1);
-    int hpc = fo.hidden / (CL > 0 ? CL : 1);
-    int cpart_end = (int)(cpart - smem) + CL * ((group * hd + CL - 1) / (CL > 0 ? CL : 1) + 2 * group);
-    float* os = smem + ((cpart_end + 3) & ~3);
-    float* ored = os + ((per_o + 3) & ~3);
-    uint4* wos = (uint4*)(ored + (fo.mode == 2 ? ((fo.hidden + 3) & ~3) : 0));
     // With `early`, before the wait: the position, and the first round of this block's cached
     // K and V (positions before p). Only the q/k/v GEMV before this kernel can still be running
     // (it triggers its dependents after its own wait, so everything earlier has finished), and
@@ -529,7 +485,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         t_end = min(len, t_begin + chunk);
         load_round(t_begin + warp);
     };
-    __shared__ unsigned long long cl_bar, cl_bar2;
+    __shared__ unsigned long long cl_bar;
     if constexpr (CL > 0) {
         // The blocks of a cluster write into each other's shared memory below, which they may
         // only do once every block runs and has made its barrier: arrive here, and wait just
@@ -537,10 +493,9 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         // expects what the others store into it: its share of every block's partial and every
         // block's max and sum per head.
         if (threadIdx.x == 0) {
-            int per_c = (group * hd + CL - 1) / CL;
-            int mine_c = min(per_c, max(0, group * hd - (int)cluster_rank() * per_c));
-            mbar_init_expect(&cl_bar, (unsigned int)(CL * (mine_c + 2 * group) * 4));
-            if (FO && fo.mode == 2) mbar_init_expect(&cl_bar2, (unsigned int)(CL * hpc * 4));
+            int per = cluster_share<CL>(group * hd);
+            int mine = min(per, max(0, group * hd - (int)cluster_rank() * per));
+            mbar_init_expect(&cl_bar, (unsigned int)(CL * (mine + 2 * group) * 4));
         }
         asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
     }
@@ -551,17 +506,6 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     int trig = early >> 1;
     early &= 1;
     if (pf.at == 0) l2_prefetch(pf);
-    if constexpr (FO) {
-        // W_o's columns of this block's share, before the wait (weights: no kernel writes them).
-        int pr = per_o / 8, col0 = (kvh * group * hd + (int)cluster_rank() * per_o) / 8;
-        const uint4* wo4 = (const uint4*)fo.wo;
-        int qd8 = nq * hd / 8;
-        for (int i = threadIdx.x; i < fo.hidden * pr; i += blockDim.x) {
-            int row = i / pr, c = i - row * pr;
-            cp_async16(wos + i, wo4 + (size_t)row * qd8 + col0 + c);
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
     if (early) first_round();
     if (trig == 0) pdl_trigger();
     pdl_wait();
@@ -575,12 +519,9 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         }
         return;
     }
-    // One block alone holds the whole output (never with FO: every block of the cluster
-    // multiplies its share by W_o).
-    bool solo = active == 1 && !FO;
     // Blocks without positions leave, except in a cluster combining several blocks: there
     // they offer an empty partial (no position, so l = 0) and join its barrier.
-    if (split >= active && (CL == 0 || solo)) return;
+    if (split >= active && (CL == 0 || active == 1)) return;
     int half = hd / 2;
     const float* c = cos_t + (size_t)p * half;
     const float* s = sin_t + (size_t)p * half;
@@ -724,18 +665,18 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     size_t stride = (size_t)group * (hd + 2);
     float* slots = part + ((size_t)r * nkv + kvh) * splits * stride;
     float* mine = slots + (size_t)split * stride;
-    int per = (group * hd + CL - 1) / (CL > 0 ? CL : 1);
+    int per = cluster_share<CL>(group * hd);
     unsigned int rank = 0;
     if constexpr (CL > 0) {
         rank = cluster_rank();
         // The arrival at the top: every block of the cluster runs.
-        if (!solo) asm volatile("barrier.cluster.wait;" ::: "memory");
+        if (active > 1) asm volatile("barrier.cluster.wait;" ::: "memory");
     }
     for (int idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
         int j = idx / hd, i = idx % hd;
         float o = 0.0f;
         for (int w = 0; w < nw; ++w) o += pacc[(size_t)(w * group + j) * hd + i] * pm[w * group + j];
-        if (solo) {
+        if (active == 1) {
             orow[idx] = f2bf(o / hst[2 * j + 1]);
         } else if (CL > 0) {
             // To the block of the cluster that combines element idx, into its slot for this
@@ -750,7 +691,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             }
         }
     }
-    if (solo) return;
+    if (active == 1) return;
     if constexpr (CL > 0) {
         // The CL blocks of (row, KV head) form a cluster (gridDim.z == CL). Each has pushed
         // its partial of output [b * per, (b + 1) * per) into block b's shared memory (above)
@@ -794,9 +735,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                 }
             }
             orow[idx] = f2bf(o / sum);
-            if (FO) os[t] = rbf(o / sum);
         }
-        if constexpr (FO) fused_o<CL>(fo, os, ored, wos, per_o, hpc, &cl_bar2);
         return;
     }
     // Publish the partial; the last of the active blocks to count itself combines them all.
@@ -893,30 +832,6 @@ LL_ATTENTION(ll_attention_8_g4, 8, 4)
 LL_ATTENTION_CLUSTER(ll_attention_1_c8, 1)
 LL_ATTENTION_CLUSTER(ll_attention_2_c8, 2)
 LL_ATTENTION_CLUSTER(ll_attention_4_c8, 4)
-
-// The cluster variants with the o projection fused (FusedO): the same arguments, then W_o,
-// oacc (f32 [hidden], zero before the launch), hidden and the mode (1 or 2). The decoder
-// launches them at one row; per = group * head_dim / 8 must be a multiple of 8 and hidden of
-// 8 (mode 2). Dynamic shared memory: attention_smem's, then (per rounded up to 4) +
-// (mode 2: hidden rounded up to 4) floats and hidden * per bf16.
-#define LL_ATTENTION_CLUSTER_O(NAME, E)                                                         \
-    extern "C" __global__ void __cluster_dims__(1, 1, ATT_CLUSTER) __launch_bounds__(512, 1)   \
-        NAME(const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,         \
-             const int* pos, const float* cos_t, const float* sin_t, unsigned short* out,      \
-             int nq, int nkv, int hd, int max_ctx, float scale, float* part,                   \
-             unsigned int* counters, int early, const unsigned char* pf0,                      \
-             unsigned long long off0, unsigned long long n0, const unsigned char* pf1,          \
-             unsigned long long off1, unsigned long long n1, const unsigned char* pf2,          \
-             unsigned long long off2, unsigned long long n2, int pf_at,                         \
-             const unsigned short* wo, float* oacc, int hidden, int mode) {                     \
-        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
-        attention<E, 4, ATT_CLUSTER, true>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq,    \
-                                           nkv, hd, max_ctx, scale, part, counters, early, pf, \
-                                           FusedO{wo, oacc, hidden, mode});                     \
-    }
-LL_ATTENTION_CLUSTER_O(ll_attention_1_c8o, 1)
-LL_ATTENTION_CLUSTER_O(ll_attention_2_c8o, 2)
-LL_ATTENTION_CLUSTER_O(ll_attention_4_c8o, 4)
 
 // HF LlamaMLP activation: out = bf16(silu(gate)) * up, rounded to bf16. gu row: [gate | up].
 extern "C" __global__ void ll_swiglu(const unsigned short* gu, unsigned short* out, int ffn,
@@ -1074,15 +989,11 @@ extern "C" __global__ void ll_loop_advance(unsigned long long* best, int* next, 
 // Dynamic shared memory: R * ((K + 7) & ~7) * 2 bytes.
 #define GEMV_U 4
 
-//   PRO 3: x' = HF RMSNorm(bf16(x + bf16(oacc))) * nw (oacc: f32 [rows, K], the fused o
-//          projection's sums, FusedO): gate/up after the attention with o fused
-//   EPI 4: as EPI 1 with y's residual bf16(y + bf16(oacc)), and oacc zeroed (down after the
-//          attention with o fused: every kernel that reads oacc has finished by its wait)
 template <int R, int PRO, int EPI, bool LATE>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
                                      int n, int k, float eps, int wpc,
-                                     unsigned long long* best, float* oacc = nullptr) {
+                                     unsigned long long* best) {
     // EPI 3 takes two weight rows per output column (gate o and up n + o).
     constexpr int P = EPI == 3 ? 2 : 1;
     extern __shared__ __align__(16) unsigned short xs[];
@@ -1113,10 +1024,9 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
     // weights (read-only: loaded before the wait) must be 16-byte aligned, K a multiple of 8.
     bool pieces = PRO != 2 && (k & 7) == 0 && k8 <= GEMV_XC * (int)blockDim.x &&
                   (((unsigned long long)x) & 15ull) == 0ull &&
-                  ((PRO != 1 && PRO != 3) || (((unsigned long long)nw) & 15ull) == 0ull) &&
-                  (PRO != 3 || (((unsigned long long)oacc) & 15ull) == 0ull);
+                  (PRO != 1 || (((unsigned long long)nw) & 15ull) == 0ull);
     uint4 nv[GEMV_XC];
-    if ((PRO == 1 || PRO == 3) && pieces) {
+    if (PRO == 1 && pieces) {
 #pragma unroll
         for (int j = 0; j < GEMV_XC; ++j) {
             int c = threadIdx.x + j * blockDim.x;
@@ -1142,24 +1052,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                 int c = threadIdx.x + j * blockDim.x;
                 xv[j] = ld_if(xr4 + c, c < k8);
             }
-            if (PRO == 3) {
-                // The residual stream after the attention: bf16(x + bf16(oacc)).
-                const float4* a4 = (const float4*)(oacc + (size_t)(row0 + r) * k);
-#pragma unroll
-                for (int j = 0; j < GEMV_XC; ++j) {
-                    int c = threadIdx.x + j * blockDim.x;
-                    if (c < k8) {
-                        float4 a0 = a4[2 * c], a1 = a4[2 * c + 1];
-                        float a[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-                        float f[8];
-                        unpack8(xv[j], f);
-#pragma unroll
-                        for (int e = 0; e < 8; ++e) f[e] = rbf(f[e] + rbf(a[e]));
-                        xv[j] = pack8(f);
-                    }
-                }
-            }
-            if (PRO == 1 || PRO == 3) {
+            if (PRO == 1) {
                 // HF RMSNorm as ll_rmsnorm (the same helper).
                 norm_pieces(xv, nv, k8, k, eps, scratch, dst4);
             } else {
@@ -1171,20 +1064,16 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
             }
         } else if (r < rows) {
             const unsigned short* xr = x + (size_t)(row0 + r) * xstride;
-            const float* ar = oacc + (size_t)(row0 + r) * k;
-            auto xin = [&](int i) {
-                return PRO == 3 ? rbf(bf2f(xr[i]) + rbf(ar[i])) : bf2f(xr[i]);
-            };
-            if (PRO == 1 || PRO == 3) {
+            if (PRO == 1) {
                 float ss = 0.0f;
                 for (int i = threadIdx.x; i < k; i += blockDim.x) {
-                    float v = xin(i);
+                    float v = bf2f(xr[i]);
                     ss += v * v;
                 }
                 ss = block_sum(ss, scratch);
                 float inv = rsqrtf(ss / (float)k + eps);
                 for (int i = threadIdx.x; i < k; i += blockDim.x) {
-                    dst[i] = f2bf(bf2f(nw[i]) * rbf(xin(i) * inv));
+                    dst[i] = f2bf(bf2f(nw[i]) * rbf(bf2f(xr[i]) * inv));
                 }
             } else if (PRO == 2) {
                 for (int i = threadIdx.x; i < k; i += blockDim.x) {
@@ -1211,15 +1100,10 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
         float res[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) res[r] = 0.0f;
-        if ((EPI == 1 || EPI == 4) && lane == 0 && sub == 0 && o < n) {
+        if (EPI == 1 && lane == 0 && sub == 0 && o < n) {
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                if (r < rows) {
-                    size_t at = (size_t)(row0 + r) * n + o;
-                    res[r] = bf2f(((const unsigned short*)y)[at]);
-                    if (EPI == 4) res[r] = rbf(res[r] + rbf(oacc[at]));
-                }
-            }
+            for (int r = 0; r < R; ++r)
+                if (r < rows) res[r] = bf2f(((const unsigned short*)y)[(size_t)(row0 + r) * n + o]);
         }
         float acc[P][R];
 #pragma unroll
@@ -1250,13 +1134,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                             uint4 xv = ((const uint4*)(xs + (size_t)r * kpad))[cidx];
                             unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
                             float a = acc[p][r];
-#pragma unroll
-                            for (int q = 0; q < 4; ++q) {
-                                a += __uint_as_float(ww[q] << 16) *
-                                     __uint_as_float(xx[q] << 16);
-                                a += __uint_as_float(ww[q] & 0xffff0000u) *
-                                     __uint_as_float(xx[q] & 0xffff0000u);
-                            }
+                            DOT8_ACC(a, ww, xx)
                             acc[p][r] = a;
                         }
                     }
@@ -1305,21 +1183,14 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
             for (int r = 0; r < R; ++r) {
                 if (r < rows) {
                     size_t at = (size_t)(row0 + r) * n + o;
-                    if (EPI == 0) {
-                        ((unsigned short*)y)[at] = f2bf(acc[0][r]);
-                    } else if (EPI == 1 || EPI == 4) {
-                        ((unsigned short*)y)[at] = f2bf(res[r] + rbf(acc[0][r]));
-                        if (EPI == 4) oacc[at] = 0.0f;
-                    } else if (EPI == 2) {
+                    if (EPI == 2) {
                         float v = rbf(acc[0][r]);
                         ((float*)y)[at] = v;
                         unsigned long long key = argmax_key(v, o);
                         bk[r] = key > bk[r] ? key : bk[r];
                     } else {
-                        // As ll_swiglu on the bf16 gate and up HF would have stored.
-                        float gt = rbf(acc[0][r]);
-                        float silu = rbf(gt / (1.0f + __expf(-gt)));
-                        ((unsigned short*)y)[at] = f2bf(silu * rbf(acc[P - 1][r]));
+                        store_bf16_out<EPI>((unsigned short*)y, at, acc[0][r], acc[P - 1][r],
+                                            res[r]);
                     }
                 }
             }
@@ -1378,16 +1249,6 @@ LL_GEMV_ALL(ll_gemv_norm_swiglu, 1, 3, false)
 LL_GEMV_ALL(ll_gemv_res, 0, 1, false)
 LL_GEMV_ALL(ll_gemv_swiglu_res, 2, 1, false)
 LL_GEMV_ALL(ll_gemv_norm_f32, 1, 2, false)
-// After the attention with o fused (one row): gate/up reading the residual stream as x + oacc,
-// down adding x + oacc to its output and zeroing oacc. Arguments as LL_GEMV's, then oacc.
-#define LL_GEMV_ACC(NAME, PRO, EPI)                                                             \
-    extern "C" __global__ void __launch_bounds__(256, 4) NAME(                                 \
-        const unsigned short* x, const unsigned short* nw, const unsigned short* w, void* y,   \
-        int row0, int rows, int n, int k, float eps, int wpc, float* oacc) {                  \
-        gemv<1, PRO, EPI, false>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr, oacc);      \
-    }
-LL_GEMV_ACC(ll_gemv_acc_norm_swiglu_1, 3, 3)
-LL_GEMV_ACC(ll_gemv_acc_res_1, 0, 4)
 LL_GEMV_HEAD(ll_gemv_head_1, 1)
 LL_GEMV_HEAD(ll_gemv_head_2, 2)
 LL_GEMV_HEAD(ll_gemv_head_4, 4)
@@ -1501,12 +1362,7 @@ __device__ __forceinline__ void gemv_async(const unsigned short* x, const unsign
                         uint4 wv = slot[u * 32 + lane], xv = xs4[cidx];
                         unsigned int ww[4] = {wv.x, wv.y, wv.z, wv.w};
                         unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            a += __uint_as_float(ww[q] << 16) * __uint_as_float(xx[q] << 16);
-                            a += __uint_as_float(ww[q] & 0xffff0000u) *
-                                 __uint_as_float(xx[q] & 0xffff0000u);
-                        }
+                        DOT8_ACC(a, ww, xx)
                     }
                 }
                 acc[p] = a;
@@ -1534,16 +1390,8 @@ __device__ __forceinline__ void gemv_async(const unsigned short* x, const unsign
             __syncthreads();
         }
         if (lane == 0 && sub == 0 && o < n) {
-            size_t at = (size_t)row0 * n + o;
-            if (EPI == 0) {
-                ((unsigned short*)y)[at] = f2bf(acc[0]);
-            } else if (EPI == 1) {
-                ((unsigned short*)y)[at] = f2bf(res + rbf(acc[0]));
-            } else {
-                float gt = rbf(acc[0]);
-                float silu = rbf(gt / (1.0f + __expf(-gt)));
-                ((unsigned short*)y)[at] = f2bf(silu * rbf(acc[P - 1]));
-            }
+            store_bf16_out<EPI>((unsigned short*)y, (size_t)row0 * n + o, acc[0], acc[P - 1],
+                                res);
         }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");

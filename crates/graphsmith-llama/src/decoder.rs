@@ -9,9 +9,9 @@ use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
 use crate::error::{LlamaError, Result};
 use crate::kernels::{
-    allow_smem, async_smem, attention_partials_len, device_attribute, fused_o_smem, gemv_acc,
-    gemv_async, grid, grid3, ring_gemv_rule, GemvGrid, DEFAULT_SMEM, GEMV_ASYNC_BLOCKS_PER_SM,
-    GEMV_ROWS, QKV_WARPS_PER_COLUMN,
+    allow_smem, async_smem, attention_partials_len, device_attribute, gemv_async, grid, grid3,
+    ring_gemv_rule, GemvGrid, DEFAULT_SMEM, GEMV_ASYNC_BLOCKS_PER_SM, GEMV_ROWS,
+    QKV_WARPS_PER_COLUMN,
 };
 pub use crate::kernels::{
     attention_smem, gemv, gemv_head, AttentionLaunch, Gemm, GemvKernels, Kernels, Pdl,
@@ -71,12 +71,6 @@ pub struct Decoder {
     /// runs them (`kernels::ring_gemv_rule`; `Tuning::ring_gemv` decides otherwise).
     ring_fits: bool,
     ring_rule: bool,
-    /// Whether the cluster attention with the o projection fused takes this model at one row
-    /// (`kernels::fused_o_smem`, and its shared memory fits; `Tuning::fused_o` runs it).
-    fused_o_fits: bool,
-    /// The fused o projection's sums for one row (f32 [hidden]), zero between steps: the
-    /// attention adds into them, gate/up reads them, down reads and zeroes them.
-    o_sums: DeviceBuffer<f32>,
     /// The attention blocks' partial results (see `attention_partials_len`).
     attn_partials: DeviceBuffer<f32>,
     /// Per (row, key/value head): attention blocks done, 0 between launches.
@@ -87,36 +81,6 @@ impl Decoder {
     /// Per (row, key/value head): attention blocks done, 0 between launches.
     pub fn attention_counters(&self) -> &DeviceBuffer<u32> {
         &self.attn_counters
-    }
-
-    /// The fused o projection's sums for one row, zero between steps (`Tuning::fused_o`).
-    pub fn o_sums(&self) -> &DeviceBuffer<f32> {
-        &self.o_sums
-    }
-
-    /// How a step of `rows` rows launches its attention.
-    fn attention_launch(&self, rows: usize) -> AttentionLaunch {
-        let c = &self.config;
-        let group = c.num_attention_heads / c.num_key_value_heads;
-        AttentionLaunch::for_rows(
-            rows,
-            (c.num_key_value_heads, group, c.head_dim),
-            self.max_ctx,
-            self.sm_count as usize,
-            self.tuning.attention_splits,
-            self.tuning.attention_cluster,
-        )
-    }
-
-    /// The fused o projection's mode in a step of `rows` rows (`Tuning::fused_o`), 0 when o
-    /// runs on its own: it needs one row, the cluster attention and a shape it takes.
-    pub fn fused_o_mode(&self, rows: usize) -> u8 {
-        let asked = self.tuning.fused_o.unwrap_or(0);
-        if rows == 1 && self.fused_o_fits && self.attention_launch(rows).cluster {
-            asked
-        } else {
-            0
-        }
     }
 
     /// Allocates the state for `capacity` rows of up to `max_ctx` positions; `stream` is the
@@ -177,19 +141,6 @@ impl Decoder {
                 allow_smem(k, smem, "ll_attention_*")?;
             }
         }
-        // The cluster attention with o fused: its own memory (16-byte aligned) and W_o's
-        // columns; opted into when it fits (`Tuning::fused_o` runs it).
-        let cluster_smem =
-            AttentionLaunch::for_rows(1, shape, max_ctx, sm_count as usize, None, Some(true))
-                .smem(group, config.head_dim);
-        let fused_o = fused_o_smem(group, config.head_dim, config.hidden_size, 2)
-            .map(|extra| cluster_smem.next_multiple_of(16) + extra)
-            .filter(|&b| b + 1024 <= limit);
-        if let Some(bytes) = fused_o {
-            for k in &kernels.attention_c8o {
-                allow_smem(k, bytes, "ll_attention_*_c8o")?;
-            }
-        }
         // The GEMV kernels stage their rows of input in shared memory: R rows of K bf16 values.
         // A row count whose staging does not fit is not used (cuBLAS serves such batches).
         let kmax = config
@@ -216,11 +167,6 @@ impl Decoder {
                 ] {
                     allow_smem(&g.by_rows[i], bytes, "ll_gemv_*")?;
                 }
-                if i == 0 {
-                    for k in [&kernels.gemv_acc_norm_swiglu, &kernels.gemv_acc_res] {
-                        allow_smem(k, bytes, "ll_gemv_acc_*")?;
-                    }
-                }
             }
             gemv_max_rows = rows;
         }
@@ -236,7 +182,7 @@ impl Decoder {
             .max()
             .unwrap_or(0)
             * 2;
-        let ring_rule = ring_fits && ring_gemv_rule(largest, &ks, sm_count);
+        let ring_rule = ring_fits && ring_gemv_rule(largest, sm_count);
         if let Some(bytes) = async_smem(kmax).filter(|_| ring_fits) {
             if bytes + 1024 > DEFAULT_SMEM {
                 for k in [
@@ -287,8 +233,6 @@ impl Decoder {
             sm_count as usize,
         );
         let attn_partials = ctx.alloc::<f32>("attn/partials", partials)?;
-        let mut o_sums = ctx.alloc::<f32>("act/o_sums", h)?;
-        stream.upload(&mut o_sums, &vec![0.0; h])?;
         let mut attn_counters = ctx.alloc::<u32>("attn/counters", capacity * nkv)?;
         stream.upload(&mut attn_counters, &vec![0; capacity * nkv])?;
         Ok(Decoder {
@@ -321,8 +265,6 @@ impl Decoder {
             attention_smem_max: smem as u32,
             ring_fits,
             ring_rule,
-            fused_o_fits: fused_o.is_some(),
-            o_sums,
             attn_partials,
             attn_counters,
         })
@@ -442,8 +384,6 @@ impl Decoder {
     /// The attention of layer `l` (RoPE, KV append, softmax attention) from `qkv` into `attn`.
     /// With `prefetch`, the attention also asks L2 for the weights the kernels after it read
     /// ([`prefetch_plan`], up to [`Tuning::prefetch_bytes`]).
-    /// With `fused_o` (1 or 2, [`Decoder::fused_o_mode`]) the o projection runs inside it, its
-    /// sums added into `o_sums`; returns whether it did.
     #[track_caller]
     fn attention(
         &mut self,
@@ -451,8 +391,7 @@ impl Decoder {
         l: usize,
         rows: usize,
         prefetch: bool,
-        fused_o: u8,
-    ) -> graphsmith::Result<bool> {
+    ) -> graphsmith::Result<()> {
         let c = &self.config;
         let (nq, nkv, hd) = (
             c.num_attention_heads as i32,
@@ -463,13 +402,16 @@ impl Decoder {
         // Fixed per bucket (a captured graph keeps it); each block sizes its chunk of positions
         // from the row's position on the device.
         let group = c.num_attention_heads / c.num_key_value_heads;
-        let launch = self.attention_launch(rows);
-        let mut smem = launch.smem(group, c.head_dim) as u32;
+        let launch = AttentionLaunch::for_rows(
+            rows,
+            (nkv as usize, group, c.head_dim),
+            self.max_ctx,
+            self.sm_count as usize,
+            self.tuning.attention_splits,
+            self.tuning.attention_cluster,
+        );
+        let smem = launch.smem(group, c.head_dim) as u32;
         debug_assert!(smem <= self.attention_smem_max);
-        let fused = fused_o_smem(group, c.head_dim, c.hidden_size, fused_o);
-        if let Some(extra) = fused {
-            smem = (smem as usize).next_multiple_of(16) as u32 + extra as u32;
-        }
         let lw = &self.weights.layers[l];
         let next = match self.weights.layers.get(l + 1) {
             Some(next) => &next.qkv,
@@ -492,66 +434,51 @@ impl Decoder {
             Source::Next => next,
         };
         let [pa, pb, pc] = plan.each_ref().map(|r| (pick(r), r.offset, r.bytes));
-        let kernel = match fused {
-            Some(_) => {
-                let i = c.head_dim.div_ceil(32).next_power_of_two().trailing_zeros() as usize;
-                &self.kernels.attention_c8o[i.min(2)]
-            }
-            None => self
-                .kernels
+        stream.launch(
+            "rope + kv append + attention",
+            self.kernels
                 .attention_kernel(c.head_dim, group, launch.cluster),
-        };
-        let label = if fused.is_some() {
-            "rope + kv append + attention + o"
-        } else {
-            "rope + kv append + attention"
-        };
-        // Read before the wait (with `early`): the position, and the cache's positions before p
-        // (p's K and V are written after it); see the kernel source.
-        let mut args = args![
-            &self.qkv,
-            BeforeWait::then_write(&mut self.kcache[l]),
-            BeforeWait::then_write(&mut self.vcache[l]),
-            BeforeWait(&self.pos),
-            &self.cos,
-            &self.sin,
-            &mut self.attn,
-            nq,
-            nkv,
-            hd,
-            self.max_ctx as i32,
-            scale,
-            &mut self.attn_partials,
-            &mut self.attn_counters,
-            self.tuning.attention_flags(),
-            pa.0,
-            pa.1,
-            pa.2,
-            pb.0,
-            pb.1,
-            pb.2,
-            pc.0,
-            pc.1,
-            pc.2,
-            i32::from(self.tuning.prefetches_after_wait())
-        ];
-        if fused.is_some() {
-            // W_o is read before the wait (weights: no kernel of a step writes them).
-            args.push(BeforeWait(&lw.o));
-            args.push(&mut self.o_sums);
-            args.push(c.hidden_size as i32);
-            args.push(i32::from(fused_o));
-        }
-        let dims = (rows as u32, nkv as u32, launch.splits as u32);
-        stream.launch(label, kernel, grid3(dims, launch.threads, smem), args)?;
-        Ok(fused.is_some())
+            grid3(
+                (rows as u32, nkv as u32, launch.splits as u32),
+                launch.threads,
+                smem,
+            ),
+            // Read before the wait (with `early`): the position, and the cache's positions
+            // before p (p's K and V are written after it); see the kernel source.
+            args![
+                &self.qkv,
+                BeforeWait::then_write(&mut self.kcache[l]),
+                BeforeWait::then_write(&mut self.vcache[l]),
+                BeforeWait(&self.pos),
+                &self.cos,
+                &self.sin,
+                &mut self.attn,
+                nq,
+                nkv,
+                hd,
+                self.max_ctx as i32,
+                scale,
+                &mut self.attn_partials,
+                &mut self.attn_counters,
+                self.tuning.attention_flags(),
+                pa.0,
+                pa.1,
+                pa.2,
+                pb.0,
+                pb.1,
+                pb.2,
+                pc.0,
+                pc.1,
+                pc.2,
+                i32::from(self.tuning.prefetches_after_wait())
+            ],
+        )
     }
 
     /// Five kernels per layer: q/k/v with the input norm, attention, o with the residual,
     /// gate/up with the post-attention norm and SwiGLU, down with the residual; then lm_head
     /// with the final norm and the argmax. At one row the projections run on the ring GEMV
-    /// where its rule (or the tuning) says so, on the register GEMV otherwise; with
-    /// `Tuning::fused_o`, o runs inside the attention (four kernels per layer).
+    /// where its rule (or the tuning) says so, on the register GEMV otherwise.
     fn issue_layers_gemv(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let c = self.config.clone();
         let eps = c.rms_norm_eps;
@@ -576,7 +503,6 @@ impl Decoder {
         let ring = move |i: usize| rows == 1 && fits && tuning.ring_gemv_for(i, rule);
         let per_sm = tuning.ring_gemv_blocks.unwrap_or(GEMV_ASYNC_BLOCKS_PER_SM);
         let ring_blocks = sm_count * per_sm;
-        let fused_o = self.fused_o_mode(rows);
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("layer {l}"));
             let (k, lw) = (&self.kernels, &self.weights.layers[l]);
@@ -591,33 +517,8 @@ impl Decoder {
                 (rows, c.qkv_dim(), h),
                 eps,
             )?;
-            let fused = self.attention(stream, l, rows, true, fused_o)?;
+            self.attention(stream, l, rows, true)?;
             let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            if fused {
-                // o ran inside the attention: gate/up and down read the residual stream as
-                // hidden + its sums, and down zeroes them.
-                let label = "gemv gate/up + residual + post-attention norm + swiglu";
-                let inputs = (&self.hidden, &lw.post_norm, &lw.gate_up);
-                let kernel = &k.gemv_acc_norm_swiglu;
-                let (y, sums) = (&mut self.act, &self.o_sums);
-                gemv_acc(stream, label, kernel, sms(2), inputs, y, sums, (f, h), eps)?;
-                let label = "gemv down + residual";
-                let inputs = (&self.act, &lw.down, &lw.down);
-                let (y, sums) = (&mut self.hidden, &mut self.o_sums);
-                gemv_acc(
-                    stream,
-                    label,
-                    &k.gemv_acc_res,
-                    sms(3),
-                    inputs,
-                    y,
-                    sums,
-                    (h, f),
-                    eps,
-                )?;
-                drop(range);
-                continue;
-            }
             project(
                 stream,
                 "gemv o + residual",
@@ -691,7 +592,7 @@ impl Decoder {
                 false,
                 false,
             )?;
-            self.attention(stream, l, rows, false, 0)?;
+            self.attention(stream, l, rows, false)?;
             let (k, lw) = (&self.kernels, &self.weights.layers[l]);
             self.cublas.gemm(
                 stream,

@@ -241,14 +241,6 @@ pub struct Kernels {
     /// `ll_attention_{1,2,4}_c8`: groups of up to 4, head_dim up to 128, in clusters of
     /// [`ATTENTION_CLUSTER`] blocks (see [`AttentionLaunch`]).
     pub attention_c8: [Kernel; 3],
-    /// `ll_attention_{1,2,4}_c8o`: the cluster variants with the o projection fused
-    /// ([`fused_o_smem`]), summing into an f32 buffer that `gemv_acc_*` read.
-    pub attention_c8o: [Kernel; 3],
-    /// One-row gate/up (norm and SwiGLU) reading the residual stream as hidden + the fused o
-    /// projection's sums.
-    pub gemv_acc_norm_swiglu: Kernel,
-    /// One-row down adding hidden + those sums to its output, and zeroing the sums.
-    pub gemv_acc_res: Kernel,
     pub swiglu: Kernel,
     pub argmax: Kernel,
     pub advance: Kernel,
@@ -302,13 +294,6 @@ impl Kernels {
                 module.kernel("ll_attention_2_c8")?,
                 module.kernel("ll_attention_4_c8")?,
             ],
-            attention_c8o: [
-                module.kernel("ll_attention_1_c8o")?,
-                module.kernel("ll_attention_2_c8o")?,
-                module.kernel("ll_attention_4_c8o")?,
-            ],
-            gemv_acc_norm_swiglu: module.kernel("ll_gemv_acc_norm_swiglu_1")?,
-            gemv_acc_res: module.kernel("ll_gemv_acc_res_1")?,
             swiglu: module.kernel("ll_swiglu")?,
             argmax: module.kernel("ll_argmax")?,
             advance: module.kernel("ll_advance")?,
@@ -378,16 +363,6 @@ impl Kernels {
                     c.clone().programmatic()?,
                 ]
             },
-            attention_c8o: {
-                let [a, b, c] = &self.attention_c8o;
-                [
-                    a.clone().programmatic()?,
-                    b.clone().programmatic()?,
-                    c.clone().programmatic()?,
-                ]
-            },
-            gemv_acc_norm_swiglu: self.gemv_acc_norm_swiglu.clone().programmatic()?,
-            gemv_acc_res: self.gemv_acc_res.clone().programmatic()?,
             swiglu: self.swiglu.clone().programmatic()?,
             argmax: self.argmax.clone().programmatic()?,
             advance: self.advance.clone().programmatic()?,
@@ -458,27 +433,6 @@ impl Kernels {
             &self.attention[i]
         }
     }
-}
-
-/// Shared memory the fused o projection adds to a cluster attention block (`ll_attention_*_c8o`)
-/// in `mode` (1: each block adds into the sums; 2: the cluster sums first), or `None` when the
-/// shape is not one it takes: each block's share of the output (`group * head_dim /`
-/// [`ATTENTION_CLUSTER`]) a whole number of 16-byte pieces, `hidden` a multiple of 8. The
-/// attention's own shared memory is rounded up to 16 bytes first.
-pub fn fused_o_smem(group: usize, head_dim: usize, hidden: usize, mode: u8) -> Option<usize> {
-    let per = group * head_dim / ATTENTION_CLUSTER;
-    let takes = (group * head_dim).is_multiple_of(ATTENTION_CLUSTER * 8)
-        && hidden.is_multiple_of(8)
-        && hidden > 0
-        && (mode == 1 || mode == 2);
-    takes.then(|| {
-        let sums = if mode == 2 {
-            hidden.next_multiple_of(4)
-        } else {
-            0
-        };
-        (per.next_multiple_of(4) + sums) * 4 + hidden * per * 2 + 16
-    })
 }
 
 pub(crate) fn grid(x: u32, y: u32, block: u32, smem: u32) -> LaunchConfig {
@@ -642,34 +596,6 @@ fn gemv_launch(grid_of: GemvGrid, cap: usize, n: usize, k: usize) -> (LaunchConf
     (grid(blocks, 1, GEMV_THREADS, smem as u32), wpc)
 }
 
-/// One row of a register GEMV after the attention with o fused (`ll_gemv_acc_*`): `sums` is
-/// the fused o projection's f32 sums, read by gate/up (`&`) and read and zeroed by down
-/// (`&mut`). Otherwise as [`gemv`] at one row.
-#[track_caller]
-#[allow(clippy::too_many_arguments)]
-pub fn gemv_acc<'a>(
-    stream: &Stream,
-    label: &str,
-    kernel: &Kernel,
-    grid_of: GemvGrid,
-    inputs: (
-        &'a DeviceBuffer<u16>,
-        &'a DeviceBuffer<u16>,
-        &'a DeviceBuffer<u16>,
-    ),
-    y: &'a mut DeviceBuffer<u16>,
-    sums: impl graphsmith::KernelArg<'a>,
-    (n, k): (usize, usize),
-    eps: f32,
-) -> graphsmith::Result<()> {
-    let (x, nw, w) = inputs;
-    let (cfg, wpc) = gemv_launch(grid_of, 1, n, k);
-    let (nn, kk, wp) = (n as i32, k as i32, wpc as i32);
-    let mut args = args![x, nw, w, y, 0i32, 1i32, nn, kk, eps, wp];
-    args.push(sums);
-    stream.launch(label, kernel, cfg, args)
-}
-
 /// A GEMV column of `k` bf16 weights in slices of 512 bytes, rounded up (at least one): what
 /// one warp reads in one round, a 16-byte piece per lane.
 fn column_slices(k: usize) -> usize {
@@ -728,15 +654,15 @@ pub fn async_smem(k: usize) -> Option<usize> {
 
 /// Whether a model's one-row projections run on [`gemv_async`]: when the largest of a layer's
 /// projections (`largest_bytes` of weights) is no more than its rings hold, so that every
-/// projection is requested whole before its programmatic wait, and every K (`ks`) is one it
-/// takes. Measured on an H200 against the register GEMV (`bench --tune cpa=15`,
+/// projection is requested whole before its programmatic wait (the caller checks that every K
+/// is one it takes, [`async_smem`]). Measured on an H200 against the register GEMV (`bench --tune cpa=15`,
 /// `bench/results/2026-12-02-llama-12.md`): -38.8 us per step on the small config (at most 3.5
 /// MB per projection; rings of 17 MB), +75.8 us on the 1B (gate/up 67 MB, down 34 MB: there the
 /// projections stream, which the register GEMV's four blocks per multiprocessor do faster).
-pub fn ring_gemv_rule(largest_bytes: usize, ks: &[usize], sm_count: u32) -> bool {
+pub fn ring_gemv_rule(largest_bytes: usize, sm_count: u32) -> bool {
     let warps =
         sm_count as usize * GEMV_ASYNC_BLOCKS_PER_SM as usize * (GEMV_THREADS as usize / 32);
-    largest_bytes <= warps * GEMV_RING * ROUND_BYTES && ks.iter().all(|&k| async_smem(k).is_some())
+    largest_bytes <= warps * GEMV_RING * ROUND_BYTES
 }
 
 /// One row of `y[n] (op)= prologue(x)[k] @ w[n, k]^T` on a `ll_gemv_async_*` kernel over up to
@@ -834,11 +760,12 @@ mod tests {
         let bf = |n: usize, k: usize| n * k * 2;
         // H200 (132 multiprocessors): rings of 264 blocks x 8 warps x 4 rounds x 2 KiB, 17.3 MB.
         // The small config: gate/up (2 x 1536 x 576) is its largest projection.
-        assert!(ring_gemv_rule(bf(3072, 576), &[576, 576, 1536], 132));
+        assert!(ring_gemv_rule(bf(3072, 576), 132));
         // The 1B config: gate/up (2 x 8192 x 2048) streams.
-        assert!(!ring_gemv_rule(bf(16_384, 2048), &[2048, 2048, 8192], 132));
-        // A K it does not take, and the limits of K.
-        assert!(!ring_gemv_rule(100, &[576, 577], 132));
+        assert!(!ring_gemv_rule(bf(16_384, 2048), 132));
+        // The limits of K.
+        assert_eq!(async_smem(576), Some(8 * 4 * 2048 + 1152));
+        assert_eq!(async_smem(577), None);
         assert_eq!(async_smem(8192), Some(8 * 4 * 2048 + 16_384));
         assert_eq!(async_smem(8200), None);
         assert_eq!(async_smem(0), None);

@@ -302,16 +302,6 @@ impl Model {
             .download(self.decoder().attention_counters())?)
     }
 
-    /// The fused o projection's sums (`--tune fo=1|2`), all 0 between steps.
-    pub fn o_sums(&self) -> Result<Vec<f32>> {
-        Ok(self.stream().download(self.decoder().o_sums())?)
-    }
-
-    /// The fused o projection's mode in a step of `rows` rows (0: o runs on its own).
-    pub fn fused_o_mode(&self, rows: usize) -> u8 {
-        self.decoder().fused_o_mode(rows)
-    }
-
     /// The argmax of the first `rows` rows after the last step (-1 for a row that was padding).
     pub fn next_tokens(&self, rows: usize) -> Result<Vec<i32>> {
         let mut all = self.stream().download(&self.decoder().next)?;

@@ -53,14 +53,10 @@ pub struct Tuning {
     /// The ring GEMV's blocks per multiprocessor (1 or 2; the rule:
     /// `kernels::GEMV_ASYNC_BLOCKS_PER_SM`).
     pub ring_gemv_blocks: Option<u32>,
-    /// The o projection fused into the cluster attention at one row
-    /// (`kernels::fused_o_smem`): 1 each block adds its sums, 2 the cluster sums first
-    /// (the rule: 0, off). Gate/up and down then run on the register GEMV.
-    pub fused_o: Option<u8>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
-const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig, cpa, cpab, fo";
+const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig, cpa, cpab";
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200:
 /// 8 MiB before the wait was the fastest budget on both configs in the sixth pass (4 to 32
@@ -113,7 +109,7 @@ impl FromStr for Tuning {
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
     /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
     /// up to 1024), pfw (0 or 1), cluster (0 or 1), atrig (0 to 3), cpa (0 to 15) and cpab (1
-    /// or 2), fo (0 to 2).
+    /// or 2).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -168,15 +164,6 @@ impl FromStr for Tuning {
                     ));
                 }
                 t.ring_gemv = Some(n as u8);
-                continue;
-            }
-            if key == "fo" {
-                if n > 2 {
-                    return Err(format!(
-                        "fo={n}: 0 (off), 1 (each block adds) or 2 (the cluster sums first)"
-                    ));
-                }
-                t.fused_o = Some(n as u8);
                 continue;
             }
             if key == "cpab" {
@@ -252,9 +239,6 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.ring_gemv_blocks {
             parts.push(format!("cpab={n}"));
         }
-        if let Some(n) = self.fused_o {
-            parts.push(format!("fo={n}"));
-        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -280,7 +264,6 @@ mod tests {
             "splits=8,cluster=0",
             "atrig=2",
             "cpa=5,cpab=1",
-            "fo=2",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -306,6 +289,5 @@ mod tests {
         assert!(err("o=x").contains("not a whole number"));
         assert!(err("cpa=16").contains("8 (down)"));
         assert!(err("cpab=3").contains("1 or 2"));
-        assert!(err("fo=3").contains("cluster sums first"));
     }
 }

@@ -116,22 +116,10 @@ fn prologue(v: Variant, x: &[u16], nw: &[u16], k: usize, eps: f32) -> Vec<f32> {
     }
 }
 
-fn check_gemv(
-    ctx: &Context,
-    st: &Stream,
-    kernels: &Kernels,
-    v: Variant,
-    rows: usize,
-    n: usize,
-    k: usize,
-) {
-    check_gemv_on(ctx, st, kernels, v, rows, n, k, None)
-}
-
-/// [`check_gemv`] on the register GEMV, or with `ring_blocks` on the ring GEMV (`gemv_async`,
-/// one row) over up to that many blocks.
+/// One GEMV variant against the host reference: on the register GEMV (`ring_blocks` `None`),
+/// or on the ring GEMV (`gemv_async`, one row) over up to `ring_blocks` blocks.
 #[allow(clippy::too_many_arguments)]
-fn check_gemv_on(
+fn check_gemv(
     ctx: &Context,
     st: &Stream,
     kernels: &Kernels,
@@ -330,7 +318,7 @@ fn gemv_variants_match_a_host_reference() {
                 (12, 1032),
                 (20, 576),
             ] {
-                check_gemv(&ctx, &st, &kernels, v, rows, n, k);
+                check_gemv(&ctx, &st, &kernels, v, rows, n, k, None);
             }
         }
     }
@@ -355,7 +343,7 @@ fn ring_gemv_matches_a_host_reference() {
             (700, 64),
         ] {
             for blocks in [1, 3, 7, 16, 264] {
-                check_gemv_on(&ctx, &st, &kernels, v, 1, n, k, Some(blocks));
+                check_gemv(&ctx, &st, &kernels, v, 1, n, k, Some(blocks));
             }
         }
     }

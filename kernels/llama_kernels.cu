@@ -90,6 +90,37 @@ __device__ __forceinline__ uint4 ld_if(const uint4* p, bool ok) {
     return v;
 }
 
+// This thread's pieces c = threadIdx.x + j * blockDim.x (j < GEMV_XC) of a row of k8 16-byte
+// pieces, zeros past the row: read-only loads (weights, before a programmatic wait) or, with
+// `written`, plain loads (data an earlier kernel wrote, after it).
+template <bool WRITTEN>
+__device__ __forceinline__ void load_pieces(uint4 (&v)[GEMV_XC], const uint4* row, int k8) {
+#pragma unroll
+    for (int j = 0; j < GEMV_XC; ++j) {
+        int c = threadIdx.x + j * blockDim.x;
+        v[j] = WRITTEN ? ld_if(row + c, c < k8) : ldg_if(row + c, c < k8);
+    }
+}
+
+// Stores this thread's pieces (as load_pieces took them) into a row of k8 pieces.
+__device__ __forceinline__ void store_pieces(uint4* row, const uint4 (&v)[GEMV_XC], int k8) {
+#pragma unroll
+    for (int j = 0; j < GEMV_XC; ++j) {
+        int c = threadIdx.x + j * blockDim.x;
+        if (c < k8) row[c] = v[j];
+    }
+}
+
+// The programmatic wait, with the dependents let start before it or (LATE) after it: with LATE,
+// when they start everything before this kernel has finished (the attention after the q/k/v
+// projection reads positions and its cache before its own wait).
+template <bool LATE>
+__device__ __forceinline__ void pdl_wait_trigger() {
+    if (!LATE) pdl_trigger();
+    pdl_wait();
+    if (LATE) pdl_trigger();
+}
+
 // The 8 bf16 of a piece as floats.
 __device__ __forceinline__ void unpack8(uint4 v, float* f) {
     unsigned int u[4] = {v.x, v.y, v.z, v.w};
@@ -1026,19 +1057,8 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                   (((unsigned long long)x) & 15ull) == 0ull &&
                   (PRO != 1 || (((unsigned long long)nw) & 15ull) == 0ull);
     uint4 nv[GEMV_XC];
-    if (PRO == 1 && pieces) {
-#pragma unroll
-        for (int j = 0; j < GEMV_XC; ++j) {
-            int c = threadIdx.x + j * blockDim.x;
-            nv[j] = ldg_if((const uint4*)nw + c, c < k8);
-        }
-    }
-    // LATE: dependents start only after this kernel's wait, so when they start everything
-    // before this kernel has finished (the attention reads positions and its cache before
-    // its own wait).
-    if (!LATE) pdl_trigger();
-    pdl_wait();
-    if (LATE) pdl_trigger();
+    if (PRO == 1 && pieces) load_pieces<false>(nv, (const uint4*)nw, k8);
+    pdl_wait_trigger<LATE>();
     int kpad = (k + 7) & ~7;
     int xstride = PRO == 2 ? 2 * k : k;
     for (int r = 0; r < R; ++r) {
@@ -1047,20 +1067,12 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
             const uint4* xr4 = (const uint4*)(x + (size_t)(row0 + r) * xstride);
             uint4* dst4 = (uint4*)dst;
             uint4 xv[GEMV_XC];
-#pragma unroll
-            for (int j = 0; j < GEMV_XC; ++j) {
-                int c = threadIdx.x + j * blockDim.x;
-                xv[j] = ld_if(xr4 + c, c < k8);
-            }
+            load_pieces<true>(xv, xr4, k8);
             if (PRO == 1) {
                 // HF RMSNorm as ll_rmsnorm (the same helper).
                 norm_pieces(xv, nv, k8, k, eps, scratch, dst4);
             } else {
-#pragma unroll
-                for (int j = 0; j < GEMV_XC; ++j) {
-                    int c = threadIdx.x + j * blockDim.x;
-                    if (c < k8) dst4[c] = xv[j];
-                }
+                store_pieces(dst4, xv, k8);
             }
         } else if (r < rows) {
             const unsigned short* xr = x + (size_t)(row0 + r) * xstride;
@@ -1311,32 +1323,16 @@ __device__ __forceinline__ void gemv_async(const unsigned short* x, const unsign
 #pragma unroll
     for (int j = 0; j < RING; ++j) issue(j);
     uint4 nv[GEMV_XC];
-    if (PRO == 1) {
-#pragma unroll
-        for (int j = 0; j < GEMV_XC; ++j) {
-            int c = threadIdx.x + j * blockDim.x;
-            nv[j] = ldg_if((const uint4*)nw + c, c < k8);
-        }
-    }
-    if (!LATE) pdl_trigger();
-    pdl_wait();
-    if (LATE) pdl_trigger();
+    if (PRO == 1) load_pieces<false>(nv, (const uint4*)nw, k8);
+    pdl_wait_trigger<LATE>();
     {
         const uint4* xr4 = (const uint4*)(x + (size_t)row0 * k);
         uint4 xv[GEMV_XC];
-#pragma unroll
-        for (int j = 0; j < GEMV_XC; ++j) {
-            int c = threadIdx.x + j * blockDim.x;
-            xv[j] = ld_if(xr4 + c, c < k8);
-        }
+        load_pieces<true>(xv, xr4, k8);
         if (PRO == 1) {
             norm_pieces(xv, nv, k8, k, eps, scratch, (uint4*)xs);
         } else {
-#pragma unroll
-            for (int j = 0; j < GEMV_XC; ++j) {
-                int c = threadIdx.x + j * blockDim.x;
-                if (c < k8) ((uint4*)xs)[c] = xv[j];
-            }
+            store_pieces((uint4*)xs, xv, k8);
         }
     }
     __syncthreads();

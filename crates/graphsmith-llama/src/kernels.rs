@@ -550,12 +550,26 @@ fn launch_gemv<T: graphsmith::Element>(
     eps: f32,
 ) -> graphsmith::Result<()> {
     let (x, nw, w) = inputs;
-    let max_rows = grid_of.max_rows;
+    let warps = (GEMV_THREADS / 32) as usize;
+    let (sm_count, max_rows) = (grid_of.sm_count, grid_of.max_rows);
+    let wpc = grid_of
+        .warps_per_column
+        .unwrap_or_else(|| warps_per_column(n, k, sm_count as usize));
     let mut row0 = 0;
     while row0 < rows {
         let chunk = (rows - row0).min(max_rows.clamp(1, 8));
         let (kernel, cap) = kernels.for_rows(chunk);
-        let (cfg, wpc) = gemv_launch(grid_of, cap, n, k);
+        let smem = cap * k.next_multiple_of(8) * 2;
+        // Resident blocks per multiprocessor: at most 4 (64 registers x 256 threads), fewer
+        // when the staged rows take more shared memory; the grid is one wave of them.
+        let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
+        let per_sm = grid_of
+            .blocks_per_sm
+            .map_or(per_sm, |b| per_sm.min(b.max(1)));
+        let blocks = ((n * wpc).div_ceil(warps) as u32)
+            .min(sm_count * per_sm)
+            .max(1);
+        let cfg = grid(blocks, 1, GEMV_THREADS, smem as u32);
         let (r0, c, nn, kk, wp) = (row0 as i32, chunk as i32, n as i32, k as i32, wpc as i32);
         match best.as_deref_mut() {
             None => stream.launch(
@@ -574,26 +588,6 @@ fn launch_gemv<T: graphsmith::Element>(
         row0 += chunk;
     }
     Ok(())
-}
-
-/// The grid of a register GEMV staging `cap` rows of `k` inputs over `n` columns, and its warps
-/// per column: at most 4 resident blocks per multiprocessor (64 registers x 256 threads), fewer
-/// when the staged rows take more shared memory; one wave of them.
-fn gemv_launch(grid_of: GemvGrid, cap: usize, n: usize, k: usize) -> (LaunchConfig, usize) {
-    let warps = (GEMV_THREADS / 32) as usize;
-    let sm_count = grid_of.sm_count;
-    let wpc = grid_of
-        .warps_per_column
-        .unwrap_or_else(|| warps_per_column(n, k, sm_count as usize));
-    let smem = cap * k.next_multiple_of(8) * 2;
-    let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
-    let per_sm = grid_of
-        .blocks_per_sm
-        .map_or(per_sm, |b| per_sm.min(b.max(1)));
-    let blocks = ((n * wpc).div_ceil(warps) as u32)
-        .min(sm_count * per_sm)
-        .max(1);
-    (grid(blocks, 1, GEMV_THREADS, smem as u32), wpc)
 }
 
 /// A GEMV column of `k` bf16 weights in slices of 512 bytes, rounded up (at least one): what
@@ -655,10 +649,11 @@ pub fn async_smem(k: usize) -> Option<usize> {
 /// Whether a model's one-row projections run on [`gemv_async`]: when the largest of a layer's
 /// projections (`largest_bytes` of weights) is no more than its rings hold, so that every
 /// projection is requested whole before its programmatic wait (the caller checks that every K
-/// is one it takes, [`async_smem`]). Measured on an H200 against the register GEMV (`bench --tune cpa=15`,
-/// `bench/results/2026-12-02-llama-12.md`): -38.8 us per step on the small config (at most 3.5
-/// MB per projection; rings of 17 MB), +75.8 us on the 1B (gate/up 67 MB, down 34 MB: there the
-/// projections stream, which the register GEMV's four blocks per multiprocessor do faster).
+/// is one it takes, [`async_smem`]). Measured on an H200 against the register GEMV (`bench
+/// --tune cpa=15`, `bench/results/2026-12-02-llama-12.md`): -38.8 us per step on the small
+/// config (at most 3.5 MB per projection; rings of 17 MB), +75.8 us on the 1B (gate/up 67 MB,
+/// down 34 MB: there the projections stream, which the register GEMV's four blocks per
+/// multiprocessor do faster).
 pub fn ring_gemv_rule(largest_bytes: usize, sm_count: u32) -> bool {
     let warps =
         sm_count as usize * GEMV_ASYNC_BLOCKS_PER_SM as usize * (GEMV_THREADS as usize / 32);

@@ -166,26 +166,6 @@ __device__ __forceinline__ void store_bf16_out(unsigned short* y, size_t at, flo
     }
 }
 
-// The pieces of a row (as load_pieces took them) plus the row's f32 sums, rounded as the
-// residual epilogue rounds (x = bf16(x + bf16(sum))); written to `out` too when it is given.
-__device__ __forceinline__ void add_sums(uint4 (&xv)[GEMV_XC], const float* sums, int k8,
-                                         uint4* out) {
-    const float4* s4 = (const float4*)sums;
-#pragma unroll
-    for (int j = 0; j < GEMV_XC; ++j) {
-        int c = threadIdx.x + j * blockDim.x;
-        if (c < k8) {
-            float4 a = s4[2 * c], b = s4[2 * c + 1];
-            float sv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, f[8];
-            unpack8(xv[j], f);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) f[e] = f[e] + rbf(sv[e]);
-            xv[j] = pack8(f);
-            if (out != nullptr) out[c] = xv[j];
-        }
-    }
-}
-
 // out[r, :] = table[tokens[r], :]; one block per row. Ids outside the vocabulary read row 0.
 // HF RMSNorm of one row held in 16-byte pieces (xv, up to GEMV_XC per thread, piece c =
 // threadIdx.x + j * blockDim.x of n8) with its weights' pieces (wv): the sum of squares in f32
@@ -1022,10 +1002,6 @@ extern "C" __global__ void ll_loop_advance(unsigned long long* best, int* next, 
 //   PRO 0: x' = x                     (x: [rows, K])
 //   PRO 1: x' = HF RMSNorm(x) * nw    (x: [rows, K], nw: [K], as ll_rmsnorm)
 //   PRO 2: x' = bf16(silu(g)) * u     (x: [rows, 2K] = [gate | up], as ll_swiglu)
-//   PRO 3: x' = HF RMSNorm(bf16(x + bf16(sums))) * nw, one row: x plus the f32 sums the fused
-//          MLP (ll_mlp_*) added up, as the down projection's residual epilogue would have
-//          stored it; block 0 writes that sum into xout, the layer's residual stream. Rows in
-//          whole 16-byte pieces only (the host checks).
 // The epilogue writes, for rows row0 .. row0 + rows (rows <= R):
 //   EPI 0: y = bf16(acc)              (bf16 out)
 //   EPI 1: y = bf16(y + bf16(acc))    (bf16 out, residual add in place as HF: residual + proj)
@@ -1048,8 +1024,7 @@ template <int R, int PRO, int EPI, bool LATE>
 __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned short* nw,
                                      const unsigned short* w, void* y, int row0, int rows,
                                      int n, int k, float eps, int wpc,
-                                     unsigned long long* best, const float* sums = nullptr,
-                                     unsigned short* xout = nullptr) {
+                                     unsigned long long* best) {
     // EPI 3 takes two weight rows per output column (gate o and up n + o).
     constexpr int P = EPI == 3 ? 2 : 1;
     extern __shared__ __align__(16) unsigned short xs[];
@@ -1082,7 +1057,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
                   (((unsigned long long)x) & 15ull) == 0ull &&
                   (PRO != 1 || (((unsigned long long)nw) & 15ull) == 0ull);
     uint4 nv[GEMV_XC];
-    if ((PRO == 1 || PRO == 3) && pieces) load_pieces<false>(nv, (const uint4*)nw, k8);
+    if (PRO == 1 && pieces) load_pieces<false>(nv, (const uint4*)nw, k8);
     pdl_wait_trigger<LATE>();
     int kpad = (k + 7) & ~7;
     int xstride = PRO == 2 ? 2 * k : k;
@@ -1093,8 +1068,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
             uint4* dst4 = (uint4*)dst;
             uint4 xv[GEMV_XC];
             load_pieces<true>(xv, xr4, k8);
-            if (PRO == 3) add_sums(xv, sums, k8, blockIdx.x == 0 ? (uint4*)xout : nullptr);
-            if (PRO == 1 || PRO == 3) {
+            if (PRO == 1) {
                 // HF RMSNorm as ll_rmsnorm (the same helper).
                 norm_pieces(xv, nv, k8, k, eps, scratch, dst4);
             } else {
@@ -1291,211 +1265,6 @@ LL_GEMV_HEAD(ll_gemv_head_1, 1)
 LL_GEMV_HEAD(ll_gemv_head_2, 2)
 LL_GEMV_HEAD(ll_gemv_head_4, 4)
 LL_GEMV_HEAD(ll_gemv_head_8, 8)
-
-// One row with PRO 3 (after a fused MLP): q/k/v, and lm_head with the argmax; `sums` are the
-// MLP's f32 sums, `xout` receives the residual stream x + sums (see gemv's PRO 3).
-extern "C" __global__ void __launch_bounds__(256, 4)
-    ll_gemv_sum_norm_1(const unsigned short* x, const unsigned short* nw, const unsigned short* w,
-                       void* y, int row0, int rows, int n, int k, float eps, int wpc,
-                       const float* sums, unsigned short* xout) {
-    gemv<1, 3, 0, true>(x, nw, w, y, row0, rows, n, k, eps, wpc, nullptr, sums, xout);
-}
-extern "C" __global__ void __launch_bounds__(256, 4)
-    ll_gemv_sum_head_1(const unsigned short* x, const unsigned short* nw, const unsigned short* w,
-                       void* y, int row0, int rows, int n, int k, float eps, int wpc,
-                       const float* sums, unsigned short* xout, unsigned long long* best) {
-    gemv<1, 3, 2, false>(x, nw, w, y, row0, rows, n, k, eps, wpc, best, sums, xout);
-}
-
-// ---- One row's MLP in one kernel: gate/up with the post-attention norm and SwiGLU, then down
-// split over the FFN dimension, its partial sums added into f32 `sums`.
-//
-// Warp g of block b (W = T / 32 warps) computes FFN columns o = b * W + g + i * stride
-// (stride = gridDim.x * W, i < rounds = ceil(f / stride)) as the one-row gate/up GEMV does (the
-// input normed once per block into shared memory, weights in rounds of GEMV_U 16-byte pieces
-// per lane, the next round issued before the current one is used), and keeps each column's
-// activation bf16(silu(bf16(gate)) * bf16(up)) in shared memory. Then the down projection over
-// the block's columns: wdt is down's weight transposed ([f, h]: a column's h weights are one
-// contiguous row), so every load of the block reads whole rows. With h8 = h / 8 pieces per row
-// times RG equal to T (RG row groups): thread t takes piece t % h8 (8 outputs) of the rows of
-// group t / h8, the groups' sums meet in shared memory; with RG = 1 thread t takes pieces
-// t, t + T, ... of every row. The first round of down's weights is issued in place of a next
-// gate/up round, before the block's activations are complete. Each output piece's 8 sums are
-// added with two 16-byte atomic adds (sm_90), one per block: fewer, larger blocks mean fewer
-// atomics on the same addresses. The kernel after it reads x + bf16(sums) (gemv's PRO 3).
-// `sums` must be zero on entry; after its wait the kernel zeroes `zero` (the previous layer's
-// sums, which the kernel before it read), so each layer's sums are zero again before their turn.
-// Dynamic shared memory: h * 2 bytes, plus RG * h * 4 when RG > 1. Needs h % 8 == 0,
-// h <= 8,192, rounds <= MLP_MAX_ROUNDS, gridDim.x * T >= h, x, nw and the weights 16-byte
-// aligned (the host checks: crates/graphsmith-llama/src/mlp.rs).
-#define MLP_MAX_ROUNDS 8
-template <int T, int RG>
-__device__ __forceinline__ void mlp(const unsigned short* x, const unsigned short* nw,
-                                    const unsigned short* wgu, const unsigned short* wdt,
-                                    float* sums, float* zero, int f, int h, float eps) {
-    constexpr int W = T / 32;
-    static_assert(GEMV_U * RG <= W, "down's first round lies in the first round of columns");
-    extern __shared__ __align__(16) unsigned char mlp_smem[];
-    unsigned short* xs = (unsigned short*)mlp_smem;
-    float* part = (float*)(mlp_smem + (size_t)h * 2);
-    __shared__ float scratch[32];
-    __shared__ float acts[32 * MLP_MAX_ROUNDS];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int h8 = h >> 3, stride = gridDim.x * W, step = 32 * GEMV_U;
-    int rounds = (f + stride - 1) / stride, nq = W * rounds;
-    constexpr int rg_n = RG;
-    int rg = RG > 1 ? threadIdx.x / (T / RG) : 0;
-    int j0 = RG > 1 ? threadIdx.x % (T / RG) : threadIdx.x;
-    int jstep = RG > 1 ? h8 : T;
-    int o0 = blockIdx.x * W + warp;
-    const uint4* w4 = (const uint4*)wgu;
-    const uint4* d4 = (const uint4*)wdt;
-    // Round c0 of part p (gate 0, up 1) of column o, this lane's pieces.
-    auto load_round = [&](uint4* wv, int o, int p, int c0) {
-#pragma unroll
-        for (int u = 0; u < GEMV_U; ++u) {
-            int cidx = c0 + u * 32 + lane;
-            wv[u] = ldg_if(w4 + (size_t)(o + p * f) * h8 + cidx, o < f && cidx < h8);
-        }
-    };
-    // Down's weights for the block's columns q0 + u * rg_n (q = i * W + g), piece j8.
-    auto load_down = [&](uint4* dv, int q0, int j8) {
-#pragma unroll
-        for (int u = 0; u < GEMV_U; ++u) {
-            int q = q0 + u * rg_n;
-            int o = blockIdx.x * W + q % W + (q / W) * stride;
-            dv[u] = ldg_if(d4 + (size_t)o * h8 + j8, q < nq && o < f && j8 < h8);
-        }
-    };
-    uint4 wv[GEMV_U];
-    load_round(wv, o0, 0, 0);
-    uint4 nv[GEMV_XC];
-    load_pieces<false>(nv, (const uint4*)nw, h8);
-    pdl_wait_trigger<false>();
-    {
-        int i = blockIdx.x * blockDim.x + threadIdx.x;
-        if (i < h) zero[i] = 0.0f;
-        uint4 xv[GEMV_XC];
-        load_pieces<true>(xv, (const uint4*)x, h8);
-        norm_pieces(xv, nv, h8, h, eps, scratch, (uint4*)xs);
-    }
-    __syncthreads();
-    const uint4* xs4 = (const uint4*)xs;
-    for (int i = 0; i < rounds; ++i) {
-        int o = o0 + i * stride;
-        float acc[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-            for (int c0 = 0; c0 < h8; c0 += step) {
-                uint4 nx[GEMV_U];
-                if (c0 + step < h8) {
-                    load_round(nx, o, p, c0 + step);
-                } else if (p == 0) {
-                    load_round(nx, o, 1, 0);
-                } else if (i + 1 < rounds) {
-                    load_round(nx, o + stride, 0, 0);
-                } else {
-                    // Down's first round: columns b * W + rg + u * RG (all in the first round of
-                    // columns, since GEMV_U * RG <= W).
-                    // (RG > 1: h8 == T / RG, so the thread's group and piece are shifts.)
-                    constexpr int H8 = T / RG;
-                    int r0 = RG > 1 ? (int)threadIdx.x / H8 : 0;
-                    int c = RG > 1 ? (int)threadIdx.x % H8 : (int)threadIdx.x;
-                    int hh = RG > 1 ? H8 : h8;
-                    int ob = blockIdx.x * W + r0;
-                    const uint4* d = d4 + (size_t)ob * hh + c;
-#pragma unroll
-                    for (int u = 0; u < GEMV_U; ++u)
-                        nx[u] = ldg_if(d + (size_t)u * RG * hh, ob + u * RG < f && c < hh);
-                }
-#pragma unroll
-                for (int u = 0; u < GEMV_U; ++u) {
-                    int cidx = c0 + u * 32 + lane;
-                    if (cidx >= h8) break;
-                    unsigned int ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
-                    uint4 xv = xs4[cidx];
-                    unsigned int xx[4] = {xv.x, xv.y, xv.z, xv.w};
-                    float a = acc[p];
-                    DOT8_ACC(a, ww, xx)
-                    acc[p] = a;
-                }
-#pragma unroll
-                for (int u = 0; u < GEMV_U; ++u) wv[u] = nx[u];
-            }
-        }
-#pragma unroll
-        for (int p = 0; p < 2; ++p)
-            for (int off = 16; off > 0; off >>= 1)
-                acc[p] += __shfl_xor_sync(0xffffffffu, acc[p], off);
-        if (lane == 0) {
-            // As ll_swiglu on the bf16 gate and up HF would have stored.
-            float gt = rbf(acc[0]);
-            float silu = rbf(gt / (1.0f + __expf(-gt)));
-            acts[i * W + warp] = o < f ? rbf(silu * rbf(acc[1])) : 0.0f;
-        }
-    }
-    __syncthreads();
-    // wv now holds down's first round for piece j0. The loop's bound is block-uniform (one pass
-    // with row groups).
-    for (int j8 = j0; j8 - j0 < h8; j8 += jstep) {
-        float a[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) a[e] = 0.0f;
-        int qstep = GEMV_U * rg_n;
-        for (int q0 = rg; q0 < nq; q0 += qstep) {
-            uint4 nx[GEMV_U];
-            if (q0 + qstep < nq) {
-                load_down(nx, q0 + qstep, j8);
-            } else {
-                load_down(nx, rg, j8 + jstep);
-            }
-#pragma unroll
-            for (int u = 0; u < GEMV_U; ++u) {
-                if (q0 + u * rg_n < nq) {
-                    float av = acts[q0 + u * rg_n], wf[8];
-                    unpack8(wv[u], wf);
-#pragma unroll
-                    for (int e = 0; e < 8; ++e) a[e] += av * wf[e];
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < GEMV_U; ++u) wv[u] = nx[u];
-        }
-        if (rg_n > 1) {
-            // The row groups' sums meet in shared memory; group 0 adds them up.
-            if (rg > 0) {
-                float4* d = (float4*)(part + ((size_t)rg * h8 + j8) * 8);
-                d[0] = make_float4(a[0], a[1], a[2], a[3]);
-                d[1] = make_float4(a[4], a[5], a[6], a[7]);
-            }
-            __syncthreads();
-            if (rg == 0) {
-                for (int g = 1; g < rg_n; ++g) {
-                    const float4* d = (const float4*)(part + ((size_t)g * h8 + j8) * 8);
-                    float4 b0 = d[0], b1 = d[1];
-                    a[0] += b0.x; a[1] += b0.y; a[2] += b0.z; a[3] += b0.w;
-                    a[4] += b1.x; a[5] += b1.y; a[6] += b1.z; a[7] += b1.w;
-                }
-            }
-        }
-        if (rg == 0 && j8 < h8) {
-            float4* s4 = (float4*)(sums + 8 * (size_t)j8);
-            atomicAdd(s4, make_float4(a[0], a[1], a[2], a[3]));
-            atomicAdd(s4 + 1, make_float4(a[4], a[5], a[6], a[7]));
-        }
-    }
-}
-
-// RG > 1 needs h / 8 * RG == T (the host checks).
-#define LL_MLP(NAME, T, RG)                                                                     \
-    extern "C" __global__ void __launch_bounds__(T, 1024 / T)                                   \
-        NAME(const unsigned short* x, const unsigned short* nw, const unsigned short* wgu,      \
-             const unsigned short* wdt, float* sums, float* zero, int f, int h, float eps) {    \
-        mlp<T, RG>(x, nw, wgu, wdt, sums, zero, f, h, eps);                                     \
-    }
-LL_MLP(ll_mlp_256, 256, 1)
-LL_MLP(ll_mlp_512, 512, 2)
-LL_MLP(ll_mlp_1024, 1024, 4)
 
 // ---- One-row GEMV whose weights stream through a ring in shared memory, per warp (cp.async).
 //

@@ -18,7 +18,6 @@ pub use crate::kernels::{
     ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
     GEMV_AUTO_MAX_ROWS, GEMV_THREADS, LLAMA_PTX,
 };
-use crate::mlp::{fused_mlp, fused_mlp_fits, gemv_after_mlp};
 use crate::prefetch::{prefetch_plan, PrefetchRange, Source};
 use crate::tuning::Tuning;
 use crate::weights::DeviceWeights;
@@ -61,11 +60,6 @@ pub struct Decoder {
     cos: DeviceBuffer<f32>,
     sin: DeviceBuffer<f32>,
     hidden: DeviceBuffer<u16>,
-    /// The residual stream of odd layers when one row's MLP is fused (`crate::mlp`; `hidden`
-    /// holds even layers').
-    hidden_odd: DeviceBuffer<u16>,
-    /// Per layer: the fused MLP's f32 sums (one row), zero before their MLP.
-    mlp_sums: Vec<DeviceBuffer<f32>>,
     xn: DeviceBuffer<u16>,
     qkv: DeviceBuffer<u16>,
     attn: DeviceBuffer<u16>,
@@ -241,14 +235,6 @@ impl Decoder {
         let attn_partials = ctx.alloc::<f32>("attn/partials", partials)?;
         let mut attn_counters = ctx.alloc::<u32>("attn/counters", capacity * nkv)?;
         stream.upload(&mut attn_counters, &vec![0; capacity * nkv])?;
-        let mut mlp_sums = Vec::new();
-        if fused_mlp_fits(&config) {
-            for l in 0..config.num_hidden_layers {
-                let mut s = ctx.alloc::<f32>(&format!("mlp/sums.{l}"), h)?;
-                stream.upload(&mut s, &vec![0.0; h])?;
-                mlp_sums.push(s);
-            }
-        }
         Ok(Decoder {
             best,
             gemm: Gemm::Auto,
@@ -258,8 +244,6 @@ impl Decoder {
             next: ctx.alloc::<i32>("rows/next", capacity)?,
             logits: ctx.alloc::<f32>("act/logits", capacity * v)?,
             hidden: ctx.alloc::<u16>("act/hidden", capacity * h)?,
-            hidden_odd: ctx.alloc::<u16>("act/hidden (odd layers)", h)?,
-            mlp_sums,
             xn: ctx.alloc::<u16>("act/normed", capacity * h)?,
             qkv: ctx.alloc::<u16>("act/qkv", capacity * config.qkv_dim())?,
             attn: ctx.alloc::<u16>("act/attn", capacity * config.q_dim())?,
@@ -344,14 +328,6 @@ impl Decoder {
         }
     }
 
-    /// Whether a step of `rows` rows runs each layer's MLP as one kernel (`crate::mlp`).
-    pub fn fuses_mlp(&self, rows: usize) -> bool {
-        rows == 1
-            && self.uses_gemv(1)
-            && !self.mlp_sums.is_empty()
-            && self.tuning.fused_mlp_block().is_some()
-    }
-
     pub(crate) fn issue_step(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let rows = rows.min(self.capacity);
         self.issue_step_to_argmax(stream, rows)?;
@@ -390,9 +366,7 @@ impl Decoder {
             grid(r, 1, 256, 0),
             args![&self.tokens, &self.weights.embed, &mut self.hidden, h, v],
         )?;
-        if self.fuses_mlp(rows) {
-            self.issue_layers_fused_mlp(stream)?;
-        } else if self.uses_gemv(rows) {
+        if self.uses_gemv(rows) {
             // lm_head folds each row's argmax into `best` itself.
             self.issue_layers_gemv(stream, rows)?;
         } else {
@@ -454,10 +428,8 @@ impl Decoder {
             lw.down.bytes() as u64,
             next.bytes() as u64,
         );
-        let fused = self.fuses_mlp(rows);
         let pick = |r: &PrefetchRange| match r.source {
             Source::GateUp => &lw.gate_up,
-            Source::Down if fused => &lw.down_t,
             Source::Down => &lw.down,
             Source::Next => next,
         };
@@ -589,125 +561,6 @@ impl Decoder {
             &mut self.logits,
             &mut self.best,
             (rows, c.vocab_size, h),
-            eps,
-        )
-    }
-
-    /// One row with each layer's MLP as one kernel (`crate::mlp`): four kernels per layer,
-    /// q/k/v (from layer 1 on reading the residual stream as the previous layer's hidden plus
-    /// its MLP's sums, and writing that into this layer's residual buffer), attention, o with
-    /// the residual, the MLP; then lm_head the same way as q/k/v, with the argmax. The
-    /// projections run on the register GEMV.
-    fn issue_layers_fused_mlp(&mut self, stream: &Stream) -> graphsmith::Result<()> {
-        let c = self.config.clone();
-        let eps = c.rms_norm_eps;
-        let (h, f, q, layers) = (
-            c.hidden_size,
-            c.intermediate_size,
-            c.q_dim(),
-            c.num_hidden_layers,
-        );
-        let (sm_count, wpc, per_sm) = (
-            self.sm_count,
-            self.tuning.warps_per_column,
-            self.tuning.gemv_blocks_per_sm,
-        );
-        let qkv_wpc = wpc[0].unwrap_or(QKV_WARPS_PER_COLUMN);
-        let sms = move |i: usize| GemvGrid {
-            sm_count,
-            max_rows: 1,
-            warps_per_column: if i == 0 { Some(qkv_wpc) } else { wpc[i] },
-            blocks_per_sm: per_sm,
-        };
-        for l in 0..layers {
-            let range = graphsmith::range(format!("layer {l}"));
-            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            // Layer l's residual stream, and the one before it.
-            let (res, prev) = if l % 2 == 0 {
-                (&mut self.hidden, &mut self.hidden_odd)
-            } else {
-                (&mut self.hidden_odd, &mut self.hidden)
-            };
-            if l == 0 {
-                let inputs = (&*res, &lw.input_norm, &lw.qkv);
-                gemv(
-                    stream,
-                    "gemv q/k/v + input norm",
-                    &k.gemv_norm,
-                    sms(0),
-                    inputs,
-                    &mut self.qkv,
-                    1,
-                    c.qkv_dim(),
-                    h,
-                    eps,
-                )?;
-            } else {
-                gemv_after_mlp(
-                    stream,
-                    "gemv q/k/v + mlp sums + input norm",
-                    &k.gemv_sum_norm,
-                    sms(0),
-                    (&*prev, &lw.input_norm, &lw.qkv),
-                    (&self.mlp_sums[l - 1], &mut *res),
-                    &mut self.qkv,
-                    None,
-                    (c.qkv_dim(), h),
-                    eps,
-                )?;
-            }
-            self.attention(stream, l, 1, true)?;
-            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            let res = if l % 2 == 0 {
-                &mut self.hidden
-            } else {
-                &mut self.hidden_odd
-            };
-            gemv(
-                stream,
-                "gemv o + residual",
-                &k.gemv_res,
-                sms(1),
-                (&self.attn, &lw.o, &lw.o),
-                &mut *res,
-                1,
-                h,
-                q,
-                eps,
-            )?;
-            // This layer's sums, and the previous layer's (the last layer's for layer 0),
-            // which q/k/v has read, to zero.
-            let (sums, zero) = two_mut(&mut self.mlp_sums, l, (l + layers - 1) % layers);
-            fused_mlp(
-                stream,
-                "mlp: gate/up + post-attention norm + swiglu + down",
-                &k.mlp,
-                self.tuning.fused_mlp_block().unwrap_or(0),
-                sm_count,
-                (&*res, &lw.post_norm, &lw.gate_up, &lw.down_t),
-                sums,
-                zero,
-                (f, h),
-                eps,
-            )?;
-            drop(range);
-        }
-        let (last, other) = if (layers - 1) % 2 == 0 {
-            (&self.hidden, &mut self.hidden_odd)
-        } else {
-            (&self.hidden_odd, &mut self.hidden)
-        };
-        let w = &self.weights;
-        gemv_after_mlp(
-            stream,
-            "gemv lm_head + mlp sums + final norm + argmax",
-            &self.kernels.gemv_sum_head,
-            sms(4),
-            (last, &w.final_norm, w.head()),
-            (&self.mlp_sums[layers - 1], other),
-            &mut self.logits,
-            Some(&mut self.best),
-            (c.vocab_size, h),
             eps,
         )
     }
@@ -859,18 +712,6 @@ pub fn row_inputs(
         pos[i] = p;
     }
     Ok((toks, pos))
-}
-
-/// Two distinct elements of `v`, mutably.
-fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
-    assert_ne!(a, b, "two_mut: the same element twice");
-    if a < b {
-        let (lo, hi) = v.split_at_mut(b);
-        (&mut lo[a], &mut hi[0])
-    } else {
-        let (lo, hi) = v.split_at_mut(a);
-        (&mut hi[0], &mut lo[b])
-    }
 }
 
 /// One projection of a layer: on the ring GEMV when `ring` names its kernel and blocks, on the

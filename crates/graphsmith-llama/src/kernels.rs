@@ -267,14 +267,6 @@ pub struct Kernels {
     pub gemv_async_norm: Kernel,
     pub gemv_async_norm_swiglu: Kernel,
     pub gemv_async_res: Kernel,
-    /// One row's MLP in one kernel (gate/up with the norm and SwiGLU, down split over the FFN
-    /// dimension into f32 sums), and the one-row GEMVs that read the residual stream as
-    /// hidden plus those sums: q/k/v with the input norm (triggering after its wait, as
-    /// `gemv_norm`), lm_head with the final norm and the argmax (`crate::mlp`).
-    /// `ll_mlp_{256,512,1024}`: the fused MLP in blocks of 256, 512 or 1,024 threads.
-    pub mlp: [Kernel; 3],
-    pub gemv_sum_norm: Kernel,
-    pub gemv_sum_head: Kernel,
     _module: Module,
 }
 
@@ -317,13 +309,6 @@ impl Kernels {
             gemv_async_norm: module.kernel("ll_gemv_async_norm")?.triggers_after_wait(),
             gemv_async_norm_swiglu: module.kernel("ll_gemv_async_norm_swiglu")?,
             gemv_async_res: module.kernel("ll_gemv_async_res")?,
-            mlp: [
-                module.kernel("ll_mlp_256")?,
-                module.kernel("ll_mlp_512")?,
-                module.kernel("ll_mlp_1024")?,
-            ],
-            gemv_sum_norm: module.kernel("ll_gemv_sum_norm_1")?.triggers_after_wait(),
-            gemv_sum_head: module.kernel("ll_gemv_sum_head_1")?,
             _module: module,
         })
     }
@@ -391,16 +376,6 @@ impl Kernels {
             gemv_async_norm: self.gemv_async_norm.clone().programmatic()?,
             gemv_async_norm_swiglu: self.gemv_async_norm_swiglu.clone().programmatic()?,
             gemv_async_res: self.gemv_async_res.clone().programmatic()?,
-            mlp: {
-                let [a, b, c] = &self.mlp;
-                [
-                    a.clone().programmatic()?,
-                    b.clone().programmatic()?,
-                    c.clone().programmatic()?,
-                ]
-            },
-            gemv_sum_norm: self.gemv_sum_norm.clone().programmatic()?,
-            gemv_sum_head: self.gemv_sum_head.clone().programmatic()?,
             _module: self._module.clone(),
         })
     }
@@ -575,11 +550,26 @@ fn launch_gemv<T: graphsmith::Element>(
     eps: f32,
 ) -> graphsmith::Result<()> {
     let (x, nw, w) = inputs;
+    let warps = (GEMV_THREADS / 32) as usize;
+    let (sm_count, max_rows) = (grid_of.sm_count, grid_of.max_rows);
+    let wpc = grid_of
+        .warps_per_column
+        .unwrap_or_else(|| warps_per_column(n, k, sm_count as usize));
     let mut row0 = 0;
     while row0 < rows {
-        let chunk = (rows - row0).min(grid_of.max_rows.clamp(1, 8));
+        let chunk = (rows - row0).min(max_rows.clamp(1, 8));
         let (kernel, cap) = kernels.for_rows(chunk);
-        let (cfg, wpc) = gemv_config(grid_of, cap, n, k);
+        let smem = cap * k.next_multiple_of(8) * 2;
+        // Resident blocks per multiprocessor: at most 4 (64 registers x 256 threads), fewer
+        // when the staged rows take more shared memory; the grid is one wave of them.
+        let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
+        let per_sm = grid_of
+            .blocks_per_sm
+            .map_or(per_sm, |b| per_sm.min(b.max(1)));
+        let blocks = ((n * wpc).div_ceil(warps) as u32)
+            .min(sm_count * per_sm)
+            .max(1);
+        let cfg = grid(blocks, 1, GEMV_THREADS, smem as u32);
         let (r0, c, nn, kk, wp) = (row0 as i32, chunk as i32, n as i32, k as i32, wpc as i32);
         match best.as_deref_mut() {
             None => stream.launch(
@@ -598,30 +588,6 @@ fn launch_gemv<T: graphsmith::Element>(
         row0 += chunk;
     }
     Ok(())
-}
-
-/// The launch of a GEMV instantiated for `cap` rows over `n` columns of `k`: its grid, one wave
-/// of at most 4 blocks per multiprocessor (64 registers x 256 threads), fewer when the staged
-/// rows take more shared memory, and its warps per column.
-pub(crate) fn gemv_config(
-    grid_of: GemvGrid,
-    cap: usize,
-    n: usize,
-    k: usize,
-) -> (LaunchConfig, usize) {
-    let warps = (GEMV_THREADS / 32) as usize;
-    let wpc = grid_of
-        .warps_per_column
-        .unwrap_or_else(|| warps_per_column(n, k, grid_of.sm_count as usize));
-    let smem = cap * k.next_multiple_of(8) * 2;
-    let per_sm = ((200usize << 10) / smem.max(1)).clamp(1, 4) as u32;
-    let per_sm = grid_of
-        .blocks_per_sm
-        .map_or(per_sm, |b| per_sm.min(b.max(1)));
-    let blocks = ((n * wpc).div_ceil(warps) as u32)
-        .min(grid_of.sm_count * per_sm)
-        .max(1);
-    (grid(blocks, 1, GEMV_THREADS, smem as u32), wpc)
 }
 
 /// A GEMV column of `k` bf16 weights in slices of 512 bytes, rounded up (at least one): what

@@ -14,7 +14,6 @@ pub mod device_loop;
 pub mod error;
 pub mod kernels;
 pub mod loop_bench;
-pub mod mlp;
 pub mod model;
 pub mod prefetch;
 pub mod reference;

@@ -4,8 +4,7 @@
 //! whether the attention loads before its programmatic wait, how many bytes of the next
 //! weights it asks L2 for (`crate::prefetch`), before or after that wait, whether it runs
 //! as thread block clusters, which one-row projections run on the ring GEMV
-//! (`kernels::gemv_async`) and on how many blocks, and whether one row's MLP runs as one
-//! kernel (`crate::mlp`). They change how the work is spread over the
+//! (`kernels::gemv_async`) and on how many blocks. They change how the work is spread over the
 //! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
 //! may differ from the rules' by rounding, and must pass the same checks
 //! (`tests/gpu_decode.rs` runs the host-reference check with two extreme choices).
@@ -54,14 +53,10 @@ pub struct Tuning {
     /// The ring GEMV's blocks per multiprocessor (1 or 2; the rule:
     /// `kernels::GEMV_ASYNC_BLOCKS_PER_SM`).
     pub ring_gemv_blocks: Option<u32>,
-    /// Whether one row's MLP runs as one kernel (`crate::mlp`: gate/up, SwiGLU and down split
-    /// over the FFN dimension) where it fits the model, and in blocks of how many threads (1,
-    /// 2 or 4 times 256; 0: not fused, the rule).
-    pub fused_mlp: Option<u8>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
-const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig, cpa, cpab, mlp";
+const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig, cpa, cpab";
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200:
 /// 8 MiB before the wait was the fastest budget on both configs in the sixth pass (4 to 32
@@ -86,15 +81,6 @@ impl Tuning {
     pub fn ring_gemv_for(&self, i: usize, by_rule: bool) -> bool {
         let mask = self.ring_gemv.unwrap_or(if by_rule { 15 } else { 0 });
         i < 4 && mask >> i & 1 == 1
-    }
-
-    /// Whether one row's MLP runs as one kernel, and which of `mlp::MLP_THREADS` its blocks
-    /// take (the rule: not fused).
-    pub fn fused_mlp_block(&self) -> Option<usize> {
-        match self.fused_mlp.unwrap_or(0) {
-            0 => None,
-            n => Some((n as usize).trailing_zeros() as usize),
-        }
     }
 
     /// Whether the attention loads its position and first round of K and V before its
@@ -122,8 +108,8 @@ impl FromStr for Tuning {
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
     /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
-    /// up to 1024), pfw (0 or 1), cluster (0 or 1), atrig (0 to 3), cpa (0 to 15), cpab (1
-    /// or 2) and mlp (0, 1, 2 or 4).
+    /// up to 1024), pfw (0 or 1), cluster (0 or 1), atrig (0 to 3), cpa (0 to 15) and cpab (1
+    /// or 2).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -178,15 +164,6 @@ impl FromStr for Tuning {
                     ));
                 }
                 t.ring_gemv = Some(n as u8);
-                continue;
-            }
-            if key == "mlp" {
-                if ![0, 1, 2, 4].contains(&n) {
-                    return Err(format!(
-                        "mlp={n}: 0 (apart), or fused in blocks of 1, 2 or 4 times 256 threads"
-                    ));
-                }
-                t.fused_mlp = Some(n as u8);
                 continue;
             }
             if key == "cpab" {
@@ -262,9 +239,6 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.ring_gemv_blocks {
             parts.push(format!("cpab={n}"));
         }
-        if let Some(m) = self.fused_mlp {
-            parts.push(format!("mlp={m}"));
-        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -290,7 +264,6 @@ mod tests {
             "splits=8,cluster=0",
             "atrig=2",
             "cpa=5,cpab=1",
-            "cpa=0,mlp=4",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -316,6 +289,5 @@ mod tests {
         assert!(err("o=x").contains("not a whole number"));
         assert!(err("cpa=16").contains("8 (down)"));
         assert!(err("cpab=3").contains("1 or 2"));
-        assert!(err("mlp=3").contains("1, 2 or 4"));
     }
 }

@@ -13,10 +13,6 @@ pub struct DeviceLayer {
     pub post_norm: DeviceBuffer<u16>,
     pub gate_up: DeviceBuffer<u16>,
     pub down: DeviceBuffer<u16>,
-    /// `down` transposed (`[intermediate, hidden]`): each FFN column's weights in one row, as
-    /// the one-row fused MLP (`crate::mlp`) reads them. A copy: not counted in
-    /// [`DeviceWeights::bytes`].
-    pub down_t: DeviceBuffer<u16>,
 }
 
 /// A model's weights on the device.
@@ -57,8 +53,6 @@ impl DeviceWeights {
             format!("{tag}/embed_tokens"),
             &host.embed,
         )?);
-        // down is [hidden, intermediate]; hidden is the final norm's length.
-        let hidden = host.final_norm.len().max(1);
         let mut layers = Vec::with_capacity(host.layers.len());
         for (i, l) in host.layers.iter().enumerate() {
             let p = format!("{tag}/layers.{i}");
@@ -79,12 +73,6 @@ impl DeviceWeights {
                 )?),
                 gate_up: step(put(ctx, stream, format!("{p}.gate_up_proj"), &l.gate_up)?),
                 down: step(put(ctx, stream, format!("{p}.down_proj"), &l.down)?),
-                down_t: put(
-                    ctx,
-                    stream,
-                    format!("{p}.down_proj (transposed)"),
-                    &transpose(&l.down, hidden, l.down.len() / hidden),
-                )?,
             });
         }
         let final_norm = step(put(ctx, stream, format!("{tag}/norm"), &host.final_norm)?);
@@ -101,16 +89,8 @@ impl DeviceWeights {
         })
     }
 
-    /// Every buffer, in a fixed order (the same for two models of one config): the tensors,
-    /// then the copies in other layouts.
+    /// Every buffer, in a fixed order (the same for two models of one config).
     pub fn buffers(&self) -> Vec<&DeviceBuffer<u16>> {
-        let mut out = self.tensors();
-        out.extend(self.layers.iter().map(|l| &l.down_t));
-        out
-    }
-
-    /// The checkpoint's tensors on the device (fused where the decoder fuses them), each once.
-    fn tensors(&self) -> Vec<&DeviceBuffer<u16>> {
         let mut out = vec![&self.embed];
         for l in &self.layers {
             out.extend([
@@ -129,9 +109,9 @@ impl DeviceWeights {
         out
     }
 
-    /// Bytes of all weights (each tensor once: what a step reads at least).
+    /// Bytes of all weights.
     pub fn bytes(&self) -> u64 {
-        self.tensors().iter().map(|b| b.bytes() as u64).sum()
+        self.buffers().iter().map(|b| b.bytes() as u64).sum()
     }
 
     /// The output projection.
@@ -140,38 +120,7 @@ impl DeviceWeights {
     }
 }
 
-/// `w` (`rows` x `cols`, row-major) transposed, in tiles that stay in the host's caches.
-fn transpose(w: &[u16], rows: usize, cols: usize) -> Vec<u16> {
-    const TILE: usize = 64;
-    let mut out = vec![0u16; w.len()];
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    out[c * rows + r] = w[r * cols + c];
-                }
-            }
-        }
-    }
-    out
-}
-
 fn step_done(done: &mut usize, total: usize, progress: &mut impl FnMut(usize, usize)) {
     *done = total;
     progress(*done, total);
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn transpose_moves_every_element_across_tile_edges() {
-        let (rows, cols) = (70, 131);
-        let w: Vec<u16> = (0..rows * cols).map(|i| i as u16).collect();
-        let t = super::transpose(&w, rows, cols);
-        for r in 0..rows {
-            for c in 0..cols {
-                assert_eq!(t[c * rows + r], w[r * cols + c]);
-            }
-        }
-    }
 }

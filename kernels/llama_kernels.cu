@@ -166,7 +166,6 @@ __device__ __forceinline__ void store_bf16_out(unsigned short* y, size_t at, flo
     }
 }
 
-// out[r, :] = table[tokens[r], :]; one block per row. Ids outside the vocabulary read row 0.
 // HF RMSNorm of one row held in 16-byte pieces (xv, up to GEMV_XC per thread, piece c =
 // threadIdx.x + j * blockDim.x of n8) with its weights' pieces (wv): the sum of squares in f32
 // (8 neighbours per thread, then the block), then per element bf16(w * bf16(x * inv)) into out.
@@ -197,6 +196,7 @@ __device__ __forceinline__ void norm_pieces(const uint4* xv, const uint4* wv, in
     }
 }
 
+// out[r, :] = table[tokens[r], :]; one block per row. Ids outside the vocabulary read row 0.
 // Rows in whole 16-byte pieces (up to GEMV_XC per thread) are copied in one round trip.
 extern "C" __global__ void ll_embed(const int* tokens, const unsigned short* table,
                                     unsigned short* out, int hidden, int vocab) {

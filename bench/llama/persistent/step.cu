@@ -109,11 +109,6 @@ __device__ __forceinline__ unsigned short ldcg_u16(const unsigned short* p) {
   asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p));
   return v;
 }
-__device__ __forceinline__ unsigned ldcg_u32(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
 __device__ __forceinline__ void signal_add(unsigned* c) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(c) : "memory");
 }

@@ -67,6 +67,7 @@ struct Params {
   const int* pos;          // the position being decoded
   const float* rope;       // [max_ctx][HD / 2][2]: cos and sin (bf16-rounded) per position and pair
   int stage;               // gate/up features staged in shared memory per non-attention block
+  int early;               // 1: each GEMV phase loads its first round before its wait; 0: after
   unsigned long long* fine;    // [layer][16]: inside the attention (block 0) and O (last block)
   unsigned long long* stamps;  // [2][phases + 1]: when block 0 and the last block passed each
                                // wait, then their end
@@ -326,7 +327,7 @@ __device__ void gemv_rows(Ctx& c, int ph, const uint4* W, int rows, const unsign
     int r1 = r0 + nw;
     load_round(w, W + (size_t)r0 * UNIT, r1 < rows ? W + (size_t)r1 * UNIT : nullptr, lane);
   };
-  if (gw < rows) issue(gw);
+  if (c.P.early && gw < rows) issue(gw);
   // When O's input comes through the counters, h's rows are final here (this block passed q/k/v's
   // wait), so O reads them early; after a kernel boundary they may not be.
   float h0 = 0.0f, h1 = 0.0f;
@@ -344,7 +345,7 @@ __device__ void gemv_rows(Ctx& c, int ph, const uint4* W, int rows, const unsign
     copy_to_smem(c, in, H / 8);
   if (OUT == OUT_RESIDUAL) fine(c, lf, 10);
   for (int r0 = gw; r0 < rows; r0 += 2 * nw) {
-    if (r0 != gw) issue(r0);
+    if (r0 != gw || !c.P.early) issue(r0);
     const int r1 = r0 + nw;
     float a0, a1;
     dot_pair(w, c.xs, lane, a0, a1);  // a1 is 0 past the rows: the round's second half is then zeros
@@ -379,7 +380,7 @@ __device__ void gemv_gate_up(Ctx& c, int ph, int l, const uint4* W, const unsign
   const int gw = staged + global_warp(), nw = n_warps(), lane = threadIdx.x & 31;
   uint4 w[16];
   count_done(c);
-  if (gw < F) load_round(w, W + (size_t)gw * UNIT, W + (size_t)(F + gw) * UNIT, lane);
+  if (c.P.early && gw < F) load_round(w, W + (size_t)gw * UNIT, W + (size_t)(F + gw) * UNIT, lane);
   fine(c, l, 12);
   wait_input(c, ph);
   fine(c, l, 13);
@@ -403,7 +404,7 @@ __device__ void gemv_gate_up(Ctx& c, int ph, int l, const uint4* W, const unsign
     }
   }
   for (int f = gw; f < F; f += nw) {
-    if (f != gw) load_round(w, W + (size_t)f * UNIT, W + (size_t)(F + f) * UNIT, lane);
+    if (f != gw || !c.P.early) load_round(w, W + (size_t)f * UNIT, W + (size_t)(F + f) * UNIT, lane);
     float g, u;
     dot_pair(w, c.xs, lane, g, u);
     g = rbf(warp_sum(g));
@@ -418,12 +419,12 @@ __device__ void gemv_down(Ctx& c, int ph, const uint4* W) {
   const int gw = global_warp(), nw = n_warps(), lane = threadIdx.x & 31;
   uint4 w[16];
   count_done(c);
-  if (gw < H) load_round(w, W + (size_t)gw * 4 * UNIT, W + (size_t)gw * 4 * UNIT + UNIT, lane);
+  if (c.P.early && gw < H) load_round(w, W + (size_t)gw * 4 * UNIT, W + (size_t)gw * 4 * UNIT + UNIT, lane);
   wait_input(c, ph);
   copy_to_smem(c, c.P.act, F / 8);
   for (int r = gw; r < H; r += nw) {
     const uint4* base = W + (size_t)r * 4 * UNIT;
-    if (r != gw) load_round(w, base, base + UNIT, lane);
+    if (r != gw || !c.P.early) load_round(w, base, base + UNIT, lane);
     float a = dot_unit(w, 1, c.xs + UNIT, lane) + dot_unit(w, 0, c.xs, lane);
     load_round(w, base + 2 * UNIT, base + 3 * UNIT, lane);
     a = dot_unit(w, 1, c.xs + 3 * UNIT, lane) + (dot_unit(w, 0, c.xs + 2 * UNIT, lane) + a);
@@ -731,6 +732,7 @@ struct Variant {
 
 int main(int argc, char** argv) {
   int n_layers = 16, vocab = 128256, pos = 192, rounds = 12, reps = 50, stage_arg = -1;
+  bool late = false;
   bool check = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -742,8 +744,9 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = next();
     else if (a == "--no-check") check = false;
     else if (a == "--stage") stage_arg = next();
+    else if (a == "--late") late = true;
     else {
-      std::fprintf(stderr, "usage: %s [--layers N<=16] [--vocab V] [--pos P] [--rounds R] [--reps N] [--stage S] [--no-check]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--layers N<=16] [--vocab V] [--pos P] [--rounds R] [--reps N] [--stage S] [--late] [--no-check]\n", argv[0]);
       return 2;
     }
   }
@@ -859,10 +862,12 @@ int main(int argc, char** argv) {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   // mode 0: persistent; 3: persistent with gate/up staging; 1: per phase with PDL; 2: per phase;
-  // 4: per phase with PDL, O and gate/up in one launch with staging.
+  // 4: per phase with PDL, O and gate/up in one launch with staging; 5: persistent, each phase's
+  // first weights loaded after its wait (what the counters' hand-off costs with nothing queued).
   auto build = [&](int mode) {
     Params Pm = P;
     Pm.stage = mode == 3 || mode == 4 ? stage : 0;
+    Pm.early = mode == 5 ? 0 : 1;
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     CK(cudaMemsetAsync(P.cnt, 0, n_phases * 4, st));
@@ -886,7 +891,7 @@ int main(int argc, char** argv) {
       }
       CK(cudaLaunchKernelEx(&cfg, kern, Pm, first, last, persistent));
     };
-    if (mode == 0 || mode == 3) {
+    if (mode == 0 || mode == 3 || mode == 5) {
       launch(0, n_phases - 1, 1, false);
     } else if (mode == 4) {  // per phase with PDL, but O and gate/up in one launch, counters between
       for (int ph = 0; ph < n_phases; ++ph) {
@@ -910,6 +915,7 @@ int main(int argc, char** argv) {
     vs.push_back({"persistent+stage", build(3)});
     vs.push_back({"pdl, o+gu staged", build(4)});
   }
+  if (late) vs.push_back({"persistent, late", build(5)});
 
   // Correctness: every variant's logits against the first's (bitwise: the same arithmetic), and
   // the first's against the host reference.

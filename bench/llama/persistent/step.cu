@@ -34,7 +34,11 @@
 // blocks wrote in this launch is read with ld.global.cg (from L2, where device memory is
 // coherent), never through L1.
 // Per-phase mode: the same device code, one launch per phase, with griddepcontrol instead of
-// the counters (with PDL the next kernel may start early and load its weights).
+// the counters (with PDL the next kernel may start early and load its weights). A launch may also
+// cover a range of phases (O and gate/up, the `pdl, o+gu staged` variant): its first phase waits
+// with griddepcontrol, the rest on counters. The attention's 8 blocks (blocks 0-7) take no q/k/v
+// or O rows; the other blocks can stage gate/up rows into shared memory during the attention
+// (Params::stage), and Params::early = 0 moves every phase's first loads after its wait.
 #include "../../common.cuh"
 
 #include <cstdint>

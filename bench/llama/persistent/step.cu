@@ -560,7 +560,9 @@ __device__ void attention(Ctx& c, int ph, int l, int pos) {
   fine(c, l, 6);
 }
 
-__host__ __device__ constexpr int ATT_SMEM_FLOATS(int) { return 3 * GRP * HD + GRP + 4; }
+// The attention's shared floats beside the cache copy: q [GRP][HD], the output's two halves, the
+// sums per head (and padding to 16 bytes).
+constexpr int ATT_SMEM_FLOATS = 3 * GRP * HD + GRP + 4;
 
 // Phases first..=last of one step (persistent: 0..=5 L; per-phase: one).
 __global__ void __launch_bounds__(THREADS, 1) step(Params P, int first, int last, int persistent) {
@@ -568,7 +570,7 @@ __global__ void __launch_bounds__(THREADS, 1) step(Params P, int first, int last
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   float* red = reinterpret_cast<float*>(smem + F / 8);
   float* att = red + 64;
-  unsigned long long* bar = reinterpret_cast<unsigned long long*>(att + ATT_SMEM_FLOATS(THREADS / 32));
+  unsigned long long* bar = reinterpret_cast<unsigned long long*>(att + ATT_SMEM_FLOATS);
   uint4* stage = reinterpret_cast<uint4*>(bar + 2);
   Ctx c{P, persistent != 0, first, -1, smem, red, att, stage, bar};
   if (threadIdx.x == 0) mbar_init(bar);
@@ -834,8 +836,7 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&P.fine, (size_t)n_layers * 16 * 8));
   CK(cudaDeviceSynchronize());
 
-  const int warps = threads / 32;
-  const size_t smem_base = (size_t)F * 2 + 64 * 4 + (size_t)ATT_SMEM_FLOATS(warps) * 4 + 16;
+  const size_t smem_base = (size_t)F * 2 + 64 * 4 + (size_t)ATT_SMEM_FLOATS * 4 + 16;
   // Staging: as many features (8 KB each) as fit beside the rest, up to 227 KB per block.
   const int stage = stage_arg >= 0 ? stage_arg : (int)((prop.sharedMemPerBlockOptin - smem_base) / (2 * UNIT * 16));
   const size_t smem_plain = smem_base + (size_t)max_ctx * (2 * (HD + 8) * 2 + GRP * 4);  // no staging

@@ -839,8 +839,8 @@ int main(int argc, char** argv) {
   const size_t smem_base = (size_t)F * 2 + 64 * 4 + (size_t)ATT_SMEM_FLOATS * 4 + 16;
   // Staging: as many features (8 KB each) as fit beside the rest, up to 227 KB per block.
   const int stage = stage_arg >= 0 ? stage_arg : (int)((prop.sharedMemPerBlockOptin - smem_base) / (2 * UNIT * 16));
-  const size_t smem_plain = smem_base + (size_t)max_ctx * (2 * (HD + 8) * 2 + GRP * 4);  // no staging
-  const size_t kv_bytes = (size_t)max_ctx * (2 * (HD + 8) * 2 + GRP * 4);  // the attention's copy, scores
+  const size_t kv_bytes = (size_t)max_ctx * (2 * KST * 2 + GRP * 4);  // the attention's copy, scores
+  const size_t smem_plain = smem_base + kv_bytes;                         // the variants without staging
   const size_t smem = smem_base + std::max((size_t)stage * 2 * UNIT * 16, kv_bytes);
   if (smem > prop.sharedMemPerBlockOptin) {
     std::fprintf(stderr, "position %d needs %zu B of shared memory, more than %zu\n", pos, smem, prop.sharedMemPerBlockOptin);

@@ -31,9 +31,7 @@ pub(crate) fn run(options: Options) -> ExitCode {
         }
     };
     let mut notes = Vec::new();
-    let drawn = findings
-        .graph
-        .to_dot_with(&findings.hazards.dot_options());
+    let drawn = findings.graph.to_dot_with(&findings.hazards.dot_options());
     if let Some(path) = &options.dot {
         if let Err(e) = std::fs::write(path, &drawn) {
             eprintln!(

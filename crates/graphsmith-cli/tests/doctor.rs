@@ -506,7 +506,13 @@ fn every_planted_race_is_found_and_every_fixed_twin_exits_0() {
             continue;
         }
         let certain = copy_or_set(&case.first) && copy_or_set(&case.second);
-        assert_eq!(run.code, i32::from(certain), "{}:\n{}", case.racy, run.stdout);
+        assert_eq!(
+            run.code,
+            i32::from(certain),
+            "{}:\n{}",
+            case.racy,
+            run.stdout
+        );
         let strict = doctor(&dir, &[&file, "--strict"]);
         assert_eq!(strict.code, 1, "{} --strict:\n{}", case.racy, strict.stdout);
         // The ids of the two nodes in the model.

@@ -130,7 +130,7 @@ pub fn analyse_text(text: &str) -> Result<Findings, DoctorError> {
     let format = Format::detect(text).map_err(DoctorError::Input)?;
     let graph = match format {
         Format::DriverDot => Graph::from_driver_dot(text).map_err(|e| e.to_string()),
-        _ => Graph::from_json(text).map_err(|e| e.to_string()),
+        Format::Json | Format::Live => Graph::from_json(text).map_err(|e| e.to_string()),
     }
     .map_err(DoctorError::Input)?;
     analyse_graph(graph, format).map_err(DoctorError::Input)

@@ -4,6 +4,10 @@
 //!
 //! - [`catalogue`]: every capture failure mode with the codes the driver returns and the fix,
 //!   used by diagnoses, `graphsmith explain` and `graphsmith trace` (one set of texts);
+//! - [`doctor`]: the one doctor of `graphsmith doctor` and the Python package: a graph file or a
+//!   live read-back checked for its shape, hazards (certain and possible), redundant edges and
+//!   notes, reported as text and JSON, with the exit-code rule (certain hazards fail, possible
+//!   ones only when strict);
 //! - [`diagnosis`]: the diagnosis of a failed capture from its journal ([`diagnose`]);
 //! - [`update_check`]: whether an executable can take a new graph's parameters in place;
 //! - [`readback`]: the one conversion of a graph read back from the driver ([`RawGraph`]) into
@@ -19,6 +23,7 @@ pub mod capture_mode;
 pub mod catalogue;
 pub mod cuda_code;
 pub mod diagnosis;
+pub mod doctor;
 pub mod readback;
 pub mod source_line;
 pub mod update_check;

@@ -78,13 +78,18 @@ enum Command {
     Trace(trace::TraceArgs),
     /// Checks a graph file (graphsmith JSON, or a cudaGraphDebugDotPrint dump) for races
     /// between nodes that nothing orders, and reports its shape and redundant edges.
-    /// Exit code: 0 clean, 1 hazards found, 2 unreadable input.
+    /// Exit code: 0 no certain hazard, 1 certain hazards found (with --strict, possible ones
+    /// too), 2 unreadable input.
     Doctor {
         /// The graph: graphsmith JSON (starts with `{`) or DOT (starts with `digraph`).
         file: std::path::PathBuf,
         /// Print a JSON report instead of text.
         #[arg(long)]
         json: bool,
+        /// Also fail (exit 1) on possible hazards (a kernel of unknown memory beside a copy or
+        /// set, a pointer of unknown direction), not only on certain ones.
+        #[arg(long)]
+        strict: bool,
         /// Also draw the graph, hazards in red, as SVG (needs Graphviz `dot`; without it the
         /// DOT is written next to this path).
         #[arg(long, value_name = "OUT.svg")]
@@ -144,11 +149,13 @@ fn main() -> ExitCode {
         Command::Doctor {
             file,
             json,
+            strict,
             svg,
             dot,
         } => doctor::run(doctor::Options {
             file,
             json,
+            strict,
             svg,
             dot,
         }),

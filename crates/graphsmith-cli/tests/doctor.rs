@@ -1,5 +1,6 @@
 //! `graphsmith doctor` on the driver-dump fixtures and graphsmith JSON: the full text and JSON
-//! output (snapshots), the exit codes, errors naming the line, DOT and SVG output.
+//! output (snapshots), the exit codes with and without `--strict`, errors naming the line, DOT
+//! and SVG output.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -148,6 +149,10 @@ fn racy_attention_as_json() {
   "exit_code": 1,
   "file": "attention-racy.json",
   "format": "json",
+  "hazard_counts": {
+    "certain": 2,
+    "possible": 0
+  },
   "hazards": [
     {
       "buffer": 139774708993536,
@@ -203,6 +208,7 @@ fn racy_attention_as_json() {
   },
   "notes": [],
   "redundant_edges": [],
+  "strict": false,
   "summary": {
     "by_kind": {
       "kernel": 4
@@ -318,7 +324,7 @@ fn every_driver_dump_is_read_and_clean() {
 }
 
 #[test]
-fn copy_and_set_race_in_a_dump_exits_1() {
+fn copy_and_set_race_in_a_dump_exits_1_on_its_certain_hazard() {
     let text = fixtures::fixture("chain-verbose.dot");
     // Drop the edges: the memset, the kernels and the memcpy all start at once.
     let racy: String = text
@@ -334,7 +340,7 @@ fn copy_and_set_race_in_a_dump_exits_1() {
     // of the memcpy: 6 possible hazards.
     assert!(
         run.stdout
-            .contains("\nhazards: 7 (1 certain, 6 possible: to be confirmed)\n"),
+            .contains("\nhazards: 1 certain, 6 possible (possible ones do not fail; --strict fails on them)\n"),
         "{}",
         run.stdout
     );
@@ -463,12 +469,13 @@ fn svg_runs_graphviz_dot() {
 }
 
 /// Every planted race of both manifests (runtime-API programs, PyTorch), through the program:
-/// the racy dump exits 1 with a hazard naming both nodes (mapped from the manifest's node
-/// handles, or by kind for PyTorch), the buffer and the bytes, and the fix edge joining them;
-/// the fixed twin exits 0. The one race between two kernels (`torch-index-put`) cannot be seen
+/// the racy dump reports a hazard naming both nodes (mapped from the manifest's node handles,
+/// or by kind for PyTorch), the buffer and the bytes, and the fix edge joining them; it exits 1
+/// when the hazard is certain (two copies or sets), and when it is only possible (a kernel
+/// beside a copy or set) exits 0, and 1 with `--strict`; the fixed twin exits 0. The one race between two kernels (`torch-index-put`) cannot be seen
 /// in a dump: it exits 0 and the report counts the pair as not judged.
 #[test]
-fn every_planted_race_exits_1_and_every_fixed_twin_exits_0() {
+fn every_planted_race_is_found_and_every_fixed_twin_exits_0() {
     let mut all = manifests::cases(
         "runtime-api",
         fixtures::fixture("runtime-api/manifest.json"),
@@ -498,7 +505,16 @@ fn every_planted_race_exits_1_and_every_fixed_twin_exits_0() {
             );
             continue;
         }
-        assert_eq!(run.code, 1, "{}:\n{}", case.racy, run.stdout);
+        let certain = copy_or_set(&case.first) && copy_or_set(&case.second);
+        assert_eq!(
+            run.code,
+            i32::from(certain),
+            "{}:\n{}",
+            case.racy,
+            run.stdout
+        );
+        let strict = doctor(&dir, &[&file, "--strict"]);
+        assert_eq!(strict.code, 1, "{} --strict:\n{}", case.racy, strict.stdout);
         // The ids of the two nodes in the model.
         let dump = fixtures::fixture(&case.racy);
         let ids: Vec<u64> = match (case.first.handle, case.second.handle) {
@@ -528,7 +544,7 @@ fn every_planted_race_exits_1_and_every_fixed_twin_exits_0() {
         assert_eq!(h["fix"]["to"], h["second"]["id"], "{}", case.name);
         let lo = h["buffer"].as_u64().unwrap() + h["offset"].as_u64().unwrap();
         let range = (lo, lo + h["len"].as_u64().unwrap());
-        if copy_or_set(&case.first) && copy_or_set(&case.second) {
+        if certain {
             assert_ne!(h["kind"], "possible_kernel_access", "{}", case.name);
             assert_eq!(range, case.overlap, "{}: the overlap", case.name);
         } else {
@@ -586,12 +602,10 @@ redundant edges: none
     );
 }
 
-#[test]
-fn runtime_api_3d_copy_against_a_kernel_is_a_possible_hazard() {
-    check(
-        "runtime-api/memcpy3d-racy.dot",
-        &[],
-        1,
+/// The report of `memcpy3d-racy.dot` (a 3-D copy beside a kernel: two possible hazards), with
+/// `rule` the summary line's words on whether possible hazards fail.
+fn memcpy3d_report(rule: &str) -> String {
+    format!(
         "memcpy3d-racy.dot (cudaGraphDebugDotPrint DOT)
 graph 'graph_10'
   nodes   2
@@ -604,7 +618,7 @@ graph 'graph_10'
 critical path (1 nodes): memcpy#0
 memory: 12 accesses by 1 nodes in 1 graph(s)
 
-hazards: 2 (0 certain, 2 possible: to be confirmed)
+hazards: 0 certain, 2 possible ({rule})
   1. possible (kernel memory unknown) on '0x7f9900807208' (0x7f9900807208) bytes [0, 5184)
      'memcpy#0' (n0) reads, 'touch#1' (n1) may read or write; no path orders them
      only possible: a dump holds no kernel arguments, so whether 'touch#1' touches these bytes is unknown
@@ -617,8 +631,60 @@ redundant edges: none
 note: 1 kernel node(s) have no known memory accesses (a DOT dump does not hold kernel \
 arguments): a kernel that no path orders with a copy or set is reported as a possible hazard on \
 the copy's or set's bytes; graphsmith JSON from the runtime or a live read-back has kernel accesses
-",
+"
+    )
+}
+
+#[test]
+fn possible_hazards_only_exit_0_and_the_summary_says_strict_fails_on_them() {
+    check(
+        "runtime-api/memcpy3d-racy.dot",
+        &[],
+        0,
+        &memcpy3d_report("possible ones do not fail; --strict fails on them"),
     );
+}
+
+#[test]
+fn strict_fails_on_possible_hazards_and_says_so() {
+    check(
+        "runtime-api/memcpy3d-racy.dot",
+        &["--strict"],
+        1,
+        &memcpy3d_report("--strict: possible ones fail too"),
+    );
+}
+
+#[test]
+fn strict_changes_nothing_on_certain_hazards_or_a_clean_graph() {
+    for (name, code) in [("attention-racy.json", 1), ("attention-fixed.json", 0)] {
+        let (dir, file) = staged("strict-same", name);
+        let plain = doctor(&dir, &[&file]);
+        let strict = doctor(&dir, &[&file, "--strict"]);
+        assert_eq!((plain.code, strict.code), (code, code), "{name}");
+        assert_eq!(plain.stdout, strict.stdout, "{name}");
+    }
+    // A dump whose pairs of kernels cannot be judged has no hazard: it passes --strict too.
+    let (dir, file) = staged("strict-unjudged", "torch/torch-index-put-racy.dot");
+    assert_eq!(doctor(&dir, &[&file, "--strict"]).code, 0);
+}
+
+#[test]
+fn json_counts_certain_and_possible_hazards_and_names_the_mode() {
+    let (dir, file) = staged("json-counts", "runtime-api/memcpy3d-racy.dot");
+    for (args, code) in [(vec!["--json"], 0), (vec!["--json", "--strict"], 1)] {
+        let mut all = vec![file.as_str()];
+        all.extend(args.iter().copied());
+        let run = doctor(&dir, &all);
+        assert_eq!(run.code, code, "{args:?}: {}", run.stderr);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON report");
+        assert_eq!(
+            report["hazard_counts"],
+            serde_json::json!({"certain": 0, "possible": 2})
+        );
+        assert_eq!(report["strict"], code == 1);
+        assert_eq!(report["exit_code"], code);
+    }
 }
 
 #[test]

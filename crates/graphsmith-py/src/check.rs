@@ -1,14 +1,14 @@
 //! `check_raw_graph`: a live `CUgraph` (from `torch.cuda.CUDAGraph.raw_cuda_graph()`, through
 //! `graphsmith.check` in Python) read back into the model with the runtime's read-back, the one
-//! `graphsmith trace --hazards` uses, and checked for hazards.
+//! `graphsmith trace --hazards` uses, and checked by the one doctor (`graphsmith_analysis::doctor`).
 
 use graphsmith::Context;
+use graphsmith_analysis::doctor::{analyse_graph, dropped_regions, Format};
 use graphsmith_analysis::{MemoryMap, Region};
-use graphsmith_model::HazardOptions;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::report::{self, Format, Report};
+use crate::report::Report;
 
 /// Reads the `CUgraph` whose handle is `handle` (an integer, as PyTorch's
 /// `CUDAGraph.raw_cuda_graph()` returns it) on device `device` and checks it for hazards.
@@ -51,19 +51,13 @@ pub(crate) fn check_raw_graph(
     // during the call; the read-back only queries it.
     let graph = unsafe { graphsmith::read_raw_graph_in(&ctx, raw, label, &map) }
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    let bad = |e: graphsmith_model::ModelError| PyValueError::new_err(format!("{label}: {e}"));
-    let summary = graph.summary().map_err(bad)?;
-    let hazards = graph.hazards_with(&HazardOptions::default()).map_err(bad)?;
-    let mut notes = report::notes(&graph, Format::Live);
+    let mut findings = analyse_graph(graph, Format::Live)
+        .map_err(|e| PyValueError::new_err(format!("{label}: {e}")))?;
     if map.dropped() > 0 {
-        notes.push(report::dropped_regions(map.dropped(), given));
+        findings.notes.push(dropped_regions(map.dropped(), given));
     }
     Ok(Report {
         path: label.to_string(),
-        format: Format::Live,
-        graph,
-        summary,
-        hazards,
-        notes,
+        findings,
     })
 }

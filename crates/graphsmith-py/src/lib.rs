@@ -12,47 +12,29 @@
 
 use std::path::PathBuf;
 
-use graphsmith_model::{Graph, HazardOptions};
+use graphsmith_analysis::doctor::{analyse_file, DoctorError};
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 
 mod check;
 mod report;
 
-use report::{Format, Report};
+use report::Report;
 
 /// Reads a graph file (graphsmith JSON or a `cudaGraphDebugDotPrint` dump) and reports its shape
-/// and hazards, as `graphsmith doctor FILE` does. Raises `OSError` when the file cannot be read
-/// and `ValueError` (naming the line) when it is not a graph.
+/// and hazards, as `graphsmith doctor FILE` does (the same analysis, text and JSON). Raises
+/// `OSError` when the file cannot be read and `ValueError` (naming the line) when it is not a
+/// graph.
 #[pyfunction]
 fn doctor(path: PathBuf) -> PyResult<Report> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| PyOSError::new_err(format!("{shown}: cannot read: {e}")))?;
-    let bad = |message: String| PyValueError::new_err(format!("{shown}: {message}"));
-    let format = Format::detect(&text).map_err(bad)?;
-    // `detect` finds one of the two file formats, never `Live`.
-    let graph = if format == Format::DriverDot {
-        Graph::from_driver_dot(&text).map_err(|e| bad(e.to_string()))?
-    } else {
-        Graph::from_json(&text).map_err(|e| bad(e.to_string()))?
-    };
-    let summary = graph.summary().map_err(|e| bad(e.to_string()))?;
-    // A dump holds no kernel arguments: its kernels may touch any byte.
-    let options = HazardOptions {
-        unknown_kernel_memory: format == Format::DriverDot,
-    };
-    let hazards = graph
-        .hazards_with(&options)
-        .map_err(|e| bad(e.to_string()))?;
-    let notes = report::notes(&graph, format);
+    let findings = analyse_file(&path).map_err(|e| match e {
+        DoctorError::Read(_) => PyOSError::new_err(format!("{shown}: {e}")),
+        DoctorError::Input(_) => PyValueError::new_err(format!("{shown}: {e}")),
+    })?;
     Ok(Report {
         path: shown,
-        format,
-        graph,
-        summary,
-        hazards,
-        notes,
+        findings,
     })
 }
 

@@ -1,57 +1,15 @@
-//! What `doctor` and `check` report: the graph, its summary, its hazards and notes on what could
-//! not be checked, as the Python class `graphsmith.Report`.
+//! `graphsmith.Report`, what `doctor` and `check` return: the findings of
+//! `graphsmith_analysis::doctor` (the one doctor, shared with `graphsmith doctor`) with the file
+//! or graph they are about. Its text and JSON are the command's.
 
-use graphsmith_model::{Graph, HazardReport, NodeKind, Summary};
-use pyo3::exceptions::PyValueError;
+use graphsmith_analysis::doctor::Findings;
 use pyo3::prelude::*;
 
-/// The two file formats `doctor` reads.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Format {
-    Json,
-    DriverDot,
-    /// A live graph read back from the driver.
-    Live,
-}
-
-impl Format {
-    fn key(self) -> &'static str {
-        match self {
-            Format::Json => "json",
-            Format::DriverDot => "driver_dot",
-            Format::Live => "live",
-        }
-    }
-
-    /// The format of `text`, or the line where it is neither.
-    pub(crate) fn detect(text: &str) -> Result<Format, String> {
-        let start = text.trim_start();
-        if start.starts_with('{') {
-            Ok(Format::Json)
-        } else if ["digraph", "strict", "graph", "//", "/*"]
-            .iter()
-            .any(|w| start.starts_with(w))
-        {
-            Ok(Format::DriverDot)
-        } else {
-            let line = text[..text.len() - start.len()].matches('\n').count() + 1;
-            Err(format!(
-                "line {line}: neither graphsmith JSON (starts with '{{') nor a \
-                 cudaGraphDebugDotPrint dump (starts with 'digraph')"
-            ))
-        }
-    }
-}
-
-/// What `graphsmith.doctor` found in one graph file.
+/// What `graphsmith.doctor` found in one graph file, or `graphsmith.check` in a live graph.
 #[pyclass(frozen, module = "graphsmith")]
 pub(crate) struct Report {
     pub path: String,
-    pub format: Format,
-    pub graph: Graph,
-    pub summary: Summary,
-    pub hazards: HazardReport,
-    pub notes: Vec<String>,
+    pub findings: Findings,
 }
 
 #[pymethods]
@@ -66,33 +24,37 @@ impl Report {
     /// (a graph read back from the driver by `check`).
     #[getter]
     fn format(&self) -> &'static str {
-        self.format.key()
+        self.findings.format.key()
     }
 
     /// The graph's shape as text: nodes, edges, kinds, depth, width, roots, leaves.
     #[getter]
     fn summary(&self) -> String {
-        self.summary.to_string()
+        self.findings.summary.to_string()
     }
 
     /// Number of nodes.
     #[getter]
     fn nodes(&self) -> usize {
-        self.summary.nodes
+        self.findings.summary.nodes
     }
 
     /// Number of (distinct) edges.
     #[getter]
     fn edges(&self) -> usize {
-        self.summary.edges
+        self.findings.summary.edges
     }
 
     /// The certain hazards (pairs of nodes that no path orders and that touch the same bytes,
     /// one of them writing, both directions known), one line each, naming both nodes and the
-    /// buffer.
+    /// buffer. Hazards inside child graphs and conditional bodies say where they are.
     #[getter]
     fn hazards(&self) -> Vec<String> {
-        self.hazards.certain().map(|h| h.to_string()).collect()
+        self.findings
+            .hazards
+            .certain()
+            .map(|h| h.to_string())
+            .collect()
     }
 
     /// The possible hazards, reported apart: pairs of nodes that no path orders whose only
@@ -100,24 +62,59 @@ impl Report {
     /// memory is unknown (a DOT dump). Each is to be confirmed by a person.
     #[getter]
     fn possible_hazards(&self) -> Vec<String> {
-        self.hazards.possible().map(|h| h.to_string()).collect()
+        self.findings
+            .hazards
+            .possible()
+            .map(|h| h.to_string())
+            .collect()
     }
 
-    /// True when no hazard was found, certain or possible.
+    /// Number of possible hazards (`len(possible_hazards)`).
+    #[getter]
+    fn possible(&self) -> usize {
+        self.findings.possible()
+    }
+
+    /// True when no certain hazard was found: what `graphsmith doctor` exits 0 on. Possible
+    /// hazards do not count here; `strict_clean` counts them too.
     #[getter]
     fn clean(&self) -> bool {
-        self.hazards.is_clean()
+        self.findings.passes(false)
     }
 
-    /// What could not be checked (kernels whose memory is unknown, copies without operands).
+    /// True when no hazard was found, certain or possible: what `graphsmith doctor --strict`
+    /// exits 0 on.
+    #[getter]
+    fn strict_clean(&self) -> bool {
+        self.findings.passes(true)
+    }
+
+    /// Number of unordered pairs that could not be judged (a dump's kernels, whose memory is
+    /// unknown): not hazards, explained in `notes`.
+    #[getter]
+    fn unjudged_pairs(&self) -> u64 {
+        self.findings.unjudged()
+    }
+
+    /// What could not be checked (kernels whose memory is unknown, pairs not judged, copies
+    /// without operands), every nested graph counted: child graphs and conditional bodies.
     #[getter]
     fn notes(&self) -> Vec<String> {
-        self.notes.clone()
+        self.findings.notes.clone()
+    }
+
+    /// The exit code `graphsmith doctor` gives this graph: 0 when `clean` (with `strict`, when
+    /// `strict_clean`), 1 otherwise.
+    #[pyo3(signature = (strict = false))]
+    fn exit_code(&self, strict: bool) -> u8 {
+        self.findings.exit_code(strict)
     }
 
     /// The graph in DOT, hazards drawn in red (render it with Graphviz's `dot -Tsvg`).
     fn to_dot(&self) -> String {
-        self.graph.to_dot_with(&self.hazards.dot_options())
+        self.findings
+            .graph
+            .to_dot_with(&self.findings.hazards.dot_options())
     }
 
     /// The graph as SVG, hazards drawn in red, rendered by Graphviz's `dot` (which must be on
@@ -127,120 +124,37 @@ impl Report {
         render_svg(&self.to_dot()).map_err(pyo3::exceptions::PyRuntimeError::new_err)
     }
 
-    /// The report as JSON: path, format, summary and the hazard report.
-    fn to_json(&self) -> PyResult<String> {
-        let value = serde_json::json!({
-            "path": self.path,
-            "format": self.format.key(),
-            "summary": self.summary,
-            "hazards": self.hazards,
-            "notes": self.notes,
-        });
-        serde_json::to_string_pretty(&value)
-            .map_err(|e| PyValueError::new_err(format!("cannot write the report as JSON: {e}")))
+    /// The report as JSON, the same object `graphsmith doctor --json` prints (`file`, `format`,
+    /// `summary`, `critical_path`, `memory`, `hazards`, `hazard_counts`, `unjudged_pairs`,
+    /// `redundant_edges`, `notes`, `strict`, `exit_code`); `strict` as `--strict`.
+    #[pyo3(signature = (strict = false))]
+    fn to_json(&self, strict: bool) -> String {
+        self.findings.json(&self.path, &[], strict)
+    }
+
+    /// The report as text, as `graphsmith doctor` prints it; `strict` as `--strict` (the
+    /// hazards' summary line says whether possible hazards fail). `str(report)` is
+    /// `report.text()`.
+    #[pyo3(signature = (strict = false))]
+    fn text(&self, strict: bool) -> String {
+        self.findings.text(&self.path, &[], strict)
     }
 
     fn __repr__(&self) -> String {
         format!(
             "<graphsmith.Report {} ({}): {} nodes, {} edges, {} hazard(s), {} possible>",
             self.path,
-            self.format.key(),
-            self.summary.nodes,
-            self.summary.edges,
-            self.hazards.certain().count(),
-            self.hazards.possible().count()
+            self.findings.format.key(),
+            self.findings.summary.nodes,
+            self.findings.summary.edges,
+            self.findings.certain(),
+            self.findings.possible()
         )
     }
 
     fn __str__(&self) -> String {
-        text(&self.path, &self.summary, &self.hazards, &self.notes)
+        self.text(false)
     }
-}
-
-/// The report as text: path, summary, certain hazards, possible hazards apart, notes.
-pub(crate) fn text(
-    path: &str,
-    summary: &Summary,
-    hazards: &HazardReport,
-    notes: &[String],
-) -> String {
-    let mut text = format!("{path}\n{summary}");
-    let certain: Vec<String> = hazards.certain().map(|h| h.to_string()).collect();
-    let possible: Vec<String> = hazards.possible().map(|h| h.to_string()).collect();
-    if certain.is_empty() {
-        text.push_str("\nhazards: none");
-    } else {
-        text.push_str(&format!("\nhazards: {}", certain.len()));
-        for h in &certain {
-            text.push_str(&format!("\n  {h}"));
-        }
-    }
-    if !possible.is_empty() {
-        text.push_str(&format!(
-            "\npossible hazards (a pointer of unknown direction, or a kernel of unknown memory: \
-             confirm by hand): {}",
-            possible.len()
-        ));
-        for h in &possible {
-            text.push_str(&format!("\n  {h}"));
-        }
-    }
-    for note in notes {
-        text.push_str(&format!("\nnote: {note}"));
-    }
-    text
-}
-
-/// The note for regions of a memory map left out (empty, or overlapping another).
-pub(crate) fn dropped_regions(dropped: usize, given: usize) -> String {
-    format!(
-        "{dropped} of {given} memory region(s) were left out (empty, or overlapping another \
-         region): pointers into them are bounded by the driver's allocations instead"
-    )
-}
-
-/// Notes on what the hazard check of `graph` could not see.
-pub(crate) fn notes(graph: &Graph, format: Format) -> Vec<String> {
-    let (kernels, without) = count_kernels(graph);
-    let mut notes = Vec::new();
-    if without > 0 {
-        let why = match format {
-            Format::DriverDot => {
-                "a DOT dump does not hold kernel arguments: a kernel that no path orders with a \
-                 copy or set is reported as a possible hazard on the copy's or set's bytes"
-            }
-            Format::Json => "the JSON lists none: their hazards cannot be checked",
-            Format::Live => {
-                "no 8-byte word of their arguments, struct parameters included, points into a \
-                 known allocator block or device allocation: their hazards cannot be checked"
-            }
-        };
-        notes.push(format!(
-            "{without} of {kernels} kernel node(s) have no known memory accesses ({why})"
-        ));
-    }
-    notes
-}
-
-/// Kernel nodes, and those without accesses, child graphs included.
-fn count_kernels(graph: &Graph) -> (usize, usize) {
-    let (mut all, mut without) = (0, 0);
-    let mut todo = vec![graph];
-    while let Some(g) = todo.pop() {
-        for n in &g.nodes {
-            match &n.kind {
-                NodeKind::Kernel(_) => {
-                    all += 1;
-                    if n.accesses.is_empty() {
-                        without += 1;
-                    }
-                }
-                NodeKind::ChildGraph { graph } => todo.push(graph),
-                _ => {}
-            }
-        }
-    }
-    (all, without)
 }
 
 /// Runs Graphviz's `dot -Tsvg` on `dot_text` and returns the SVG.

@@ -45,7 +45,9 @@ def test_racy_json_names_both_hazards():
     data = json.loads(report.to_json())
     assert data["format"] == "json"
     assert data["summary"]["nodes"] == 4
-    assert len(data["hazards"]["hazards"]) == 2
+    assert len(data["hazards"]) == 2
+    assert data["hazard_counts"] == {"certain": 2, "possible": 0}
+    assert (data["strict"], data["exit_code"]) == (False, 1)
     dot = report.to_dot()
     assert dot.startswith("digraph") and "q-proj" in dot
 
@@ -58,11 +60,15 @@ def test_fixed_json_is_clean():
 
 
 def test_pytorch_dump_race_is_found_and_fix_is_clean():
+    # A copy beside a kernel in a dump: possible hazards only (a dump holds no kernel
+    # arguments), so the graph is clean but not strict_clean.
     racy = graphsmith.doctor(FIXTURES / "torch" / "torch-copy-dtod-racy.dot")
     fixed = graphsmith.doctor(FIXTURES / "torch" / "torch-copy-dtod-fixed.dot")
     assert racy.format == fixed.format == "driver_dot"
-    assert not racy.clean
-    assert fixed.clean
+    assert racy.hazards == [] and racy.possible == len(racy.possible_hazards) == 2
+    assert racy.clean and not racy.strict_clean
+    assert (racy.exit_code(), racy.exit_code(strict=True)) == (0, 1)
+    assert fixed.clean and fixed.strict_clean and fixed.possible == 0
 
 
 def test_not_a_dump_is_a_value_error_naming_the_line(tmp_path):
@@ -218,16 +224,17 @@ def test_possible_hazards_are_reported_apart_from_certain_ones(tmp_path):
     path = tmp_path / "g.json"
     path.write_text(json.dumps(graph))
     report = graphsmith.doctor(path)
-    assert not report.clean
+    assert not report.clean and not report.strict_clean
     assert len(report.hazards) == 1 and "read-after-write on 'x'" in report.hazards[0]
-    assert len(report.possible_hazards) == 1
+    assert len(report.possible_hazards) == report.possible == 1
     assert report.possible_hazards[0].startswith("possible write on 'y'")
     text = str(report)
-    assert "\nhazards: 1\n  read-after-write on 'x'" in text
     assert (
-        "\npossible hazards (a pointer of unknown direction, or a kernel of unknown memory: "
-        "confirm by hand): 1\n  possible write on 'y'"
+        "\nhazards: 1 certain, 1 possible (possible ones do not fail; --strict fails on them)\n"
+        "  1. read-after-write on 'x'"
     ) in text
+    assert "\n  2. possible write on 'y'" in text
+    assert "\n     only possible: whether 'u' writes these bytes is unknown" in text
     assert "1 hazard(s), 1 possible" in repr(report)
 
 
@@ -283,3 +290,117 @@ def test_check_takes_blocks_as_tuples_and_refuses_anything_else():
         _regions([4096])
     with pytest.raises(ValueError, match="negative"):
         _regions([(-1, 4)])
+
+
+# The one doctor: what the Python package returns is what `graphsmith doctor` prints.
+
+
+def _doctor_cli(*args):
+    return _run("doctor", *[str(a) for a in args])
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "attention-racy.json",
+        "attention-fixed.json",
+        "chain.dot",
+        "kinds-verbose.dot",
+        "runtime-api/memcpy3d-racy.dot",
+        "torch/torch-index-put-racy.dot",
+    ],
+)
+def test_text_json_and_exit_codes_are_the_commands(name):
+    path = FIXTURES / name
+    report = graphsmith.doctor(path)
+    for strict in (False, True):
+        flags = ["--strict"] if strict else []
+        text = _doctor_cli(path, *flags)
+        assert text.stdout == report.text(strict=strict), text.stderr
+        assert text.returncode == report.exit_code(strict=strict)
+        data = _doctor_cli(path, "--json", *flags)
+        assert data.stdout == report.to_json(strict=strict) + "\n", data.stderr
+    assert str(report) == report.text()
+
+
+def test_possible_hazards_only_summary_line_in_both_modes():
+    report = graphsmith.doctor(FIXTURES / "runtime-api" / "memcpy3d-racy.dot")
+    assert report.clean and not report.strict_clean
+    assert report.hazards == [] and report.possible == 2
+    assert (
+        "\nhazards: 0 certain, 2 possible (possible ones do not fail; --strict fails on them)\n"
+        in str(report)
+    )
+    assert "\nhazards: 0 certain, 2 possible (--strict: possible ones fail too)\n" in report.text(
+        strict=True
+    )
+    data = json.loads(report.to_json(strict=True))
+    assert data["hazard_counts"] == {"certain": 0, "possible": 2}
+    assert (data["strict"], data["exit_code"]) == (True, 1)
+
+
+def test_an_unjudged_pair_is_a_note():
+    report = graphsmith.doctor(FIXTURES / "torch" / "torch-index-put-racy.dot")
+    assert report.clean and report.strict_clean
+    assert report.unjudged_pairs == 1
+    assert (
+        "1 unordered pair(s) of nodes that both run kernels (kernel nodes, or child graphs and "
+        "conditionals holding kernels) cannot be judged from a dump: not counted as hazards"
+    ) in report.notes
+    assert (
+        "\nhazards: none found; 1 unordered pair(s) with kernels not judged (see the notes)\n"
+        in str(report)
+    )
+
+
+def _conditional_graph():
+    """A WHILE node whose body races (produce writes x, consume reads it) and holds a kernel
+    whose memory the JSON does not list."""
+    kernel = {
+        "id": 2,
+        "label": "sample",
+        "kind": "kernel",
+        "name": "sample",
+        "grid": {"x": 1, "y": 1, "z": 1},
+        "block": {"x": 32, "y": 1, "z": 1},
+        "shared_mem_bytes": 0,
+        "args": [],
+    }
+    body = {
+        "label": "decode",
+        "nodes": [_empty_node(0, "produce", "write"), _empty_node(1, "consume", "read"), kernel],
+        "edges": [],
+    }
+    loop = {
+        "id": 0,
+        "label": "loop",
+        "kind": "conditional",
+        "conditional": "while",
+        "bodies": 1,
+        "body_graphs": [body],
+    }
+    return {"label": "step", "nodes": [loop], "edges": []}
+
+
+def test_a_hazard_inside_a_conditional_body_is_found(tmp_path):
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(_conditional_graph()))
+    report = graphsmith.doctor(path)
+    assert not report.clean
+    assert len(report.hazards) == 1
+    assert report.hazards[0].startswith("read-after-write on 'x'")
+    assert report.hazards[0].endswith("in graph 'step' > node 'loop' (n0) > body 0 graph 'decode'")
+    text = str(report)
+    assert (
+        "\nhazards: 1\n"
+        "  1. read-after-write on 'x' (0x1000) bytes [0, 256)\n"
+        "     'produce' (n0) writes, 'consume' (n1) reads; no path orders them\n"
+        "     in graph 'step' > node 'loop' (n0) > body 0 graph 'decode'\n"
+        "     fix: add edge produce -> consume (n0 -> n1)\n"
+    ) in text
+    # The kernel inside the body is counted in the notes (every nested graph is walked).
+    assert report.notes == [
+        "1 kernel node(s) have no known memory accesses (the JSON lists none): their hazards "
+        "cannot be checked; graphsmith JSON from the runtime or a live read-back has them"
+    ]
+    assert text == _doctor_cli(path).stdout

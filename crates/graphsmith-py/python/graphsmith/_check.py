@@ -100,7 +100,9 @@ def check(graph, device: Optional[int] = None, blocks: Any = None) -> Report:
     the blocks of ``torch.cuda.memory_snapshot()`` on ``device``
     (:func:`regions_from_snapshot`). Pass ``blocks=[]`` to bound them by the driver's
     allocations (whole segments) only. Hazards whose only conflicts involve a pointer of
-    unknown direction are ``Report.possible_hazards``, apart from ``Report.hazards``.
+    unknown direction are ``Report.possible_hazards``, apart from ``Report.hazards``:
+    ``Report.clean`` is true when there is no certain hazard, ``Report.strict_clean`` when
+    there is none at all. The report is the one ``graphsmith doctor`` prints, format ``live``.
 
     Raises ``TypeError`` for an object that is not a CUDA graph, ``ValueError`` for a graph
     that holds nothing to read (not kept, reset, or still capturing), and ``RuntimeError``

@@ -24,7 +24,10 @@ impl fmt::Display for ReadError {
             ReadError::Call { call, code } => write!(f, "{call} returned {code}"),
             ReadError::Missing { call } => write!(f, "the driver has no {call}"),
             ReadError::TooManyNodes { max } => {
-                write!(f, "the graph has more than {max} nodes (child graphs included)")
+                write!(
+                    f,
+                    "the graph has more than {max} nodes (child graphs included)"
+                )
             }
             ReadError::TooManyEdges { max } => write!(f, "the graph has more than {max} edges"),
         }

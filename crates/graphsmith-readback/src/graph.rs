@@ -199,7 +199,10 @@ impl<'t> Reader<'t> {
         // asks for the count only.
         let r = unsafe { get(graph, null_mut(), &mut n) };
         if r != SUCCESS {
-            return Err(ReadError::Call { call: CALL, code: r });
+            return Err(ReadError::Call {
+                call: CALL,
+                code: r,
+            });
         }
         if n > state.budget {
             return Err(ReadError::TooManyNodes {
@@ -214,7 +217,10 @@ impl<'t> Reader<'t> {
             // many and updates `got`.
             let r = unsafe { get(graph, handles.as_mut_ptr(), &mut got) };
             if r != SUCCESS {
-                return Err(ReadError::Call { call: CALL, code: r });
+                return Err(ReadError::Call {
+                    call: CALL,
+                    code: r,
+                });
             }
             handles.truncate(got.min(n));
         }
@@ -274,7 +280,10 @@ impl<'t> Reader<'t> {
                 }
             };
             if r != SUCCESS {
-                return Err(ReadError::Call { call: CALL, code: r });
+                return Err(ReadError::Call {
+                    call: CALL,
+                    code: r,
+                });
             }
             if got >= n {
                 // Possibly cut short: ask again with more room.

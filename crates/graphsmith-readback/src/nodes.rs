@@ -290,7 +290,11 @@ impl Reader<'_> {
     ///
     /// # Safety
     /// `node` is a live event node of that kind.
-    unsafe fn event(&self, node: sys::CUgraphNode, record: bool) -> Result<sys::CUevent, ReadError> {
+    unsafe fn event(
+        &self,
+        node: sys::CUgraphNode,
+        record: bool,
+    ) -> Result<sys::CUevent, ReadError> {
         let (get, name) = if record {
             (
                 self.table.event_record_node_get_event,

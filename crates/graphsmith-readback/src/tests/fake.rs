@@ -84,6 +84,8 @@ pub struct Fake {
     /// fake lives.
     kept_bytes: Vec<Box<[u8]>>,
     kept_pointers: Vec<Box<[*mut c_void]>>,
+    // Boxed: the reader holds a pointer to each size while the vector may grow.
+    #[allow(clippy::vec_box)]
     kept_sizes: Vec<Box<usize>>,
 }
 
@@ -263,6 +265,11 @@ unsafe extern "C" fn get_edges_v1(
     })
 }
 
+/// A key of an `extra` list (`CU_LAUNCH_PARAM_*`): a number in a pointer.
+fn key(k: usize) -> *mut c_void {
+    std::ptr::without_provenance_mut(k)
+}
+
 unsafe extern "C" fn kernel_params(
     node: sys::CUgraphNode,
     p: *mut sys::CUDA_KERNEL_NODE_PARAMS_v2,
@@ -297,13 +304,13 @@ unsafe extern "C" fn kernel_params(
                 let mut list: Vec<*mut c_void> = Vec::new();
                 if let Some(b) = buffer {
                     let mut b: Box<[u8]> = b.clone().into_boxed_slice();
-                    list.extend([1usize as *mut c_void, b.as_mut_ptr().cast()]);
+                    list.extend([key(1), b.as_mut_ptr().cast()]);
                     bytes.push(b);
                 }
                 // An entry the reader does not know is skipped.
-                list.extend([7usize as *mut c_void, std::ptr::null_mut()]);
+                list.extend([key(7), std::ptr::null_mut()]);
                 let size_ptr: *mut usize = &mut *size;
-                list.extend([2usize as *mut c_void, size_ptr.cast(), std::ptr::null_mut()]);
+                list.extend([key(2), size_ptr.cast(), std::ptr::null_mut()]);
                 let mut list = list.into_boxed_slice();
                 extra = list.as_mut_ptr();
                 pointers.push(list);

@@ -17,26 +17,18 @@ use crate::table::{Status, SUCCESS};
 
 use sys::CUgraphNodeType as T;
 
-/// The name of a node type the reader keeps as `NodeKind::Other` (and of a copy, set,
-/// allocation or free node whose parameters a lenient read could not get).
+/// The name of a node the reader keeps as `NodeKind::Other`: a conditional node (whose
+/// parameters the CUDA 13.0 driver API cannot read), a copy, set, allocation or free node whose
+/// parameters a lenient read could not get, or any other type by its number (`node type 12`).
 pub fn node_type_name(ty: u32) -> String {
-    let known = [
-        (T::CU_GRAPH_NODE_TYPE_KERNEL, "kernel"),
+    let named = [
         (T::CU_GRAPH_NODE_TYPE_MEMCPY, "memcpy"),
         (T::CU_GRAPH_NODE_TYPE_MEMSET, "memset"),
-        (T::CU_GRAPH_NODE_TYPE_HOST, "host"),
-        (T::CU_GRAPH_NODE_TYPE_GRAPH, "graph"),
-        (T::CU_GRAPH_NODE_TYPE_EMPTY, "empty"),
-        (T::CU_GRAPH_NODE_TYPE_WAIT_EVENT, "wait_event"),
-        (T::CU_GRAPH_NODE_TYPE_EVENT_RECORD, "event_record"),
-        (T::CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL, "ext_semas_signal"),
-        (T::CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT, "ext_semas_wait"),
         (T::CU_GRAPH_NODE_TYPE_MEM_ALLOC, "mem_alloc"),
         (T::CU_GRAPH_NODE_TYPE_MEM_FREE, "mem_free"),
-        (T::CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, "batch_mem_op"),
         (T::CU_GRAPH_NODE_TYPE_CONDITIONAL, "conditional"),
     ];
-    match known.iter().find(|(t, _)| *t as u32 == ty) {
+    match named.iter().find(|(t, _)| *t as u32 == ty) {
         Some((_, name)) => (*name).to_string(),
         None => format!("node type {ty}"),
     }

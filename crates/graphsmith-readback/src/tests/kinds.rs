@@ -33,7 +33,7 @@ fn a_strict_read_of_every_kind_reads_every_parameter() {
         }),
         RawNode::plain(NodeKind::MemFree { address: 0xd000 }),
         other("conditional"),
-        other("batch_mem_op"),
+        other("node type 12"),
         other("node type 99"),
     ];
     for (i, (got, want)) in read.raw.nodes.iter().zip(&expected).enumerate() {

@@ -148,9 +148,10 @@ fn an_address_is_looked_up_in_the_drivers_allocations() {
 }
 
 #[test]
-fn node_types_are_named_as_the_driver_numbers_them() {
-    assert_eq!(crate::node_type_name(0), "kernel");
+fn other_nodes_are_named_by_kind_or_by_number() {
+    assert_eq!(crate::node_type_name(1), "memcpy");
     assert_eq!(crate::node_type_name(10), "mem_alloc");
     assert_eq!(crate::node_type_name(13), "conditional");
+    assert_eq!(crate::node_type_name(8), "node type 8");
     assert_eq!(crate::node_type_name(42), "node type 42");
 }

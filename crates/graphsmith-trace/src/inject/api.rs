@@ -130,6 +130,14 @@ type GraphGetNodes = unsafe extern "C" fn(u64, *mut u64, *mut usize) -> Status;
 type NodeGetType = unsafe extern "C" fn(u64, *mut u32) -> Status;
 type ErrorText = unsafe extern "C" fn(Status, *mut *const c_char) -> Status;
 
+/// The libcuda the process loaded, never loading one: the tracer runs once the driver has
+/// called `InitializeInjection`.
+fn loaded_libcuda() -> Result<Library, libloading::Error> {
+    // SAFETY: libcuda.so.1 is already loaded (the driver called InitializeInjection);
+    // RTLD_NOLOAD only takes a reference to it, running no initialiser.
+    unsafe { Library::open(Some("libcuda.so.1"), RTLD_LAZY | libc::RTLD_NOLOAD) }
+}
+
 /// The driver functions the tracer calls from inside callbacks (each call triggers a nested
 /// callback, which the tracer's reentrancy guard ignores).
 pub(crate) struct Driver {
@@ -155,10 +163,7 @@ pub(crate) enum Capturing {
 impl Driver {
     /// The libcuda that loaded the tracer (the process has it already).
     pub(crate) fn load() -> Option<Driver> {
-        // SAFETY: libcuda.so.1 is already loaded (the driver is calling InitializeInjection);
-        // RTLD_NOLOAD only takes a reference to it, running no initialiser.
-        let lib =
-            unsafe { Library::open(Some("libcuda.so.1"), RTLD_LAZY | libc::RTLD_NOLOAD) }.ok()?;
+        let lib = loaded_libcuda().ok()?;
         Some(Driver {
             info_v3: symbol(&lib, "cuStreamGetCaptureInfo_v3").ok(),
             info_v2: symbol(&lib, "cuStreamGetCaptureInfo_v2").ok(),
@@ -264,10 +269,8 @@ impl GraphDriver {
     /// Resolves the functions; a missing one the read-back cannot do without is the reason the
     /// hazards are not checked.
     pub(crate) fn load() -> Result<GraphDriver, String> {
-        // SAFETY: libcuda.so.1 is already loaded (the driver called InitializeInjection);
-        // RTLD_NOLOAD only takes a reference to it, running no initialiser.
-        let lib = unsafe { Library::open(Some("libcuda.so.1"), RTLD_LAZY | libc::RTLD_NOLOAD) }
-            .map_err(|e| format!("libcuda.so.1 could not be opened again: {e}"))?;
+        let lib =
+            loaded_libcuda().map_err(|e| format!("libcuda.so.1 could not be opened again: {e}"))?;
         let graph_get_edges_v2 = symbol(&lib, "cuGraphGetEdges_v2").ok();
         let graph_get_edges = if graph_get_edges_v2.is_none() {
             symbol(&lib, "cuGraphGetEdges").ok()

@@ -7,6 +7,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 use cudarc::cupti::sys::{CUpti_CallbackDomain, CUpti_CallbackFunc, CUpti_SubscriberHandle};
+use graphsmith_readback::DriverTable;
 use libloading::os::unix::{Library, RTLD_LAZY, RTLD_NOW};
 
 /// `CUptiResult` and `CUresult` are C enums; the tracer reads them as integers.
@@ -129,6 +130,14 @@ type GraphGetNodes = unsafe extern "C" fn(u64, *mut u64, *mut usize) -> Status;
 type NodeGetType = unsafe extern "C" fn(u64, *mut u32) -> Status;
 type ErrorText = unsafe extern "C" fn(Status, *mut *const c_char) -> Status;
 
+/// The libcuda the process loaded, never loading one: the tracer runs once the driver has
+/// called `InitializeInjection`.
+fn loaded_libcuda() -> Result<Library, libloading::Error> {
+    // SAFETY: libcuda.so.1 is already loaded (the driver called InitializeInjection);
+    // RTLD_NOLOAD only takes a reference to it, running no initialiser.
+    unsafe { Library::open(Some("libcuda.so.1"), RTLD_LAZY | libc::RTLD_NOLOAD) }
+}
+
 /// The driver functions the tracer calls from inside callbacks (each call triggers a nested
 /// callback, which the tracer's reentrancy guard ignores).
 pub(crate) struct Driver {
@@ -154,10 +163,7 @@ pub(crate) enum Capturing {
 impl Driver {
     /// The libcuda that loaded the tracer (the process has it already).
     pub(crate) fn load() -> Option<Driver> {
-        // SAFETY: libcuda.so.1 is already loaded (the driver is calling InitializeInjection);
-        // RTLD_NOLOAD only takes a reference to it, running no initialiser.
-        let lib =
-            unsafe { Library::open(Some("libcuda.so.1"), RTLD_LAZY | libc::RTLD_NOLOAD) }.ok()?;
+        let lib = loaded_libcuda().ok()?;
         Some(Driver {
             info_v3: symbol(&lib, "cuStreamGetCaptureInfo_v3").ok(),
             info_v2: symbol(&lib, "cuStreamGetCaptureInfo_v2").ok(),
@@ -242,6 +248,66 @@ impl Driver {
     }
 }
 
+/// The driver functions `--hazards` reads graphs back with, as graphsmith-readback's table,
+/// resolved from the libcuda the process loaded (never through cudarc's loader, which panics on
+/// a missing symbol). Left out on purpose, so that the read-back makes the calls it always
+/// made: host, event, allocation and free node parameters and the kernels' cluster shapes
+/// (the hazard check needs none of them; such nodes keep their kind without their details).
+pub(crate) struct GraphDriver {
+    _lib: Library,
+    pub table: DriverTable,
+    pub error_name: Option<ErrorText>,
+}
+
+fn required<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+    symbol(lib, name).map_err(|_| {
+        format!("the driver (libcuda.so.1) has no {name}: update the driver to check hazards")
+    })
+}
+
+impl GraphDriver {
+    /// Resolves the functions; a missing one the read-back cannot do without is the reason the
+    /// hazards are not checked.
+    pub(crate) fn load() -> Result<GraphDriver, String> {
+        let lib =
+            loaded_libcuda().map_err(|e| format!("libcuda.so.1 could not be opened again: {e}"))?;
+        let graph_get_edges_v2 = symbol(&lib, "cuGraphGetEdges_v2").ok();
+        let graph_get_edges = if graph_get_edges_v2.is_none() {
+            symbol(&lib, "cuGraphGetEdges").ok()
+        } else {
+            None
+        };
+        if graph_get_edges_v2.is_none() && graph_get_edges.is_none() {
+            return Err("the driver (libcuda.so.1) has no cuGraphGetEdges_v2".into());
+        }
+        let table = DriverTable {
+            graph_get_nodes: Some(required(&lib, "cuGraphGetNodes")?),
+            node_get_type: Some(required(&lib, "cuGraphNodeGetType")?),
+            mem_get_address_range: Some(required(&lib, "cuMemGetAddressRange_v2")?),
+            graph_get_edges_v2,
+            graph_get_edges,
+            kernel_node_get_params: symbol(&lib, "cuGraphKernelNodeGetParams_v2").ok(),
+            kernel_get_function: symbol(&lib, "cuKernelGetFunction").ok(),
+            func_get_name: symbol(&lib, "cuFuncGetName").ok(),
+            func_get_param_info: symbol(&lib, "cuFuncGetParamInfo").ok(),
+            memcpy_node_get_params: symbol(&lib, "cuGraphMemcpyNodeGetParams").ok(),
+            memset_node_get_params: symbol(&lib, "cuGraphMemsetNodeGetParams").ok(),
+            child_graph_node_get_graph: symbol(&lib, "cuGraphChildGraphNodeGetGraph").ok(),
+            func_get_attribute: None,
+            host_node_get_params: None,
+            event_record_node_get_event: None,
+            event_wait_node_get_event: None,
+            mem_alloc_node_get_params: None,
+            mem_free_node_get_params: None,
+        };
+        Ok(GraphDriver {
+            table,
+            error_name: symbol(&lib, "cuGetErrorName").ok(),
+            _lib: lib,
+        })
+    }
+}
+
 /// `InitializeInjection` and the callback never return an error to CUDA; this documents the
 /// return value the driver expects from the injection entry point.
 pub(crate) const INJECTION_OK: c_int = 1;
@@ -255,6 +321,7 @@ mod thread_safety {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<super::Cupti>();
         send_sync::<super::Driver>();
+        send_sync::<super::GraphDriver>();
         send_sync::<crate::inject::readback::GraphApi>();
     }
 }

@@ -77,26 +77,6 @@ pub(crate) unsafe fn kernel_function(kern: sys::CUkernel) -> Result<sys::CUfunct
     Ok(func)
 }
 
-/// A function's name (`cuFuncGetName`), copied; `None` when the driver gives none.
-///
-/// # Safety
-/// `func` must be a live function.
-pub(crate) unsafe fn function_name(func: sys::CUfunction) -> Option<String> {
-    let mut text: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: func is live (contract); text is a local that receives a driver-owned string.
-    let rc = unsafe { sys::cuFuncGetName(&mut text, func) };
-    if rc != sys::CUresult::CUDA_SUCCESS || text.is_null() {
-        return None;
-    }
-    // SAFETY: on success the driver points text at a NUL-terminated string it keeps for the
-    // function's lifetime; it is copied at once.
-    Some(
-        unsafe { CStr::from_ptr(text) }
-            .to_string_lossy()
-            .into_owned(),
-    )
-}
-
 /// The thread block cluster shape compiled into `func` (`__cluster_dims__`: the
 /// `CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_*` attributes), `None` when it requires none.
 ///

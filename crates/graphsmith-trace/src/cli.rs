@@ -58,7 +58,13 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let plan = launch::plan(&args);
+    let plan = launch::plan(&launch::Request {
+        lib: args.lib.as_deref(),
+        events: args.events.as_deref(),
+        cupti: args.cupti.as_deref(),
+        hazards: args.hazards,
+        command: &args.command,
+    });
     let mut notes = plan.notes.clone();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);

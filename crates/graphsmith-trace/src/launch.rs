@@ -6,8 +6,6 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::cli::TraceArgs;
-
 /// The injection library's file name.
 pub const LIB_NAME: &str = "libgraphsmith_trace.so";
 
@@ -102,10 +100,24 @@ fn temp_log() -> PathBuf {
     ))
 }
 
+/// What `graphsmith trace` asks for (from its arguments).
+pub(crate) struct Request<'a> {
+    /// The injection library given with --lib.
+    pub lib: Option<&'a Path>,
+    /// The event log given with --events (else a temporary file).
+    pub events: Option<&'a Path>,
+    /// The libcupti given with --cupti.
+    pub cupti: Option<&'a Path>,
+    /// Whether to check instantiated graphs for hazards (--hazards).
+    pub hazards: bool,
+    /// The command and its arguments.
+    pub command: &'a [OsString],
+}
+
 /// Decides the environment of the command.
-pub(crate) fn plan(args: &TraceArgs) -> Plan {
+pub(crate) fn plan(args: &Request) -> Plan {
     let mut plan = Plan::default();
-    let lib = match find_lib(args.lib.as_deref()) {
+    let lib = match find_lib(args.lib) {
         Ok(l) => l,
         Err(e) => {
             plan.notes.push(format!("{e}; the command runs untraced"));
@@ -121,7 +133,7 @@ pub(crate) fn plan(args: &TraceArgs) -> Plan {
             return plan;
         }
     }
-    let events = args.events.clone().unwrap_or_else(temp_log);
+    let events = args.events.map_or_else(temp_log, Path::to_path_buf);
     if let Err(e) = std::fs::write(&events, "") {
         plan.notes.push(format!(
             "cannot create the event log {}: {e}; the command runs untraced",
@@ -148,11 +160,11 @@ pub(crate) fn plan(args: &TraceArgs) -> Plan {
     ));
     let cupti = match args
         .cupti
-        .clone()
+        .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("GRAPHSMITH_CUPTI").map(PathBuf::from))
     {
         Some(c) => Some(c),
-        None => match find_cupti(&args.command) {
+        None => match find_cupti(args.command) {
             Ok(c) => Some(c),
             Err(e) => {
                 plan.cupti_looked = e.looked;

@@ -14,13 +14,12 @@ const NCCL: Library = Library {
     install: "`pip install nvidia-nccl-cu13`",
 };
 
+/// A library whose files have other names than its soname's start, in two toolkit folders.
 const CUPTI: Library = Library {
     soname: "libcupti.so.13",
     prefix: "libcupti.so",
-    env_var: "GRAPHSMITH_CUPTI",
-    wheel_dirs: &["nvidia/cu13/lib", "nvidia/cuda_cupti/lib"],
     toolkit_dirs: &["extras/CUPTI/lib64", "lib64"],
-    install: "`pip install nvidia-cuda-cupti`",
+    ..NCCL
 };
 
 fn touch(path: &Path) {

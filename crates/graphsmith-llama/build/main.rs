@@ -23,7 +23,7 @@ const NVRTC: Library = Library {
     env_var: "NVRTC_LIB",
     wheel_dirs: &["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"],
     toolkit_dirs: &["lib64", "targets/x86_64-linux/lib"],
-    install: "point it at NVRTC 13.0 (the `nvidia-cuda-nvrtc==13.0.*` wheel)",
+    install: "install NVIDIA's `nvidia-cuda-nvrtc==13.0.*` wheel",
 };
 
 /// How to get NVRTC 13.0 from PyPI.

@@ -10,10 +10,15 @@ Usage:
 Writes (next to this script):
     graphsmith_kernels.ptx   PTX for compute_90 (committed; loaded via include_str!)
     mangled_names.txt        "<name expression> <lowered/mangled name>" per line
+or, with --source llama:
+    llama_kernels.ptx        PTX for compute_90, its first line the source's SHA-256
+                             ("// llama_kernels.cu sha256 <hex>", as graphsmith-llama's build
+                             script writes it; the build uses this file only while they match)
 """
 
 import argparse
 import ctypes
+import hashlib
 import os
 import sys
 
@@ -51,6 +56,9 @@ LLAMA = {
     "ptx": os.path.join(HERE, "llama_kernels.ptx"),
     "names": None,
     "name_expressions": [],
+    # The first line of the PTX names the source and its SHA-256 (graphsmith-llama's build
+    # script compares it with the .cu; crates/graphsmith-llama/build/main.rs writes the same).
+    "header": True,
     "extern_c": ["ll_embed", "ll_rmsnorm", "ll_swiglu", "ll_argmax", "ll_advance"]
     + [f"ll_attention_{e}{g}" for e in (1, 2, 4, 8) for g in ("", "_g4")]
     + [f"ll_attention_{e}_c8" for e in (1, 2, 4)]
@@ -146,9 +154,11 @@ def main():
                     help="which kernels: builtin (graphsmith_kernels.cu) or llama (llama_kernels.cu)")
     args = ap.parse_args()
     global SRC, PTX_OUT, NAMES_OUT, NAME_EXPRESSIONS, EXTERN_C_KERNELS
+    header = False
     if args.source == "llama":
         SRC, PTX_OUT, NAMES_OUT = LLAMA["src"], LLAMA["ptx"], LLAMA["names"]
         NAME_EXPRESSIONS, EXTERN_C_KERNELS = LLAMA["name_expressions"], LLAMA["extern_c"]
+        header = LLAMA["header"]
 
     lib = load_nvrtc(args.nvrtc)
     major, minor = ctypes.c_int(), ctypes.c_int()
@@ -207,6 +217,8 @@ def main():
         die("PTX has no '.target sm_90' line")
 
     with open(PTX_OUT, "w", newline="\n") as f:
+        if header:
+            f.write(f"// {os.path.basename(SRC)} sha256 {hashlib.sha256(src).hexdigest()}\n")
         f.write(ptx)
     if NAMES_OUT:
         with open(NAMES_OUT, "w", newline="\n") as f:

@@ -15,7 +15,8 @@
 #                                   # rebuild)
 #
 # Needs a Rust toolchain and Python 3.9+ with venv; maturin, ziglang and cargo-zigbuild come from
-# PyPI into target/wheel-tools (nothing is installed outside the checkout). No CUDA is needed.
+# PyPI into target/wheel-tools, and NVRTC 13.0 (unless NVRTC_LIB is set) into target/nvrtc
+# (nothing is installed outside the checkout). No CUDA toolkit is needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -26,7 +27,7 @@ for arg in "$@"; do
   case "$arg" in
     --test) test_after=1 ;;
     --dev) dev=1 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "build-wheel.sh: unknown argument $arg (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +47,17 @@ if [[ $dev == 0 && ! -x $tools/bin/cargo-zigbuild ]]; then
     "ziglang==0.15.2" "cargo-zigbuild==0.24.1"
 fi
 export PATH=$tools/bin:$PATH
+
+# NVRTC 13.0 for graphsmith-llama's build script (kernels/README.md): $NVRTC_LIB, else fetched
+# from PyPI into target/nvrtc; without it the build takes the committed PTX when it matches
+# kernels/llama_kernels.cu.
+if [[ -z ${NVRTC_LIB:-} ]]; then
+  if lib=$(scripts/fetch-nvrtc.sh "$PWD/target/nvrtc"); then
+    export NVRTC_LIB=$lib
+  else
+    echo "$(basename "$0"): could not fetch NVRTC 13.0; building with the committed PTX" >&2
+  fi
+fi
 
 # 1. The binary and the injection library (in release, against glibc $glibc).
 if [[ $dev == 1 ]]; then

@@ -7,6 +7,16 @@
 # (GRAPHSMITH_BIN, GRAPHSMITH_TRACE_LIB, GRAPHSMITH_REPO_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# NVRTC 13.0 for graphsmith-llama's build script (kernels/README.md): $NVRTC_LIB, else fetched
+# from PyPI into target/nvrtc; without it the build takes the committed PTX when it matches
+# kernels/llama_kernels.cu.
+if [[ -z ${NVRTC_LIB:-} ]]; then
+  if lib=$(scripts/fetch-nvrtc.sh "$PWD/target/nvrtc"); then
+    export NVRTC_LIB=$lib
+  else
+    echo "$(basename "$0"): could not fetch NVRTC 13.0; building with the committed PTX" >&2
+  fi
+fi
 rm -rf gpu-bin
 mkdir -p gpu-bin/tests
 cargo build --release -p graphsmith-cli

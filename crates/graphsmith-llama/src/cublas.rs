@@ -4,7 +4,6 @@
 //! as journaled library calls that declare what they read and write.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 use cudarc::cublas::sys as cb;
@@ -17,48 +16,16 @@ const WORKSPACE_BYTES: usize = 32 << 20;
 
 static LOADED: OnceLock<std::result::Result<String, String>> = OnceLock::new();
 
-fn cublas_in(dir: &Path) -> Option<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libcublas.so"))
-        })
-        .collect();
-    // The versioned soname (libcublas.so.13) is what the loader would pick.
-    found.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
-    found.into_iter().next()
-}
-
-/// Directories where libcublas may be: NVIDIA's wheels on python3's path, `$CUDA_HOME` and the
-/// usual toolkit directories.
-fn candidate_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Ok(out) = Command::new("python3")
-        .args(["-c", "import sys; print('\\n'.join(sys.path))"])
-        .output()
-    {
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if line.is_empty() {
-                continue;
-            }
-            let p = PathBuf::from(line).join("nvidia");
-            dirs.push(p.join("cu13/lib"));
-            dirs.push(p.join("cublas/lib"));
-            dirs.push(p.join("cu12/lib"));
-        }
-    }
-    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
-        if let Some(root) = std::env::var_os(var).filter(|v| !v.is_empty()) {
-            dirs.push(PathBuf::from(root).join("lib64"));
-        }
-    }
-    dirs.push("/usr/local/cuda/lib64".into());
-    dirs.push("/usr/local/cuda/targets/x86_64-linux/lib".into());
-    dirs
-}
+/// libcublas as the workspace's one search for NVIDIA's libraries knows it.
+const CUBLAS: graphsmith_locate::Library = graphsmith_locate::Library {
+    soname: "libcublas.so.13",
+    prefix: "libcublas.so",
+    env_var: "GRAPHSMITH_CUBLAS",
+    wheel_dirs: &["nvidia/cu13/lib", "nvidia/cublas/lib", "nvidia/cu12/lib"],
+    toolkit_dirs: &["lib64", "targets/x86_64-linux/lib"],
+    install: "add its directory to LD_LIBRARY_PATH (it ships in the CUDA toolkit's lib64 and in \
+              the nvidia-cublas Python package)",
+};
 
 /// Opens `path` (and libcublasLt beside it first) globally and for good, so that cudarc's
 /// loader, which asks for `libcublas.so.<major>` by name, gets it.
@@ -91,39 +58,30 @@ fn preload(path: &Path) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Makes libcublas loadable by cudarc: `$GRAPHSMITH_CUBLAS` if set, else what the loader finds,
-/// else the first found in NVIDIA's wheels or the CUDA toolkit. The error lists where it looked.
+/// Makes libcublas loadable by cudarc: `$GRAPHSMITH_CUBLAS` (the file or its directory) if set,
+/// else what the loader finds by name, else the first found by graphsmith-locate's search
+/// (NVIDIA's wheels, the CUDA toolkit, the loader's path). The error lists where it looked.
 pub fn ensure_cublas() -> Result<String> {
     LOADED
         .get_or_init(|| {
-            if let Some(path) = std::env::var_os("GRAPHSMITH_CUBLAS").filter(|v| !v.is_empty()) {
-                let path = PathBuf::from(path);
-                preload(&path)?;
-            }
+            // By name first (the error then lists that place too), unless the variable is set.
+            let search = graphsmith_locate::Search {
+                by_name: true,
+                ..graphsmith_locate::Search::from_env(&CUBLAS)
+            };
             // SAFETY: only tries to dlopen the candidate names; no cuBLAS call is made.
-            if unsafe { cb::is_culib_present() } {
+            if search.explicit.is_none() && unsafe { cb::is_culib_present() } {
                 return Ok("found by the loader".to_string());
             }
-            let dirs = candidate_dirs();
-            if let Some(path) = dirs.iter().find_map(|d| cublas_in(d)) {
-                preload(&path)?;
-                // SAFETY: as above.
-                if unsafe { cb::is_culib_present() } {
-                    return Ok(path.display().to_string());
-                }
-                return Err(format!(
-                    "loaded {} but cudarc still cannot open libcublas.so by name",
-                    path.display()
-                ));
+            let path = search.locate(&CUBLAS).map_err(|e| e.to_string())?.path;
+            preload(&path)?;
+            // SAFETY: as above.
+            if unsafe { cb::is_culib_present() } {
+                return Ok(path.display().to_string());
             }
             Err(format!(
-                "libcublas was not found: set GRAPHSMITH_CUBLAS=/path/to/libcublas.so.13 or add its \
-                 directory to LD_LIBRARY_PATH (it ships in the CUDA toolkit's lib64 and in the \
-                 nvidia-cublas Python package). Looked by name on the loader's path and in: {}",
-                dirs.iter()
-                    .map(|d| d.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                "loaded {} but cudarc still cannot open libcublas.so by name",
+                path.display()
             ))
         })
         .clone()

@@ -7,7 +7,7 @@ use graphsmith::{args, sys, Context, DeviceBuffer, Kernel, LaunchConfig, Module,
 use crate::error::{LlamaError, Result};
 
 /// PTX of the decoder's kernels (`kernels/llama_kernels.cu`), compiled ahead of time.
-pub const LLAMA_PTX: &str = include_str!("../../../kernels/llama_kernels.ptx");
+pub const LLAMA_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/llama_kernels.ptx"));
 
 /// Threads per block of the attention kernel (8 warps share out the positions).
 pub const ATTENTION_THREADS: u32 = 256;

@@ -26,6 +26,8 @@
 //!   what its target does after its wait ([`Node::accesses_before_wait`] are not ordered),
 //!   unless its source triggers after its own wait ([`Node::triggers_after_wait`]): then what
 //!   came before that wait is ordered before the target's start.
+//! - `hazard_report`: what the hazard check reports and how it is asked ([`HazardReport`],
+//!   [`Hazard`], [`HazardKind`], [`HazardOptions`]), shared by `hazards` and `unknown_memory`.
 //! - `unknown_memory`: with [`HazardOptions::unknown_kernel_memory`], possible hazards between
 //!   kernels whose memory is unknown (read from a dump) and copies or sets, and the count of
 //!   unordered pairs that cannot be judged.
@@ -66,6 +68,7 @@ mod conditional;
 mod dot;
 mod driver_dot;
 mod graph;
+mod hazard_report;
 mod hazards;
 pub mod hex;
 mod json;
@@ -80,7 +83,7 @@ mod unknown_memory;
 pub use dot::DotOptions;
 pub use driver_dot::DotError;
 pub use graph::{Edge, EdgeType, Graph, ModelError};
-pub use hazards::{Hazard, HazardKind, HazardNode, HazardOptions, HazardReport};
+pub use hazard_report::{Hazard, HazardKind, HazardNode, HazardOptions, HazardReport};
 pub use json::JsonError;
 pub use node::{
     Access, AccessMode, ConditionalKind, Dim3, KernelArg, KernelParams, MemRef, MemcpyParams,

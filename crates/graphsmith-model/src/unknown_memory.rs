@@ -20,7 +20,7 @@
 //! chains that hold the class.
 
 use crate::graph::{Edge, Graph};
-use crate::hazards::{union, Hazard, HazardKind, HazardNode, HazardOptions, HazardReport};
+use crate::hazard_report::{union, Hazard, HazardKind, HazardNode, HazardOptions, HazardReport};
 use crate::node::{AccessMode, Node, NodeId, NodeKind};
 use crate::reach::Clocks;
 

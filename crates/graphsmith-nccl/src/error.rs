@@ -13,12 +13,14 @@ pub struct LibraryMissing {
 
 impl std::fmt::Display for LibraryMissing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lib = &crate::library::NCCL;
         write!(
             f,
-            "libnccl.so.2 was not found or could not be loaded: set GRAPHSMITH_NCCL to the \
-             library (or its directory), or `pip install nvidia-nccl-cu13` (or -cu12) into the \
-             Python that graphsmith-nccl asks for its paths (GRAPHSMITH_PYTHON, else python3), \
-             or add the directory holding it to LD_LIBRARY_PATH. Looked in: {}",
+            "{} was not found or could not be loaded: set {} to the library (or its \
+             directory), or {}. Looked in: {}",
+            lib.soname,
+            lib.env_var,
+            lib.install,
             self.looked.join(", ")
         )?;
         if !self.tried.is_empty() {

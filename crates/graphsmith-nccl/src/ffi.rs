@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use libloading::Library;
 
 use crate::error::{LibraryMissing, NcclError};
-use crate::library::{Candidate, Search};
+use crate::library::{search_from_env, Candidate, Search, NCCL};
 
 /// `ncclComm_t`: an opaque pointer.
 pub type RawComm = *mut c_void;
@@ -72,7 +72,7 @@ impl Nccl {
     /// Loads libnccl once per process, searching as `library.rs` describes.
     pub fn get() -> Result<&'static Nccl, NcclError> {
         LOADED
-            .get_or_init(|| Nccl::load(&Search::from_env()))
+            .get_or_init(|| Nccl::load(&search_from_env()))
             .as_ref()
             .map_err(|e| NcclError::Library(e.clone()))
     }
@@ -80,7 +80,7 @@ impl Nccl {
     /// Loads the first candidate of `search` that opens and has every function.
     pub fn load(search: &Search) -> Result<Nccl, LibraryMissing> {
         let mut tried = Vec::new();
-        for candidate in search.candidates() {
+        for candidate in search.candidates(&NCCL) {
             let (name, shown) = match &candidate {
                 Candidate::Path(p) => (p.as_os_str().to_owned(), p.display().to_string()),
                 Candidate::Name(n) => ((*n).into(), (*n).to_string()),
@@ -106,7 +106,7 @@ impl Nccl {
             }
         }
         Err(LibraryMissing {
-            looked: search.looked(),
+            looked: search.looked(&NCCL),
             tried,
         })
     }

@@ -37,8 +37,8 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PATH")]
     pub lib: Option<PathBuf>,
     /// The libcupti to use when the command has not loaded one itself [default:
-    /// $GRAPHSMITH_CUPTI, else searched: the command's Python packages, $CUDA_HOME, /usr/local/cuda,
-    /// ldconfig].
+    /// $GRAPHSMITH_CUPTI, else searched: the command's Python packages, $CUDA_HOME, $CUDA_PATH,
+    /// /usr/local/cuda*, LD_LIBRARY_PATH, ldconfig].
     #[arg(long, value_name = "PATH")]
     pub cupti: Option<PathBuf>,
     /// The command to trace, and its arguments (after `--`).
@@ -58,7 +58,13 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let plan = launch::plan(&args);
+    let plan = launch::plan(&launch::Request {
+        lib: args.lib.as_deref(),
+        events: args.events.as_deref(),
+        cupti: args.cupti.as_deref(),
+        hazards: args.hazards,
+        command: &args.command,
+    });
     let mut notes = plan.notes.clone();
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
@@ -93,9 +99,11 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
         .iter()
         .any(|p| matches!(&p.attached, Attached::No { reason, .. } if reason == "CuptiMissing"))
     {
-        notes.push(
-            "libcupti was not found: give it with --cupti PATH (or GRAPHSMITH_CUPTI); it ships in the CUDA toolkit (extras/CUPTI/lib64) and in the nvidia-cuda-cupti Python package".into(),
-        );
+        let mut note = "libcupti was not found: give it with --cupti PATH (or GRAPHSMITH_CUPTI); it ships in the CUDA toolkit (extras/CUPTI/lib64) and in the nvidia-cuda-cupti Python package".to_string();
+        if !plan.cupti_looked.is_empty() {
+            note += &format!(". Looked in: {}", plan.cupti_looked.join(", "));
+        }
+        notes.push(note);
     }
     report.notes = notes;
     report.unreadable_lines = bad;

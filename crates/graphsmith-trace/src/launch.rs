@@ -2,11 +2,9 @@
 //! environment the command gets, and waiting for it (Ctrl-C goes to the command; the report is
 //! still printed).
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use crate::cli::TraceArgs;
 
 /// The injection library's file name.
 pub const LIB_NAME: &str = "libgraphsmith_trace.so";
@@ -21,6 +19,8 @@ pub(crate) struct Plan {
     /// Remove the event log afterwards (it is a temporary file).
     pub temporary: bool,
     pub notes: Vec<String>,
+    /// Where libcupti was looked for, when the search found none.
+    pub cupti_looked: Vec<String>,
 }
 
 /// The injection library: --lib, $GRAPHSMITH_TRACE_LIB, beside the binary, in deps/ (cargo's
@@ -56,74 +56,37 @@ pub(crate) fn find_lib(explicit: Option<&Path>) -> Result<PathBuf, String> {
     ))
 }
 
-fn cupti_in(dir: &Path) -> Option<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libcupti.so"))
-        })
-        .collect();
-    // Prefer the versioned soname (libcupti.so.13) the loader would pick.
-    found.sort_by_key(|p| std::cmp::Reverse(p.as_os_str().len()));
-    found.into_iter().next()
-}
+/// libcupti as the workspace's one search for NVIDIA's libraries knows it.
+pub(crate) const CUPTI: graphsmith_locate::Library = graphsmith_locate::Library {
+    soname: "libcupti.so.13",
+    prefix: "libcupti.so",
+    env_var: "GRAPHSMITH_CUPTI",
+    wheel_dirs: &[
+        "nvidia/cu13/lib",
+        "nvidia/cuda_cupti/lib",
+        "nvidia/cu12/lib",
+    ],
+    toolkit_dirs: &["extras/CUPTI/lib64", "lib64", "targets/x86_64-linux/lib"],
+    install: "`pip install nvidia-cuda-cupti` into the traced Python",
+};
 
-/// Directories on the command's Python path that hold NVIDIA's wheels' libcupti.
-fn python_dirs(command: &[OsString]) -> Vec<PathBuf> {
-    let Some(first) = command.first() else {
-        return Vec::new();
-    };
-    let is_python = Path::new(first)
+/// The interpreter of the command when it is a Python (its wheels may hold libcupti).
+fn python_of(command: &[OsString]) -> Option<&OsStr> {
+    let first = command.first()?;
+    Path::new(first)
         .file_name()
         .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("python"));
-    if !is_python {
-        return Vec::new();
-    }
-    let Ok(out) = Command::new(first)
-        .args(["-c", "import sys; print('\\n'.join(sys.path))"])
-        .output()
-    else {
-        return Vec::new();
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .flat_map(|l| {
-            let p = PathBuf::from(l).join("nvidia");
-            [
-                p.join("cu13/lib"),
-                p.join("cuda_cupti/lib"),
-                p.join("cu12/lib"),
-            ]
-        })
-        .collect()
+        .is_some_and(|n| n.starts_with("python"))
+        .then_some(first.as_os_str())
 }
 
-/// A libcupti to offer the tracer, for processes that have not loaded one themselves.
-pub(crate) fn find_cupti(command: &[OsString]) -> Option<PathBuf> {
-    let mut dirs = python_dirs(command);
-    for var in ["CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"] {
-        if let Some(root) = std::env::var_os(var).filter(|v| !v.is_empty()) {
-            let root = PathBuf::from(root);
-            dirs.push(root.join("extras/CUPTI/lib64"));
-            dirs.push(root.join("lib64"));
-        }
-    }
-    dirs.push("/usr/local/cuda/extras/CUPTI/lib64".into());
-    dirs.push("/usr/local/cuda/lib64".into());
-    dirs.push("/usr/local/cuda/targets/x86_64-linux/lib".into());
-    if let Some(p) = dirs.iter().find_map(|d| cupti_in(d)) {
-        return Some(p);
-    }
-    let out = Command::new("ldconfig").arg("-p").output().ok()?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("libcupti.so"))
-        .find_map(|l| l.split("=>").nth(1).map(|p| PathBuf::from(p.trim())))
+/// A libcupti to offer the tracer, for processes that have not loaded one themselves: NVIDIA's
+/// wheels on the command's Python path (when it is a Python), the CUDA toolkit, the loader's
+/// path (graphsmith-locate's search). The error lists every place looked.
+pub(crate) fn find_cupti(command: &[OsString]) -> Result<PathBuf, graphsmith_locate::NotFound> {
+    graphsmith_locate::Search::with_python(&CUPTI, python_of(command))
+        .locate(&CUPTI)
+        .map(|f| f.path)
 }
 
 fn temp_log() -> PathBuf {
@@ -137,10 +100,24 @@ fn temp_log() -> PathBuf {
     ))
 }
 
+/// What `graphsmith trace` asks for (from its arguments).
+pub(crate) struct Request<'a> {
+    /// The injection library given with --lib.
+    pub lib: Option<&'a Path>,
+    /// The event log given with --events (else a temporary file).
+    pub events: Option<&'a Path>,
+    /// The libcupti given with --cupti.
+    pub cupti: Option<&'a Path>,
+    /// Whether to check instantiated graphs for hazards (--hazards).
+    pub hazards: bool,
+    /// The command and its arguments.
+    pub command: &'a [OsString],
+}
+
 /// Decides the environment of the command.
-pub(crate) fn plan(args: &TraceArgs) -> Plan {
+pub(crate) fn plan(args: &Request) -> Plan {
     let mut plan = Plan::default();
-    let lib = match find_lib(args.lib.as_deref()) {
+    let lib = match find_lib(args.lib) {
         Ok(l) => l,
         Err(e) => {
             plan.notes.push(format!("{e}; the command runs untraced"));
@@ -156,7 +133,7 @@ pub(crate) fn plan(args: &TraceArgs) -> Plan {
             return plan;
         }
     }
-    let events = args.events.clone().unwrap_or_else(temp_log);
+    let events = args.events.map_or_else(temp_log, Path::to_path_buf);
     if let Err(e) = std::fs::write(&events, "") {
         plan.notes.push(format!(
             "cannot create the event log {}: {e}; the command runs untraced",
@@ -181,11 +158,20 @@ pub(crate) fn plan(args: &TraceArgs) -> Plan {
         crate::event::HAZARDS_VAR.into(),
         if args.hazards { "1" } else { "0" }.into(),
     ));
-    let cupti = args
+    let cupti = match args
         .cupti
-        .clone()
+        .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("GRAPHSMITH_CUPTI").map(PathBuf::from))
-        .or_else(|| find_cupti(&args.command));
+    {
+        Some(c) => Some(c),
+        None => match find_cupti(args.command) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                plan.cupti_looked = e.looked;
+                None
+            }
+        },
+    };
     if let Some(c) = cupti {
         plan.env.push(("GRAPHSMITH_CUPTI".into(), c.into()));
     }

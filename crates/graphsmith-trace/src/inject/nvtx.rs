@@ -41,11 +41,6 @@ fn threads() -> &'static Mutex<HashMap<u32, Stack>> {
     T.get_or_init(Default::default)
 }
 
-fn thread_names() -> &'static Mutex<HashMap<u32, String>> {
-    static T: OnceLock<Mutex<HashMap<u32, String>>> = OnceLock::new();
-    T.get_or_init(Default::default)
-}
-
 thread_local! {
     static MINE: RefCell<Option<Stack>> = const { RefCell::new(None) };
 }
@@ -116,11 +111,6 @@ pub(crate) fn ranges_of(tid: u32) -> Vec<String> {
     let s = lock(threads()).get(&tid).cloned();
     s.map(|s| lock(&s).iter().map(show).collect())
         .unwrap_or_default()
-}
-
-/// The name a thread was given with `nvtxNameOsThread`.
-pub(crate) fn thread_name(tid: u32) -> Option<String> {
-    lock(thread_names()).get(&tid).cloned()
 }
 
 fn text(p: *const c_char) -> String {
@@ -202,12 +192,12 @@ extern "C" fn domain_range_pop(d: nvtxDomainHandle_t) -> c_int {
 }
 extern "C" fn name_os_thread_a(tid: u32, name: *const c_char) {
     guard((), || {
-        lock(thread_names()).insert(tid, text(name));
+        thread::set_given_name(tid, text(name));
     })
 }
 extern "C" fn name_os_thread_w(tid: u32, name: *const wchar_t) {
     guard((), || {
-        lock(thread_names()).insert(tid, wide(name));
+        thread::set_given_name(tid, wide(name));
     })
 }
 fn register_string(s: String) -> nvtxStringHandle_t {

@@ -1,6 +1,8 @@
 //! Thread identity: the OS thread id (what `ps -L`, gdb and `nvtxNameOsThread` use) and a name.
 
 use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use crate::event::Thread;
 
@@ -22,9 +24,31 @@ pub(crate) fn tid() -> u32 {
     .unwrap_or_else(|_| unsafe { libc::gettid() } as u32)
 }
 
+fn given_names() -> &'static Mutex<HashMap<u32, String>> {
+    static T: OnceLock<Mutex<HashMap<u32, String>>> = OnceLock::new();
+    T.get_or_init(Default::default)
+}
+
+/// Records the name a thread was given with `nvtxNameOsThread` (the NVTX hooks call it).
+pub(crate) fn set_given_name(tid: u32, name: String) {
+    given_names()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(tid, name);
+}
+
+/// The name a thread was given with `nvtxNameOsThread`.
+fn given_name(tid: u32) -> Option<String> {
+    given_names()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&tid)
+        .cloned()
+}
+
 /// A thread's name: the one given with `nvtxNameOsThread`, else its `comm`.
 pub(crate) fn name(tid: u32) -> String {
-    if let Some(n) = super::nvtx::thread_name(tid) {
+    if let Some(n) = given_name(tid) {
         return n;
     }
     std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
@@ -35,7 +59,7 @@ pub(crate) fn name(tid: u32) -> String {
 /// The calling thread (its `comm` read once per thread).
 pub(crate) fn current() -> Thread {
     let tid = tid();
-    if let Some(n) = super::nvtx::thread_name(tid) {
+    if let Some(n) = given_name(tid) {
         return Thread { tid, name: n };
     }
     let name = COMM

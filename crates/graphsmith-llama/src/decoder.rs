@@ -3,7 +3,9 @@
 //! token (token ids, positions) lives in device buffers written before each replay; a row whose
 //! position is negative is padding and is skipped by the attention kernel.
 
-use graphsmith::{args, sys, BeforeWait, Context, DeviceBuffer, Kernel, Scope, Stream};
+use graphsmith::{
+    args, sys, BeforeWait, ConditionHandle, Context, DeviceBuffer, Kernel, Scope, Stream,
+};
 
 use crate::config::Config;
 use crate::cublas::{operand, output, Cublas};
@@ -22,39 +24,45 @@ use crate::prefetch::{prefetch_plan, PrefetchRange, Source};
 use crate::tuning::Tuning;
 use crate::weights::DeviceWeights;
 
+/// How a decoder issues its steps, fixed when it is made (a captured graph keeps what its
+/// capture issued, so these never change under it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecoderOptions {
+    /// Which kernels run the projections.
+    pub gemm: Gemm,
+    /// Plain kernels, or kernels opted into programmatic dependent launch.
+    pub pdl: Pdl,
+    /// Hand-set launch choices of the one-row projections and the attention (default: the
+    /// rules').
+    pub tuning: Tuning,
+}
+
 /// The decoder's state on the device: weights, KV cache, per-row inputs and activations, sized
 /// for `capacity` rows and `max_ctx` positions.
 pub struct Decoder {
-    pub config: Config,
+    config: Config,
     /// The kernels steps are issued with: plain, or opted into programmatic dependent launch
-    /// ([`Decoder::set_pdl`]).
-    pub kernels: Kernels,
-    /// The other set (plain when `kernels` is programmatic and the reverse); `None` where the
-    /// device has no programmatic dependent launch.
-    other_kernels: Option<Kernels>,
-    pub cublas: Cublas,
-    pub weights: DeviceWeights,
-    pub capacity: usize,
-    pub max_ctx: usize,
+    /// (as the options asked).
+    kernels: Kernels,
+    cublas: Cublas,
+    weights: DeviceWeights,
+    capacity: usize,
+    max_ctx: usize,
     /// Token id per row (input of the step; the step's advance writes the argmax here).
-    pub tokens: DeviceBuffer<i32>,
+    tokens: DeviceBuffer<i32>,
     /// Position per row (negative: padding); the step's advance moves it on by one.
-    pub pos: DeviceBuffer<i32>,
+    pos: DeviceBuffer<i32>,
     /// Argmax per row.
-    pub next: DeviceBuffer<i32>,
+    next: DeviceBuffer<i32>,
     /// Logits `[capacity, vocab]`, f32 holding bf16-rounded values.
-    pub logits: DeviceBuffer<f32>,
-    /// Which kernels run the projections (set before the first step, or refresh the graphs).
-    pub gemm: Gemm,
-    /// Hand-set launch choices of the one-row projections and the attention (default: the
-    /// rules'); set before the first step, or refresh the graphs.
-    pub tuning: Tuning,
+    logits: DeviceBuffer<f32>,
+    options: DecoderOptions,
     /// The largest row count the GEMV kernels are instantiated for whose input fits in shared
     /// memory (0: none; cuBLAS then serves every batch).
-    pub gemv_max_rows: usize,
+    gemv_max_rows: usize,
     sm_count: u32,
     /// Per row: the packed (value, index) maximum of the logits (`ll_argmax`), 0 between steps.
-    pub(crate) best: DeviceBuffer<u64>,
+    best: DeviceBuffer<u64>,
     kcache: Vec<DeviceBuffer<u16>>,
     vcache: Vec<DeviceBuffer<u16>>,
     cos: DeviceBuffer<f32>,
@@ -77,21 +85,77 @@ pub struct Decoder {
     attn_counters: DeviceBuffer<u32>,
 }
 
+/// Threads of `ll_loop_advance` (one block; it loops over rows).
+const LOOP_ADVANCE_THREADS: u32 = 64;
+
 impl Decoder {
     /// Per (row, key/value head): attention blocks done, 0 between launches.
     pub fn attention_counters(&self) -> &DeviceBuffer<u32> {
         &self.attn_counters
     }
 
-    /// Allocates the state for `capacity` rows of up to `max_ctx` positions; `stream` is the
-    /// stream the cuBLAS handle starts on (the cache's).
+    /// The model's config.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// How steps are issued (fixed at creation).
+    pub fn options(&self) -> DecoderOptions {
+        self.options
+    }
+
+    /// Rows the state holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Positions each row's KV cache holds.
+    pub fn max_ctx(&self) -> usize {
+        self.max_ctx
+    }
+
+    /// Logits `[capacity, vocab]` of the last step, f32 holding bf16-rounded values.
+    pub fn logits(&self) -> &DeviceBuffer<f32> {
+        &self.logits
+    }
+
+    /// The logits, to overwrite (tests poison them before a step).
+    pub(crate) fn logits_mut(&mut self) -> &mut DeviceBuffer<f32> {
+        &mut self.logits
+    }
+
+    /// Argmax per row of the last step (-1 for a padding row).
+    pub fn next_tokens(&self) -> &DeviceBuffer<i32> {
+        &self.next
+    }
+
+    /// The weights on the device.
+    pub fn weights(&self) -> &DeviceWeights {
+        &self.weights
+    }
+
+    /// Puts `new` in place of the weights and returns the old ones (the caller makes sure no
+    /// launch still reads them before dropping them).
+    pub(crate) fn replace_weights(&mut self, new: DeviceWeights) -> DeviceWeights {
+        std::mem::replace(&mut self.weights, new)
+    }
+
+    /// The error a failed cuBLAS call left, if any (it names the call).
+    pub(crate) fn take_cublas_failure(&self) -> Option<LlamaError> {
+        self.cublas.take_failure()
+    }
+
+    /// Allocates the state for `capacity` rows of up to `max_ctx` positions, issuing steps as
+    /// `options` says; `stream` is the stream the cuBLAS handle starts on (the cache's).
+    /// [`Pdl::On`] on a device without programmatic dependent launch is an error naming the
+    /// feature.
     pub fn new(
         ctx: &Context,
         stream: &Stream,
         config: Config,
         weights: DeviceWeights,
-        capacity: usize,
-        max_ctx: usize,
+        (capacity, max_ctx): (usize, usize),
+        options: DecoderOptions,
     ) -> Result<Decoder> {
         if capacity == 0 {
             return Err(LlamaError::Input("a batch of zero rows".into()));
@@ -194,10 +258,11 @@ impl Decoder {
                 }
             }
         }
-        // Where the device has it, the programmatic set is made now (same module) and used.
-        let (kernels, other_kernels) = match kernels.programmatic() {
-            Ok(pdl) => (pdl, Some(kernels)),
-            Err(_) => (kernels, None),
+        // The programmatic set shares the module (and the shared-memory opt-ins above).
+        let kernels = match options.pdl {
+            Pdl::Off => kernels,
+            Pdl::Auto => kernels.programmatic().unwrap_or(kernels),
+            Pdl::On => kernels.programmatic()?,
         };
         let cublas = Cublas::new(ctx, stream, "cublas")?;
         let (h, f, v) = (
@@ -237,8 +302,7 @@ impl Decoder {
         stream.upload(&mut attn_counters, &vec![0; capacity * nkv])?;
         Ok(Decoder {
             best,
-            gemm: Gemm::Auto,
-            tuning: Tuning::default(),
+            options,
             gemv_max_rows,
             sm_count,
             next: ctx.alloc::<i32>("rows/next", capacity)?,
@@ -251,7 +315,6 @@ impl Decoder {
             act: ctx.alloc::<u16>("act/swiglu", capacity * f)?,
             config,
             kernels,
-            other_kernels,
             cublas,
             weights,
             capacity,
@@ -291,29 +354,6 @@ impl Decoder {
             .map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))
     }
 
-    /// Chooses plain kernels or kernels opted into programmatic dependent launch for the steps
-    /// issued from now on (captured graphs keep what they were captured with: refresh them).
-    /// [`Pdl::On`] on a device without it is an error naming the feature.
-    pub fn set_pdl(&mut self, pdl: Pdl) -> Result<()> {
-        let want = match pdl {
-            Pdl::Off => false,
-            Pdl::Auto => self.other_kernels.is_some() || self.kernels.is_programmatic(),
-            Pdl::On => {
-                if self.other_kernels.is_none() && !self.kernels.is_programmatic() {
-                    // Ask the runtime for the typed error that names the feature.
-                    self.kernels.embed.clone().programmatic()?;
-                }
-                true
-            }
-        };
-        if want != self.kernels.is_programmatic() {
-            if let Some(other) = self.other_kernels.as_mut() {
-                std::mem::swap(&mut self.kernels, other);
-            }
-        }
-        Ok(())
-    }
-
     /// Whether steps use programmatic dependent launch.
     pub fn uses_pdl(&self) -> bool {
         self.kernels.is_programmatic()
@@ -321,7 +361,7 @@ impl Decoder {
 
     /// Whether a step of `rows` rows runs its projections on the GEMV kernels.
     pub fn uses_gemv(&self, rows: usize) -> bool {
-        match self.gemm {
+        match self.options.gemm {
             Gemm::Cublas => false,
             Gemm::Gemv => self.gemv_max_rows > 0,
             Gemm::Auto => rows <= GEMV_AUTO_MAX_ROWS.min(self.gemv_max_rows),
@@ -381,6 +421,38 @@ impl Decoder {
         Ok(())
     }
 
+    /// One iteration of the device-side decode loop: a step up to the argmax, then
+    /// `ll_loop_advance` (the advance, each row's token into `history`, the loop's bookkeeping
+    /// in `state` and its condition `more`).
+    pub(crate) fn issue_loop_body(
+        &mut self,
+        stream: &Stream,
+        rows: usize,
+        (history, state): (&mut DeviceBuffer<i32>, &mut DeviceBuffer<i32>),
+        max_steps: usize,
+        more: ConditionHandle,
+    ) -> graphsmith::Result<()> {
+        self.issue_step_to_argmax(stream, rows)?;
+        let max_ctx = self.max_ctx as i32;
+        stream.launch(
+            "loop advance",
+            &self.kernels.loop_advance,
+            grid(1, 1, LOOP_ADVANCE_THREADS, 0),
+            args![
+                &mut self.best,
+                &mut self.next,
+                &mut self.tokens,
+                &mut self.pos,
+                history,
+                state,
+                rows as i32,
+                max_ctx,
+                max_steps as i32,
+                more
+            ],
+        )
+    }
+
     /// The attention of layer `l` (RoPE, KV append, softmax attention) from `qkv` into `attn`.
     /// With `prefetch`, the attention also asks L2 for the weights the kernels after it read
     /// ([`prefetch_plan`], up to [`Tuning::prefetch_bytes`]).
@@ -407,8 +479,8 @@ impl Decoder {
             (nkv as usize, group, c.head_dim),
             self.max_ctx,
             self.sm_count as usize,
-            self.tuning.attention_splits,
-            self.tuning.attention_cluster,
+            self.options.tuning.attention_splits,
+            self.options.tuning.attention_cluster,
         );
         let smem = launch.smem(group, c.head_dim) as u32;
         debug_assert!(smem <= self.attention_smem_max);
@@ -418,7 +490,7 @@ impl Decoder {
             None => self.weights.head(),
         };
         let budget = if prefetch {
-            self.tuning.prefetch_bytes()
+            self.options.tuning.prefetch_bytes()
         } else {
             0
         };
@@ -460,7 +532,7 @@ impl Decoder {
                 scale,
                 &mut self.attn_partials,
                 &mut self.attn_counters,
-                self.tuning.attention_flags(),
+                self.options.tuning.attention_flags(),
                 pa.0,
                 pa.1,
                 pa.2,
@@ -470,7 +542,7 @@ impl Decoder {
                 pc.0,
                 pc.1,
                 pc.2,
-                i32::from(self.tuning.prefetches_after_wait())
+                i32::from(self.options.tuning.prefetches_after_wait())
             ],
         )
     }
@@ -486,8 +558,8 @@ impl Decoder {
         let (sm_count, max_rows, wpc, per_sm) = (
             self.sm_count,
             self.gemv_max_rows,
-            self.tuning.warps_per_column,
-            self.tuning.gemv_blocks_per_sm,
+            self.options.tuning.warps_per_column,
+            self.options.tuning.gemv_blocks_per_sm,
         );
         // q/k/v leaves room for the attention's early blocks (its own rule); the others take
         // `warps_per_column`'s (in `launch_gemv`).
@@ -499,7 +571,7 @@ impl Decoder {
             blocks_per_sm: per_sm,
         };
         // Whether projection `i` runs on the ring GEMV, and its grid.
-        let (tuning, fits, rule) = (self.tuning, self.ring_fits, self.ring_rule);
+        let (tuning, fits, rule) = (self.options.tuning, self.ring_fits, self.ring_rule);
         let ring = move |i: usize| rows == 1 && fits && tuning.ring_gemv_for(i, rule);
         let per_sm = tuning.ring_gemv_blocks.unwrap_or(GEMV_ASYNC_BLOCKS_PER_SM);
         let ring_blocks = sm_count * per_sm;

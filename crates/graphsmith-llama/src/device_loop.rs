@@ -16,15 +16,12 @@
 //! println!("{} steps: {:?}", run.steps, run.tokens[0]);
 //! ```
 
-use graphsmith::{args, CaptureMode, Context, DeviceBuffer, Exec, Stream};
+use graphsmith::{CaptureMode, Context, DeviceBuffer, Exec, Stream};
 
 use crate::decoder::Decoder;
 use crate::error::{LlamaError, Result};
-use crate::kernels::grid;
 use crate::model::{bucket_for, Model};
 
-/// Threads of `ll_loop_advance` (one block; it loops over rows).
-const CONTROL_THREADS: u32 = 64;
 /// Words of the state buffer before the per-row flags: steps left, steps done, end id.
 const STATE_HEAD: usize = 3;
 
@@ -61,10 +58,10 @@ impl Decoder {
         rows: usize,
         max_steps: usize,
     ) -> Result<DecodeLoop> {
-        if rows == 0 || rows > self.capacity {
+        if rows == 0 || rows > self.capacity() {
             return Err(LlamaError::Input(format!(
                 "a decode loop of {rows} rows (the decoder holds 1 to {})",
-                self.capacity
+                self.capacity()
             )));
         }
         if max_steps == 0 {
@@ -81,27 +78,9 @@ impl Decoder {
             let mut b = g.body(&body)?;
             stream
                 .capture_into(&mut b, CaptureMode::Global, |s| {
-                    self.issue_step_to_argmax(s, rows)?;
-                    let max_ctx = self.max_ctx as i32;
-                    s.launch(
-                        "loop advance",
-                        &self.kernels.loop_advance,
-                        grid(1, 1, CONTROL_THREADS, 0),
-                        args![
-                            &mut self.best,
-                            &mut self.next,
-                            &mut self.tokens,
-                            &mut self.pos,
-                            &mut history,
-                            &mut state,
-                            rows as i32,
-                            max_ctx,
-                            max_steps as i32,
-                            more
-                        ],
-                    )
+                    self.issue_loop_body(s, rows, (&mut history, &mut state), max_steps, more)
                 })
-                .map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))?;
+                .map_err(|e| self.take_cublas_failure().unwrap_or(LlamaError::Runtime(e)))?;
         }
         let body_nodes = g
             .model()

@@ -24,7 +24,7 @@ pub mod tuning;
 pub mod weights;
 
 pub use config::{Config, RopeScaling};
-pub use decoder::{Gemm, Pdl};
+pub use decoder::{DecoderOptions, Gemm, Pdl};
 pub use device_loop::{DecodeLoop, LoopRun};
 pub use error::{LlamaError, Result};
 pub use model::{Mode, Model};

@@ -13,7 +13,7 @@ use graphsmith_llama::loop_bench::{bench_loop, LoopBench};
 use graphsmith_llama::model::Mode;
 use graphsmith_llama::run::{self, Source};
 use graphsmith_llama::tokenizer::Codec;
-use graphsmith_llama::{Gemm, LlamaError, Pdl, Tolerance, Tuning};
+use graphsmith_llama::{DecoderOptions, Gemm, LlamaError, Pdl, Tolerance, Tuning};
 
 #[derive(Parser)]
 #[command(
@@ -212,7 +212,11 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 mode,
                 swap,
                 tolerance,
-                (gemm, pdl),
+                DecoderOptions {
+                    gemm,
+                    pdl,
+                    ..DecoderOptions::default()
+                },
                 tty,
             )?;
             if json {
@@ -372,9 +376,9 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 &ctx,
                 config,
                 &host,
-                1,
-                ids.len() + new_tokens + 1,
+                (1, ids.len() + new_tokens + 1),
                 mode,
+                DecoderOptions::default(),
                 tty,
             )?;
             let mut out = run::generate(&mut m, &ids, new_tokens)?;

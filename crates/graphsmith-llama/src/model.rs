@@ -10,7 +10,7 @@ use graphsmith::{CacheConfig, CaptureMode, Context, GraphCache, Oversize, Path, 
 
 use crate::checkpoint::HostWeights;
 use crate::config::Config;
-use crate::decoder::{Decoder, Gemm};
+use crate::decoder::{Decoder, DecoderOptions};
 use crate::device_loop::DecodeLoop;
 use crate::error::{LlamaError, Result};
 use crate::weights::DeviceWeights;
@@ -65,7 +65,7 @@ pub struct Model {
     runner: Runner,
     mode: Mode,
     /// Device-side decode loops by bucket (`device_loop.rs`), built on first use; dropped
-    /// whenever the step graphs change (kernels, projections, weights).
+    /// when the weights change.
     pub(crate) loops: HashMap<usize, DecodeLoop>,
 }
 
@@ -90,14 +90,15 @@ pub struct SwapReport {
 
 impl Model {
     /// Uploads `host` and prepares `mode` for batches of up to `capacity` rows and `max_ctx`
-    /// positions. Graphs mode captures the largest bucket here (the others on first use).
+    /// positions, its steps issued as `options` says (for the model's life). Graphs mode
+    /// captures the largest bucket here (the others on first use).
     pub fn new(
         ctx: &Context,
         config: Config,
         host: &HostWeights,
-        capacity: usize,
-        max_ctx: usize,
+        (capacity, max_ctx): (usize, usize),
         mode: Mode,
+        options: DecoderOptions,
         progress: impl FnMut(usize, usize),
     ) -> Result<Model> {
         if capacity == 0 {
@@ -109,7 +110,8 @@ impl Model {
         let runner = match mode {
             Mode::Eager => {
                 let stream = ctx.stream("eager")?;
-                let work = Decoder::new(ctx, &stream, config, weights, capacity, max_ctx)?;
+                let work =
+                    Decoder::new(ctx, &stream, config, weights, (capacity, max_ctx), options)?;
                 stream.synchronize()?;
                 Runner::Eager {
                     stream,
@@ -118,7 +120,8 @@ impl Model {
             }
             Mode::Graphs => {
                 let capacity = capacity.max(*BUCKETS.last().unwrap_or(&1));
-                let work = Decoder::new(ctx, &upload, config, weights, capacity, max_ctx)?;
+                let work =
+                    Decoder::new(ctx, &upload, config, weights, (capacity, max_ctx), options)?;
                 upload.synchronize()?;
                 let cache = GraphCache::new(
                     ctx,
@@ -169,7 +172,7 @@ impl Model {
     }
 
     /// The decoder state.
-    pub fn decoder(&self) -> &Decoder {
+    pub(crate) fn decoder(&self) -> &Decoder {
         match &self.runner {
             Runner::Eager { work, .. } => work,
             Runner::Graphs(cache) => cache.work(),
@@ -184,53 +187,25 @@ impl Model {
         }
     }
 
-    /// Chooses the kernels that run the projections ([`Gemm`]); held graphs are captured
-    /// again so that every bucket follows the choice.
-    pub fn set_gemm(&mut self, gemm: Gemm) -> Result<()> {
-        self.change_decoder(|work| {
-            work.gemm = gemm;
-            Ok(())
-        })
+    /// How the model's steps are issued (fixed when it was made).
+    pub fn options(&self) -> DecoderOptions {
+        self.decoder().options()
     }
 
-    /// Plain kernels or kernels with programmatic dependent launch (held graphs are
-    /// re-instantiated with the new choice).
-    pub fn set_pdl(&mut self, pdl: crate::Pdl) -> Result<()> {
-        self.change_decoder(|work| work.set_pdl(pdl))
+    /// Whether the model's kernels use programmatic dependent launch (asked for, and where
+    /// [`crate::Pdl::Auto`] asked, available).
+    pub fn uses_pdl(&self) -> bool {
+        self.decoder().uses_pdl()
     }
 
-    /// Hand-set launch choices ([`crate::Tuning`]; held graphs are captured again with them).
-    /// They change how the work is spread over the GPU (and so the order of some sums).
-    pub fn set_tuning(&mut self, tuning: crate::Tuning) -> Result<()> {
-        self.change_decoder(|work| {
-            work.tuning = tuning;
-            Ok(())
-        })
-    }
-
-    /// Changes how steps are issued: the loops are dropped, and in graphs mode the stream is
-    /// drained first and every held bucket is captured again (updated in place where the
-    /// driver allows, re-instantiated where not).
-    fn change_decoder(&mut self, change: impl FnOnce(&mut Decoder) -> Result<()>) -> Result<()> {
-        self.loops.clear();
-        match &mut self.runner {
-            Runner::Eager { work, .. } => change(work)?,
-            Runner::Graphs(cache) => {
-                let (stream, work) = cache.parts();
-                stream.synchronize()?;
-                change(work)?;
-                if !cache.held_buckets().is_empty() {
-                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
-                    cache.stream().synchronize()?;
-                }
-            }
-        }
-        Ok(())
+    /// Whether a step of `rows` rows runs its projections on the GEMV kernels.
+    pub fn uses_gemv(&self, rows: usize) -> bool {
+        self.decoder().uses_gemv(rows)
     }
 
     /// The config.
     pub fn config(&self) -> &Config {
-        &self.decoder().config
+        self.decoder().config()
     }
 
     /// Writes (token, position) for each row and runs one step for them; rows past
@@ -259,8 +234,7 @@ impl Model {
                 let dispatch = dispatch.map_err(|e| {
                     cache
                         .work()
-                        .cublas
-                        .take_failure()
+                        .take_cublas_failure()
                         .unwrap_or(LlamaError::Runtime(e))
                 })?;
                 Ok(match dispatch.path {
@@ -290,8 +264,8 @@ impl Model {
     /// Logits of the first `rows` rows, `[rows, vocab]`, after the last step.
     pub fn logits(&self, rows: usize) -> Result<Vec<f32>> {
         let d = self.decoder();
-        let mut all = self.stream().download(&d.logits)?;
-        all.truncate(rows * d.config.vocab_size);
+        let mut all = self.stream().download(d.logits())?;
+        all.truncate(rows * d.config().vocab_size);
         Ok(all)
     }
 
@@ -304,7 +278,7 @@ impl Model {
 
     /// The argmax of the first `rows` rows after the last step (-1 for a row that was padding).
     pub fn next_tokens(&self, rows: usize) -> Result<Vec<i32>> {
-        let mut all = self.stream().download(&self.decoder().next)?;
+        let mut all = self.stream().download(self.decoder().next_tokens())?;
         all.truncate(rows);
         Ok(all)
     }
@@ -335,8 +309,8 @@ impl Model {
             Runner::Eager { stream, work } => (stream, work),
             Runner::Graphs(cache) => cache.parts(),
         };
-        let nan = vec![f32::NAN; work.logits.len()];
-        stream.upload(&mut work.logits, &nan)?;
+        let nan = vec![f32::NAN; work.logits().len()];
+        stream.upload(work.logits_mut(), &nan)?;
         Ok(())
     }
 
@@ -399,9 +373,9 @@ impl Model {
         let new = DeviceWeights::upload(&self.ctx, &upload, host, "weights-swapped", |_, _| {})?;
         upload.synchronize()?;
         let upload_ms = t.elapsed().as_secs_f64() * 1e3;
-        let old_bytes = self.decoder().weights.bytes();
+        let old_bytes = self.decoder().weights().bytes();
         let moves = {
-            let old = self.decoder().weights.buffers();
+            let old = self.decoder().weights().buffers();
             let fresh = new.buffers();
             if old.len() != fresh.len() {
                 return Err(LlamaError::Input(format!(
@@ -436,12 +410,12 @@ impl Model {
         let old = match &mut self.runner {
             Runner::Eager { stream, work } => {
                 stream.synchronize()?;
-                std::mem::replace(&mut work.weights, new)
+                work.replace_weights(new)
             }
             Runner::Graphs(cache) => {
                 let (stream, work) = cache.parts();
                 stream.synchronize()?;
-                std::mem::replace(&mut work.weights, new)
+                work.replace_weights(new)
             }
         };
         // The old buffers stay alive until every relocated graph has been checked against an
@@ -486,7 +460,7 @@ impl Model {
         let Runner::Graphs(cache) = &mut self.runner else {
             return Ok(None);
         };
-        let vocab = cache.work().config.vocab_size;
+        let vocab = cache.work().config().vocab_size;
         for bucket in cache.held_buckets() {
             let rows: Vec<(i32, i32)> = (0..bucket)
                 .map(|r| (((r * 31 + 1) % vocab) as i32, 0))
@@ -500,10 +474,10 @@ impl Model {
                 return Err(e);
             }
             let (stream, work) = cache.parts();
-            let graph = stream.download(&work.logits)?;
+            let graph = stream.download(work.logits())?;
             work.write_rows(stream, &rows)?;
             work.step(stream, bucket)?;
-            let eager = stream.download(&work.logits)?;
+            let eager = stream.download(work.logits())?;
             let n = bucket * vocab;
             let same = graph[..n]
                 .iter()

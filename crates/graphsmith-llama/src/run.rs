@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::checkpoint::{load_weights, random_weights, HostWeights};
 use crate::config::Config;
-use crate::decoder::{Gemm, Pdl};
+use crate::decoder::{DecoderOptions, Gemm, Pdl};
 use crate::error::{LlamaError, Result};
 use crate::model::{Mode, Model, StepPath, SwapReport};
 use crate::reference::{load_reference, top2, RefSequence};
@@ -71,18 +71,19 @@ pub fn load_host(source: &Source, progress: bool) -> Result<(Config, HostWeights
     }
 }
 
-/// Uploads and prepares a model, with a progress bar.
+/// Uploads and prepares a model for `capacity` rows of `max_ctx` positions, with a progress bar.
 pub fn build_model(
     ctx: &Context,
     config: Config,
     host: &HostWeights,
-    capacity: usize,
-    max_ctx: usize,
+    (capacity, max_ctx): (usize, usize),
     mode: Mode,
+    options: DecoderOptions,
     progress: bool,
 ) -> Result<Model> {
     let pb = bar(progress, 1, "uploading");
-    let model = Model::new(ctx, config, host, capacity, max_ctx, mode, |done, total| {
+    let size = (capacity, max_ctx);
+    let model = Model::new(ctx, config, host, size, mode, options, |done, total| {
         pb.set_length(total as u64);
         pb.set_position(done as u64);
     })?;
@@ -258,7 +259,7 @@ pub fn check(
     mode: Mode,
     swap: Option<(&Path, &Path)>,
     tolerance: Tolerance,
-    (gemm, pdl): (Gemm, Pdl),
+    options: DecoderOptions,
     progress: bool,
 ) -> Result<CheckOutcome> {
     let source = Source::Dir(model_dir.to_path_buf());
@@ -291,10 +292,9 @@ pub fn check(
     let max_ctx = all_refs.clone().map(|r| r.tokens.len()).max().unwrap_or(1);
     let rows = refs.len().max(swap_data.as_ref().map_or(0, |s| s.1.len()));
     let ctx = &ctx()?;
-    let mut model = build_model(ctx, config, &host, rows, max_ctx, mode, progress)?;
-    model.set_gemm(gemm)?;
-    model.set_pdl(pdl)?;
-    let uses_pdl = model.decoder().uses_pdl();
+    let size = (rows, max_ctx);
+    let mut model = build_model(ctx, config, &host, size, mode, options, progress)?;
+    let uses_pdl = model.uses_pdl();
     let mut checks = vec![check_against(
         &mut model,
         &refs,
@@ -327,7 +327,7 @@ pub fn check(
     Ok(CheckOutcome {
         model: model_dir.display().to_string(),
         mode,
-        gemm,
+        gemm: options.gemm,
         pdl: uses_pdl,
         tolerance,
         tolerance_rule: tolerance.describe(),
@@ -364,10 +364,6 @@ pub struct BenchLine {
     /// The hand-set launch choices (`default`: the rules'; see [`crate::Tuning`]). A line
     /// measured with others names them in `impl` too, e.g. `graphsmith-graphs [down=4]`.
     pub tuning: String,
-    /// Graphs mode, a pass after another's launch choices: how the held executables took this
-    /// pass's (`updated` in place, or `reinstantiated` where the driver refused the update).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub refresh: Option<String>,
     /// After the pass: the next token of row 0, the sum of row 0's logits, and the sum of the
     /// attention's counters (0 when every launch combined its partials).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -409,9 +405,10 @@ pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
     Ok(2.0 * (n * 4) as f64 / (ms * 1e-3) / 1e12)
 }
 
-/// The `bench` command: for each mode and batch, decode `steps` steps after `warmup` (prefill
-/// excluded), timed with CUDA events over the whole loop, median of `runs`. `ctx` is called
-/// once the inputs have been checked.
+/// The `bench` command: for each mode, programmatic launch choice, tuning and batch, decode
+/// `steps` steps after `warmup` (prefill excluded), timed with CUDA events over the whole loop,
+/// median of `runs`; each (mode, programmatic launch, tuning) on a model of its own. `ctx` is
+/// called once the inputs have been checked.
 #[allow(clippy::too_many_arguments)]
 pub fn bench(
     ctx: impl FnOnce() -> Result<Context>,
@@ -437,43 +434,25 @@ pub fn bench(
     let prompt = bench_prompt(32, config.vocab_size);
     let max_ctx = prompt.len() + warmup + steps + 1;
     let capacity = batches.iter().copied().max().unwrap_or(1);
-    for (&mode, &pdl) in modes.iter().flat_map(|m| pdls.iter().map(move |p| (m, p))) {
+    let default = [crate::Tuning::default()];
+    let tunings = if tunings.is_empty() {
+        &default[..]
+    } else {
+        tunings
+    };
+    // One model per (mode, programmatic launch, tuning): the options are fixed when it is made.
+    let passes = modes.iter().flat_map(|&m| {
+        pdls.iter()
+            .flat_map(move |&p| tunings.iter().map(move |&t| (m, p, t)))
+    });
+    for (mode, pdl, tuning) in passes {
         let (free0, total) = ctx.memory_info()?;
         let base = (total - free0) as u64;
-        let mut model = build_model(
-            ctx,
-            config.clone(),
-            &host,
-            capacity,
-            max_ctx,
-            mode,
-            progress,
-        )?;
-        model.set_gemm(gemm)?;
-        model.set_pdl(pdl)?;
+        let options = DecoderOptions { gemm, pdl, tuning };
+        let size = (capacity, max_ctx);
+        let mut model = build_model(ctx, config.clone(), &host, size, mode, options, progress)?;
         let mut peak = model.device_used_bytes()?.saturating_sub(base);
-        let default = [crate::Tuning::default()];
-        let tunings = if tunings.is_empty() {
-            &default[..]
-        } else {
-            tunings
-        };
-        for (&tuning, &batch) in tunings
-            .iter()
-            .flat_map(|t| batches.iter().map(move |b| (t, b)))
-        {
-            let mut refresh = None;
-            if model.decoder().tuning != tuning {
-                let before = model.cache_stats();
-                model.set_tuning(tuning)?;
-                if let (Some(a), Some(b)) = (before, model.cache_stats()) {
-                    refresh = Some(format!(
-                        "updated {}, reinstantiated {}",
-                        b.updates - a.updates,
-                        b.reinstantiations - a.reinstantiations
-                    ));
-                }
-            }
+        for &batch in batches {
             let pb = bar(
                 progress,
                 (prompt.len() + runs * (warmup + steps)) as u64,
@@ -516,7 +495,7 @@ pub fn bench(
                 StepPath::Graph { bucket } => *bucket,
                 _ => batch,
             };
-            let projections = if model.decoder().uses_gemv(rows) {
+            let projections = if model.uses_gemv(rows) {
                 "gemv"
             } else {
                 "cublas"
@@ -554,9 +533,8 @@ pub fn bench(
                 graph_nodes: nodes,
                 path,
                 projections: projections.to_string(),
-                pdl: model.decoder().uses_pdl(),
+                pdl: model.uses_pdl(),
                 tuning: tuning.to_string(),
-                refresh,
                 after,
             });
         }
@@ -605,7 +583,7 @@ pub fn generate(model: &mut Model, prompt: &[i32], new_tokens: usize) -> Result<
     if prompt.is_empty() {
         return Err(LlamaError::Input("an empty prompt".into()));
     }
-    let max_ctx = model.decoder().max_ctx;
+    let max_ctx = model.decoder().max_ctx();
     if prompt.len() + new_tokens > max_ctx {
         return Err(LlamaError::Input(format!(
             "a prompt of {} tokens plus {new_tokens} new tokens is longer than the context of {max_ctx}",
@@ -674,10 +652,28 @@ pub fn tour_decode_with(
     )?;
     let prompt = bench_prompt(prompt_len, config.vocab_size);
     let max_ctx = prompt_len + new_tokens + 1;
-    let mut eager = build_model(ctx, config.clone(), &host, 1, max_ctx, Mode::Eager, false)?;
+    let options = DecoderOptions::default();
+    let size = (1, max_ctx);
+    let mut eager = build_model(
+        ctx,
+        config.clone(),
+        &host,
+        size,
+        Mode::Eager,
+        options,
+        false,
+    )?;
     let e = generate(&mut eager, &prompt, new_tokens)?;
     drop(eager);
-    let mut graphs = build_model(ctx, config.clone(), &host, 1, max_ctx, Mode::Graphs, false)?;
+    let mut graphs = build_model(
+        ctx,
+        config.clone(),
+        &host,
+        size,
+        Mode::Graphs,
+        options,
+        false,
+    )?;
     let g = generate(&mut graphs, &prompt, new_tokens)?;
     let hazards = graphs
         .hazard_reports()?

@@ -13,7 +13,7 @@ use graphsmith_llama::model::{bucket_for, BUCKETS};
 use graphsmith_llama::run::check_request;
 use graphsmith_llama::tokenizer::{parse_ids, Codec};
 use graphsmith_llama::Config;
-use graphsmith_llama::{Gemm, Tolerance};
+use graphsmith_llama::{DecoderOptions, Gemm, Tolerance};
 use safetensors::Dtype;
 
 fn with_field(field: &str, value: &str) -> String {
@@ -452,7 +452,7 @@ fn check_refuses_bad_references_before_touching_the_device() {
             Mode::Graphs,
             None,
             Tolerance::default(),
-            (Gemm::Auto, graphsmith_llama::Pdl::Auto),
+            DecoderOptions::default(),
             false,
         )
         .expect_err("must fail")
@@ -489,7 +489,10 @@ fn check_refuses_bad_references_before_touching_the_device() {
         Mode::Eager,
         None,
         Tolerance::Absolute(0.0625),
-        (Gemm::Cublas, graphsmith_llama::Pdl::Auto),
+        DecoderOptions {
+            gemm: Gemm::Cublas,
+            ..DecoderOptions::default()
+        },
         false,
     )
     .err()

@@ -352,12 +352,10 @@ __device__ __forceinline__ void l2_prefetch_share(const unsigned char* p, unsign
     }
 }
 
-// Up to three ranges of weights to bring into L2 (a null pointer or n = 0: none), and when:
-// before the programmatic wait (at 0) or after it (at 1).
+// Up to three ranges of weights to bring into L2 (a null pointer or n = 0: none).
 struct Prefetch {
     const unsigned char* p[3];
     unsigned long long off[3], n[3];
-    int at;
 };
 
 __device__ __forceinline__ void l2_prefetch(const Prefetch& f) {
@@ -460,8 +458,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                                           const float* cos_t, const float* sin_t,
                                           unsigned short* out, int nq, int nkv, int hd,
                                           int max_ctx, float scale, float* part,
-                                          unsigned int* counters, int early,
-                                          const Prefetch& pf) {
+                                          unsigned int* counters, const Prefetch& pf) {
     extern __shared__ float smem[];
     __shared__ int is_last;
     const float NEG_INF = __int_as_float(0xff800000);
@@ -480,11 +477,10 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     // output this block combines, from every block of the cluster (CL * per), then every
     // block's max and sum per head (CL * 2 * group); the other blocks write them here.
     float* cpart = hst + 2 * group;
-    // With `early`, before the wait: the position, and the first round of this block's cached
-    // K and V (positions before p). Only the q/k/v GEMV before this kernel can still be running
-    // (it triggers its dependents after its own wait, so everything earlier has finished), and
-    // it writes none of these: the advance wrote pos, earlier steps wrote the cache. Without
-    // `early` the same loads follow the wait.
+    // Before the wait: the position, and the first round of this block's cached K and V
+    // (positions before p). Only the q/k/v GEMV before this kernel can still be running (it
+    // triggers its dependents after its own wait, so everything earlier has finished), and it
+    // writes none of these: the advance wrote pos, earlier steps wrote the cache.
     int p = 0, len = 0, chunk = 0, active = 0, t_begin = 0, t_end = 0;
     bool live = false;
     size_t base = ((size_t)r * nkv + kvh) * (size_t)max_ctx * hd;
@@ -531,18 +527,12 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
     }
     // The layer's next weights into L2 (see Prefetch), while this latency-bound kernel leaves
-    // the memory idle.
-    // `early`'s bit 0: load before the wait; bits 1-2: where the block lets the next kernel
-    // start (0 before its wait, 1 after it, 2 after its dot products, 3 at its exit).
-    int trig = early >> 1;
-    early &= 1;
-    if (pf.at == 0) l2_prefetch(pf);
-    if (early) first_round();
-    if (trig == 0) pdl_trigger();
+    // the memory idle; then the first loads, and the next kernel (the o projection, which loads
+    // its weights before its own wait) may start.
+    l2_prefetch(pf);
+    first_round();
+    pdl_trigger();
     pdl_wait();
-    if (trig == 1) pdl_trigger();
-    if (pf.at == 1) l2_prefetch(pf);
-    if (!early) first_round();
     unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
     if (!live) {
         if (split == 0) {
@@ -653,7 +643,6 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             }
         }
     }
-    if (trig == 2) pdl_trigger();
 #pragma unroll
     for (int j = 0; j < ATT_GMAX; ++j) {
         if (j >= group) break;
@@ -817,19 +806,19 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
 
 // The instantiations by elements per lane: ll_attention_1 (head_dim <= 32), _2 (<= 64),
 // _4 (<= 128), _8 (<= 256), for groups of up to 16 query heads; the _g4 ones for groups of up
-// to 4 (fewer registers: more blocks per SM at large batches); same arguments. The last ten are
-// the Prefetch: three (pointer, byte offset, bytes) ranges and when.
+// to 4 (fewer registers: more blocks per SM at large batches); same arguments. The last nine are
+// the Prefetch: three (pointer, byte offset, bytes) ranges.
 #define LL_ATTENTION(NAME, E, G)                                                                \
     extern "C" __global__ void NAME(                                                            \
         const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
         const int* pos, const float* cos_t, const float* sin_t, unsigned short* out, int nq,   \
         int nkv, int hd, int max_ctx, float scale, float* part, unsigned int* counters,        \
-        int early, const unsigned char* pf0, unsigned long long off0, unsigned long long n0,   \
+        const unsigned char* pf0, unsigned long long off0, unsigned long long n0,              \
         const unsigned char* pf1, unsigned long long off1, unsigned long long n1,              \
-        const unsigned char* pf2, unsigned long long off2, unsigned long long n2, int pf_at) { \
-        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
+        const unsigned char* pf2, unsigned long long off2, unsigned long long n2) {            \
+        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}};                     \
         attention<E, G, 0>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,  \
-                           scale, part, counters, early, pf);                                   \
+                           scale, part, counters, pf);                                          \
     }
 LL_ATTENTION(ll_attention_1, 1, 16)
 LL_ATTENTION(ll_attention_2, 2, 16)
@@ -852,13 +841,13 @@ LL_ATTENTION(ll_attention_8_g4, 8, 4)
         NAME(const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,         \
              const int* pos, const float* cos_t, const float* sin_t, unsigned short* out,      \
              int nq, int nkv, int hd, int max_ctx, float scale, float* part,                   \
-             unsigned int* counters, int early, const unsigned char* pf0,                      \
-             unsigned long long off0, unsigned long long n0, const unsigned char* pf1,          \
-             unsigned long long off1, unsigned long long n1, const unsigned char* pf2,          \
-             unsigned long long off2, unsigned long long n2, int pf_at) {                       \
-        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
+             unsigned int* counters, const unsigned char* pf0, unsigned long long off0,        \
+             unsigned long long n0, const unsigned char* pf1, unsigned long long off1,          \
+             unsigned long long n1, const unsigned char* pf2, unsigned long long off2,          \
+             unsigned long long n2) {                                                           \
+        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}};                     \
         attention<E, 4, ATT_CLUSTER>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, \
-                                     max_ctx, scale, part, counters, early, pf);               \
+                                     max_ctx, scale, part, counters, pf);                      \
     }
 LL_ATTENTION_CLUSTER(ll_attention_1_c8, 1)
 LL_ATTENTION_CLUSTER(ll_attention_2_c8, 2)

@@ -515,8 +515,8 @@ impl Decoder {
                 launch.threads,
                 smem,
             ),
-            // Read before the wait (with `early`): the position, and the cache's positions
-            // before p (p's K and V are written after it); see the kernel source.
+            // Read before the wait: the position, and the cache's positions before p (p's K
+            // and V are written after it); see the kernel source.
             args![
                 &self.qkv,
                 BeforeWait::then_write(&mut self.kcache[l]),
@@ -532,7 +532,6 @@ impl Decoder {
                 scale,
                 &mut self.attn_partials,
                 &mut self.attn_counters,
-                self.options.tuning.attention_flags(),
                 pa.0,
                 pa.1,
                 pa.2,
@@ -541,8 +540,7 @@ impl Decoder {
                 pb.2,
                 pc.0,
                 pc.1,
-                pc.2,
-                i32::from(self.options.tuning.prefetches_after_wait())
+                pc.2
             ],
         )
     }

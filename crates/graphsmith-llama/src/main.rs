@@ -109,8 +109,9 @@ enum Command {
         /// Hand-set launch choices, one or more separated by ';', each `default` or
         /// comma-separated KEY=N: warps per output column of a one-row projection (qkv, o,
         /// gate_up, down, head: 1, 2, 4 or 8), a cap on the attention's splits (splits) or on the
-        /// projections' resident blocks per multiprocessor (blocks: 1 to 4), or whether the
-        /// attention loads its cache before its programmatic wait (early: 0 or 1). Each
+        /// projections' resident blocks per multiprocessor (blocks: 1 to 4), the attention as
+        /// clusters (cluster: 0 or 1), MiB it prefetches into L2 (pf), the one-row projections on
+        /// the ring GEMV (cpa: a bit each) and its blocks per multiprocessor (cpab: 1 or 2). Each
         /// is measured; they change where the work runs (and so the order of some sums, not the math).
         #[arg(long, value_delimiter = ';', default_value = "default")]
         tune: Vec<Tuning>,

@@ -173,10 +173,10 @@ fn tiny_logits_match_a_host_reference() {
     // Hand-set launch choices spread the same sums differently: they must pass the same check
     // (with L2 prefetches of every weight and with none).
     // (`cpa=0`: one row on the register GEMV, which the ring GEMV's rule takes for this model.)
-    let wide: Tuning = "qkv=8,o=8,gate_up=8,down=8,head=8,splits=1,pf=64,pfw=0,cpa=0"
+    let wide: Tuning = "qkv=8,o=8,gate_up=8,down=8,head=8,splits=1,pf=64,cpa=0"
         .parse()
         .unwrap();
-    let narrow: Tuning = "qkv=1,o=1,gate_up=1,down=1,head=1,splits=64,blocks=1,early=0,pf=0,cpa=0"
+    let narrow: Tuning = "qkv=1,o=1,gate_up=1,down=1,head=1,splits=64,blocks=1,pf=0,cpa=0"
         .parse()
         .unwrap();
     // The attention as thread block clusters (`cluster=1`; tests/gpu_kernels.rs checks its

@@ -608,9 +608,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             if constexpr (ATT_GMAX <= 4) {
                 // Up to 4 heads' scores are summed together (warp_sum_many: their shuffles
                 // issue side by side; a head past the group, whose query is zero, adds no
-                // shuffle of its own), then shared out to every lane. Measured on an H200
-                // against a warp reduction per head, one after another: 5-9 us less per step
-                // (bench/results/2026-12-02-llama-11.md).
+                // shuffle of its own), then shared out to every lane: fewer shuffles in a
+                // dependent chain than a warp reduction per head, one after another.
                 float d[ATT_GMAX];
 #pragma unroll
                 for (int j = 0; j < ATT_GMAX; ++j) {
@@ -661,8 +660,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     // sum; W <= 32): the block's max M (a warp reduction), each warp's weight exp(m_w - M)
     // (written over pm) and the block's sum L = sum of l_w * exp(m_w - M) (hst). Warp 0 always
     // has a position except in a cluster's empty block, whose partial is then (M = -inf, L = 0).
-    // Measured against each thread looping over the warps for M and then for L: 0.8 us less per
-    // layer on an H200 (bench/results/2026-12-02-llama-10.md).
+    // Warp reductions instead of each thread looping over the warps for M and then for L.
     for (int j = warp; j < group; j += nw) {
         float mw = NEG_INF, lw = 0.0f;
         if (lane < nw) {
@@ -719,9 +717,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         // receiving block's mbarrier (cl_bar); block b waits on its own barrier until all it
         // expects has come, then combines its share from its own shared memory. No global
         // memory, no count, no cluster-wide barrier: a block waits only for what it reads,
-        // and nothing reads another block's memory, so no block waits for another to leave.
-        // Measured on an H200 against one cluster barrier (arrive with release, wait with
-        // acquire) after the pushes: 2-4 us less per step (bench/results/2026-12-02-llama-11.md).
+        // and nothing reads another block's memory, so no block waits for another to leave
+        // (cheaper than a cluster-wide barrier after the pushes).
         float* cml = cpart + CL * per;
         for (int k = threadIdx.x; k < CL * group; k += blockDim.x) {
             int dst = k / group, j = k % group;

@@ -32,7 +32,7 @@ pub const ATTENTION_CLUSTER: usize = 8;
 pub const ATTENTION_CLUSTER_THREADS: u32 = 512;
 /// The longest context (the cache's capacity) at which the rule runs the attention as clusters.
 /// Its 8 blocks per (row, key/value head) take ever more positions each as the context grows,
-/// where the plain kernel splits wider; the rule was measured at contexts up to 321.
+/// where the plain kernel splits wider.
 pub const ATTENTION_CLUSTER_MAX_CTX: usize = 512;
 
 /// How one step's attention launches: [`AttentionLaunch::for_rows`] decides.
@@ -52,9 +52,9 @@ impl AttentionLaunch {
     /// [`ATTENTION_CLUSTER_THREADS`], for groups of up to 4 query heads and head_dim up to 128
     /// (the variants that exist), when `cluster` asks for it or, unless it says no, by the
     /// rule: one row, no cap on the splits, at least [`ATTENTION_CLUSTER`] splits by the split
-    /// rule and a context of at most [`ATTENTION_CLUSTER_MAX_CTX`], where it was measured
-    /// faster on an H200 (fresh executables, positions 32 to 320: 5.3-5.7 us less per step on
-    /// the small config, 9.4-9.7 us on the 1B; `bench/results/2026-12-02-llama-9.md`).
+    /// rule and a context of at most [`ATTENTION_CLUSTER_MAX_CTX`]: there one wave of blocks
+    /// holds the positions, and combining in distributed shared memory saves the plain kernel's
+    /// round trip through global memory and its last block's combine.
     pub fn for_rows(
         rows: usize,
         (kv_heads, group, head_dim): (usize, usize, usize),
@@ -154,10 +154,9 @@ pub fn attention_partials_len(
 /// Row counts the GEMV kernels are instantiated for (a batch runs in the smallest that holds it;
 /// more rows run in chunks of the largest).
 pub(crate) const GEMV_ROWS: [usize; 4] = [1, 2, 4, 8];
-/// With [`Gemm::Auto`], batches of at most this many rows use the GEMV kernels. Measured on an
-/// H200 (1B config, batch 8, graphs): GEMV 4.55 ms per step against cuBLAS 1.22 ms; at 8 rows
-/// the GEMV reached 9-42% of the copy bandwidth against 50-98% at one row, so only one row
-/// takes it.
+/// With [`Gemm::Auto`], batches of at most this many rows use the GEMV kernels: above one row
+/// they reach a much smaller share of the memory bandwidth than at one row, and cuBLAS serves
+/// such batches faster.
 pub const GEMV_AUTO_MAX_ROWS: usize = 1;
 
 /// Which kernels run the projections.
@@ -598,12 +597,9 @@ fn column_slices(k: usize) -> usize {
 
 /// Warps per output column of a GEMV (1, 2, 4 or 8): enough that the columns' warps about fill
 /// the GPU (4 blocks of 8 warps per multiprocessor), up to the first power of two that covers
-/// the column's 512-byte slices of weights (one 16-byte piece per lane). Measured against its
-/// alternatives on an H200 (`bench --tune`, `bench/results/2026-12-01-llama-5.md` and
-/// `2026-12-02-llama-10.md`): on the 1B config none was faster; on the small config, whose o
-/// columns have 2.25 slices, 4 warps (the rule since the tenth pass; it stopped at 2 before,
-/// leaving some lanes two pieces) gained 8-12 us per step. The q/k/v projection takes fewer
-/// ([`QKV_WARPS_PER_COLUMN`]).
+/// the column's 512-byte slices of weights (one 16-byte piece per lane), so that no lane reads
+/// more pieces than the others (the small config's o columns of 2.25 slices take 4 warps). The
+/// q/k/v projection takes fewer ([`QKV_WARPS_PER_COLUMN`]).
 pub fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
     warps_per_column_within(n, k, sm_count * 4 * (GEMV_THREADS / 32) as usize)
 }
@@ -621,11 +617,8 @@ pub fn warps_per_column_within(n: usize, k: usize, want: usize) -> usize {
 /// Warps per output column of the q/k/v projection at one row: one, whatever the shape. The
 /// attention's blocks start while this projection runs (programmatic launch) and load before
 /// their wait, but only where its blocks have left registers free; with more warps per column
-/// its blocks fill the multiprocessors and the attention starts later. Measured on an H200
-/// against 2 warps (`bench --tune qkv=N`): -12.5 us per step on the small config, whose columns
-/// of 2.25 slices would take 2 or 4 by [`warps_per_column`] (4 cost 41 us more,
-/// `bench/results/2026-12-02-llama-10.md`), and -14 us on the 1B config
-/// (`2026-12-02-llama-11.md`).
+/// its blocks fill the multiprocessors and the attention starts later, which costs more than
+/// the longer columns save (also where [`warps_per_column`] would give 2 or 4).
 pub const QKV_WARPS_PER_COLUMN: usize = 1;
 
 /// Rounds in each lane's ring of a [`gemv_async`] (`GEMV_RING` in the kernel source).
@@ -649,11 +642,10 @@ pub fn async_smem(k: usize) -> Option<usize> {
 /// Whether a model's one-row projections run on [`gemv_async`]: when the largest of a layer's
 /// projections (`largest_bytes` of weights) is no more than its rings hold, so that every
 /// projection is requested whole before its programmatic wait (the caller checks that every K
-/// is one it takes, [`async_smem`]). Measured on an H200 against the register GEMV (`bench
-/// --tune cpa=15`, `bench/results/2026-12-02-llama-12.md`): -38.8 us per step on the small
-/// config (at most 3.5 MB per projection; rings of 17 MB), +75.8 us on the 1B (gate/up 67 MB,
-/// down 34 MB: there the projections stream, which the register GEMV's four blocks per
-/// multiprocessor do faster).
+/// is one it takes, [`async_smem`]). Larger projections stream through the rings, which the
+/// register GEMV's four blocks per multiprocessor do faster (on an H200 the small config's
+/// projections of at most 3.5 MB fit rings of 17 MB; the 1B config's gate/up of 67 MB does
+/// not).
 pub fn ring_gemv_rule(largest_bytes: usize, sm_count: u32) -> bool {
     let warps =
         sm_count as usize * GEMV_ASYNC_BLOCKS_PER_SM as usize * (GEMV_THREADS as usize / 32);

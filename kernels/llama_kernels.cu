@@ -308,7 +308,7 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 // counters: [rows, n_kv], 0 between launches. Any split count works (the decoder caps it at 64).
 // Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group + (splits + 1) * group +
 // 2 * head_dim + 2 * group) floats, and CL * (ceil(group * head_dim / CL) + 2 * group) more in
-// the cluster variants below (crates/graphsmith-llama/src/kernels.rs, attention_smem).
+// the cluster variants below (crates/graphsmith-llama/src/kernels/geometry.rs, attention_smem).
 // A bf16 load (as f32) when `ok`, 0 otherwise: predicated in PTX, so the loads of a round issue
 // back to back. A plain load (the cache's positions before p, which no kernel still running
 // writes).
@@ -420,7 +420,7 @@ __device__ __forceinline__ void st_async(float* p, unsigned long long* bar, unsi
 
 #define ATT_U 4
 // Fewest positions per block (two per warp); the decoder's split rule
-// (crates/graphsmith-llama/src/kernels.rs, ATTENTION_MIN_CHUNK) uses the same number.
+// (crates/graphsmith-llama/src/kernels/geometry.rs, ATTENTION_MIN_CHUNK) uses the same number.
 #define ATT_MIN_CHUNK 16
 
 // Sums N values over the warp's 32 lanes at once (N a power of two, at most 32): at each step
@@ -1221,7 +1221,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 // Arguments: (x, nw, w, y, row0, rows, n, k, eps, wpc) and, for ll_gemv_head, best; nw is
 // ignored without the norm; wpc (warps per column) is 1, 2, 4 or 8.
 // One row: at most 64 registers, so four 256-thread blocks fit per multiprocessor (the
-// grid the decoder launches, kernels.rs `launch_gemv`, is one wave of four per multiprocessor).
+// grid the decoder launches, kernels/launch.rs `launch_gemv`, is one wave of four per multiprocessor).
 #define GEMV_MIN_BLOCKS(R) ((R) == 1 ? 4 : 1)
 #define LL_GEMV(NAME, R, PRO, EPI, LATE)                                                        \
     extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
@@ -1263,7 +1263,7 @@ LL_GEMV_HEAD(ll_gemv_head_8, 8)
 // four, so the blocks of the kernels after it start beside it and load before their own waits.
 // When a layer's projections are small enough to be requested whole before their waits (a
 // launch-bound model), that chain of early starts is what a step is made of
-// (crates/graphsmith-llama/src/kernels.rs, ring_gemv_rule).
+// (crates/graphsmith-llama/src/kernels/geometry.rs, ring_gemv_rule).
 // Dynamic shared memory: warps * RING * GEMV_U * 512 bytes (the rings), then K * 2 (the row).
 // Needs K % 8 == 0 and K <= 8,192, x and nw 16-byte aligned (the decoder checks).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {

@@ -9,11 +9,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use graphsmith::Context;
-use graphsmith_llama::loop_bench::{bench_loop, LoopBench};
-use graphsmith_llama::model::Mode;
-use graphsmith_llama::run::{self, Source};
-use graphsmith_llama::tokenizer::Codec;
-use graphsmith_llama::{DecoderOptions, Gemm, LlamaError, Pdl, Tolerance, Tuning};
+use graphsmith_llama::{bench, bench_loop, build_model, check, generate, load_host, LoopBench};
+use graphsmith_llama::{Codec, DecoderOptions, Gemm, LlamaError, Mode, Pdl, Source};
+use graphsmith_llama::{Tolerance, Tuning};
 
 #[derive(Parser)]
 #[command(
@@ -206,7 +204,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 }
                 None => Tolerance::default(),
             };
-            let out = run::check(
+            let out = check(
                 context,
                 &model,
                 &reference,
@@ -276,7 +274,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                     "--steps and --runs must be at least 1".into(),
                 ));
             }
-            run::bench(
+            bench(
                 context,
                 &source,
                 &batch,
@@ -365,7 +363,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 .into_iter()
                 .map(|i| i as i32)
                 .collect();
-            let (config, host) = run::load_host(&source, tty)?;
+            let (config, host) = load_host(&source, tty)?;
             if ids.len() + new_tokens > config.max_position_embeddings {
                 return Err(LlamaError::Input(format!(
                     "a prompt of {} tokens plus {new_tokens} new tokens is longer than the context of {} (max_position_embeddings)",
@@ -373,7 +371,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 )));
             }
             let ctx = context()?;
-            let mut m = run::build_model(
+            let mut m = build_model(
                 &ctx,
                 config,
                 &host,
@@ -382,7 +380,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 DecoderOptions::default(),
                 tty,
             )?;
-            let mut out = run::generate(&mut m, &ids, new_tokens)?;
+            let mut out = generate(&mut m, &ids, new_tokens)?;
             if codec.has_tokenizer() {
                 let ids: Vec<u32> = out.tokens.iter().map(|&t| t as u32).collect();
                 out.text = Some(codec.decode(&ids)?);

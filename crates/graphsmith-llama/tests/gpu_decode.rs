@@ -9,11 +9,10 @@ mod common;
 
 use graphsmith::model::NodeKind;
 use graphsmith::Context;
-use graphsmith_llama::checkpoint::{random_weights, HostWeights};
-use graphsmith_llama::model::{Mode, Model, StepPath, BUCKETS};
-use graphsmith_llama::reference::top2;
-use graphsmith_llama::run::{generate, tour_decode_with};
-use graphsmith_llama::{Config, DecoderOptions, Gemm, Tuning};
+use graphsmith_llama::{
+    generate, random_weights, top2, tour_decode_with, Config, DecoderOptions, Gemm, HostWeights,
+    Mode, Model, StepPath, Tuning, BUCKETS,
+};
 
 fn bf(x: f32) -> f32 {
     half::bf16::from_f32(x).to_f32()
@@ -287,28 +286,10 @@ fn tiny_eager_and_graphs_decode_the_same() {
     let ctx = Context::new(0).unwrap();
     let (c, w) = tiny();
     let prompt = [3, 141, 59, 26, 5, 358];
-    let mut eager = Model::new(
-        &ctx,
-        c.clone(),
-        &w,
-        (1, 64),
-        Mode::Eager,
-        DecoderOptions::default(),
-        noop,
-    )
-    .unwrap();
+    let mut eager = common::model(&ctx, &c, &w, (1, 64), Mode::Eager);
     let e = generate(&mut eager, &prompt, 40).unwrap();
     let le = eager.logits(1).unwrap();
-    let mut graphs = Model::new(
-        &ctx,
-        c.clone(),
-        &w,
-        (1, 64),
-        Mode::Graphs,
-        DecoderOptions::default(),
-        noop,
-    )
-    .unwrap();
+    let mut graphs = common::model(&ctx, &c, &w, (1, 64), Mode::Graphs);
     graphs.poison_logits().unwrap();
     let g = generate(&mut graphs, &prompt, 40).unwrap();
     let lg = graphs.logits(1).unwrap();
@@ -334,16 +315,7 @@ fn tiny_eager_and_graphs_decode_the_same() {
 fn every_captured_bucket_is_hazard_free_and_gemms_are_journaled() {
     let ctx = Context::new(0).unwrap();
     let (c, w) = tiny();
-    let mut model = Model::new(
-        &ctx,
-        c.clone(),
-        &w,
-        (64, 32),
-        Mode::Graphs,
-        DecoderOptions::default(),
-        noop,
-    )
-    .unwrap();
+    let mut model = common::model(&ctx, &c, &w, (64, 32), Mode::Graphs);
     model.capture_all().unwrap();
     let reports = model.hazard_reports().unwrap();
     assert_eq!(
@@ -403,7 +375,7 @@ fn every_captured_bucket_is_hazard_free_and_gemms_are_journaled() {
             .provenance
             .as_ref()
             .expect("a captured GEMM has its caller's line");
-        assert!(p.file.ends_with("decoder.rs"), "{p:?}");
+        assert!(p.file.ends_with("layers.rs"), "{p:?}");
         assert!(
             p.ranges.iter().any(|r| r.starts_with("layer ")) || n.label.contains("lm_head"),
             "{p:?}"
@@ -431,16 +403,7 @@ fn weight_swap_in_place_gives_the_new_models_results() {
     let (c, w) = tiny();
     let w2 = random_weights(&c, 12);
     let prompt = [9, 8, 7, 6, 5];
-    let mut model = Model::new(
-        &ctx,
-        c.clone(),
-        &w,
-        (1, 64),
-        Mode::Graphs,
-        DecoderOptions::default(),
-        noop,
-    )
-    .unwrap();
+    let mut model = common::model(&ctx, &c, &w, (1, 64), Mode::Graphs);
     model.capture_all().unwrap();
     let before = generate(&mut model, &prompt, 24).unwrap();
     let before_logits = model.logits(1).unwrap();
@@ -451,16 +414,7 @@ fn weight_swap_in_place_gives_the_new_models_results() {
     model.poison_logits().unwrap();
     let after = generate(&mut model, &prompt, 24).unwrap();
     let swapped_logits = model.logits(1).unwrap();
-    let mut fresh = Model::new(
-        &ctx,
-        c.clone(),
-        &w2,
-        (1, 64),
-        Mode::Eager,
-        DecoderOptions::default(),
-        noop,
-    )
-    .unwrap();
+    let mut fresh = common::model(&ctx, &c, &w2, (1, 64), Mode::Eager);
     let want = generate(&mut fresh, &prompt, 24).unwrap();
     // Random tiny models may greedily emit the same tokens; their logits differ.
     assert_ne!(
@@ -490,16 +444,7 @@ fn weight_swap_in_place_gives_the_new_models_results() {
 fn a_batch_above_the_largest_bucket_runs_eagerly_with_its_reason() {
     let ctx = Context::new(0).unwrap();
     let (c, w) = tiny();
-    let mut model = Model::new(
-        &ctx,
-        c.clone(),
-        &w,
-        (65, 8),
-        Mode::Graphs,
-        DecoderOptions::default(),
-        noop,
-    )
-    .unwrap();
+    let mut model = common::model(&ctx, &c, &w, (65, 8), Mode::Graphs);
     let rows = vec![(1, 0); 65];
     model.poison_logits().unwrap();
     let path = model.step(&rows).unwrap();

@@ -6,11 +6,11 @@
 //! Run on a machine with an NVIDIA GPU:
 //! `cargo test -p graphsmith-llama --release --test gpu_device_loop -- --ignored --test-threads=1`
 
+mod common;
+
 use graphsmith::model::NodeKind;
 use graphsmith::Context;
-use graphsmith_llama::checkpoint::random_weights;
-use graphsmith_llama::model::{Mode, Model};
-use graphsmith_llama::{Config, DecoderOptions, Pdl};
+use graphsmith_llama::{random_weights, Config, DecoderOptions, Mode, Model, Pdl};
 
 fn noop(_: usize, _: usize) {}
 
@@ -159,28 +159,10 @@ fn device_loop_refuses_eager_mode_and_bad_requests() {
     let ctx = Context::new(0).unwrap();
     let c = Config::named("tiny").unwrap();
     let w = random_weights(&c, 5);
-    let mut eager = Model::new(
-        &ctx,
-        c.clone(),
-        &w,
-        (1, 64),
-        Mode::Eager,
-        DecoderOptions::default(),
-        noop,
-    )
-    .unwrap();
+    let mut eager = common::model(&ctx, &c, &w, (1, 64), Mode::Eager);
     let e = eager.decode_loop(1, 4, None).unwrap_err().to_string();
     assert!(e.contains("graphs mode"), "{e}");
-    let mut graphs = Model::new(
-        &ctx,
-        c,
-        &w,
-        (1, 64),
-        Mode::Graphs,
-        DecoderOptions::default(),
-        noop,
-    )
-    .unwrap();
+    let mut graphs = common::model(&ctx, &c, &w, (1, 64), Mode::Graphs);
     let e = graphs.decode_loop(0, 4, None).unwrap_err().to_string();
     assert!(e.contains("0 rows"), "{e}");
     let e = graphs.decode_loop(65, 4, None).unwrap_err().to_string();

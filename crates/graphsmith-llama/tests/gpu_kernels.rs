@@ -670,7 +670,7 @@ fn check_argmax(ctx: &Context, st: &Stream, kernels: &Kernels, rows: usize, voca
                 &row[..],
                 "row {r} rounded in place"
             );
-            let want = graphsmith_llama::reference::top2(&row).0 as i32;
+            let want = graphsmith_llama::top2(&row).0 as i32;
             if r == 1 {
                 assert_eq!(got[r], -1, "a padded row has no next token");
                 assert_eq!((toks[r], p[r]), (-7, -1), "a padded row does not advance");
@@ -710,7 +710,7 @@ fn gemv_bandwidth_on_1b_shapes() {
     let ctx = Context::new(0).unwrap();
     let st = ctx.stream("test").unwrap();
     let kernels = Kernels::load(&ctx).unwrap();
-    let copy = graphsmith_llama::run::copy_bandwidth(&ctx).unwrap();
+    let copy = graphsmith_llama::copy_bandwidth(&ctx).unwrap();
     let sms = {
         let mut v = 0i32;
         // SAFETY: the device handle is the context's; v is a valid out pointer.

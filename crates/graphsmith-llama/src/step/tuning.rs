@@ -29,7 +29,7 @@ pub struct Tuning {
     /// to start and load their weights while this one runs.
     pub gemv_blocks_per_sm: Option<u32>,
     /// MiB of the next kernels' weights the attention asks L2 for at one row
-    /// ([`crate::prefetch`]; the rule: [`PREFETCH_MIB_RULE`]; 0: none).
+    /// (`crate::prefetch`; the rule: `PREFETCH_MIB_RULE`; 0: none).
     pub prefetch_mib: Option<u64>,
     /// Whether the attention runs as one thread block cluster per (row, key/value head),
     /// combining in distributed shared memory (`kernels::AttentionLaunch`, for groups of up to
@@ -63,7 +63,7 @@ impl Tuning {
         self.prefetch_mib.unwrap_or(PREFETCH_MIB_RULE) << 20
     }
 
-    /// Whether projection `i` (in [`PROJECTIONS`]' order) runs on the ring GEMV at one row,
+    /// Whether projection `i` (in `PROJECTIONS`' order) runs on the ring GEMV at one row,
     /// given the rule's answer for the model (`by_rule`).
     pub fn ring_gemv_for(&self, i: usize, by_rule: bool) -> bool {
         let mask = self.ring_gemv.unwrap_or(if by_rule { 15 } else { 0 });

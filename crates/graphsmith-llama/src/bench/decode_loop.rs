@@ -9,14 +9,13 @@
 //! (two orders with two contenders, six with three), so that each runs first, last and after
 //! each other one equally often.
 
+use graphsmith::Context;
 use serde::Serialize;
 
-use crate::decoder::DecoderOptions;
+use super::decode::median;
 use crate::error::{LlamaError, Result};
-use crate::model::Mode;
-use crate::run::{bar, bench_prompt, build_model, check_request, load_host, median, Source};
-use crate::Pdl;
-use graphsmith::Context;
+use crate::run::{bar, bench_prompt, build_model, check_request, load_host, Source};
+use crate::step::{DecoderOptions, Mode, Model, Pdl};
 
 /// One (batch, K, PDL) point.
 #[derive(Clone, Debug, Serialize)]
@@ -83,20 +82,12 @@ pub fn bench_loop(
     let max_ctx = prompt.len() + kmax + 1;
     let capacity = b.batches.iter().copied().max().unwrap_or(1);
     let build = |pdl: Pdl| {
-        let options = DecoderOptions {
+        let opts = DecoderOptions {
             pdl,
             ..DecoderOptions::default()
         };
-        let size = (capacity, max_ctx);
-        build_model(
-            ctx,
-            config.clone(),
-            &host,
-            size,
-            Mode::Graphs,
-            options,
-            b.progress,
-        )
+        let (size, config) = ((capacity, max_ctx), config.clone());
+        build_model(ctx, config, &host, size, Mode::Graphs, opts, b.progress)
     };
     // The plain contender: built only when some pass may use programmatic launch.
     let mut plain = if b.pdls.iter().any(|&p| p != Pdl::Off) {
@@ -181,7 +172,7 @@ pub fn bench_loop(
                 );
                 let pl = medians.next();
                 let uses_pdl = model.uses_pdl();
-                let body_nodes = crate::model::bucket_for(batch)
+                let body_nodes = crate::step::bucket_for(batch)
                     .and_then(|bk| model.held_loop(bk))
                     .map_or(0, |l| l.body_nodes());
                 emit(&LoopLine {
@@ -229,7 +220,7 @@ fn turn_orders(n: usize) -> Vec<Vec<usize>> {
 
 /// The tokens of `k` host launches of `model`'s step graph from `last` (each row's, in order).
 fn step_tokens(
-    model: &mut crate::Model,
+    model: &mut Model,
     batch: usize,
     k: usize,
     last: (i32, i32),

@@ -58,7 +58,7 @@ pub(crate) struct Decoder {
     /// The most dynamic shared memory an attention block takes (opted into at creation).
     attention_smem_max: u32,
     /// Whether the ring GEMVs take this model's one-row projections, and whether the rule
-    /// runs them (`kernels::ring_gemv_rule`; `Tuning::ring_gemv` decides otherwise).
+    /// runs them (`kernels::geometry::ring_gemv_rule`; `Tuning::ring_gemv` decides otherwise).
     ring_fits: bool,
     ring_rule: bool,
     /// The attention blocks' partial results (see `attention_partials_len`).

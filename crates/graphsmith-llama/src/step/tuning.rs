@@ -1,8 +1,8 @@
 //! Launch choices set by hand in place of the rules' (`graphsmith-llama bench --tune SPEC`):
 //! the warps per output column of each one-row projection, the projections' blocks per
 //! multiprocessor, a cap on the attention's splits, whether it runs as thread block clusters,
-//! how many bytes of the next weights it asks L2 for (`crate::prefetch`), which one-row
-//! projections run on the ring GEMV (`kernels::gemv_async`) and on how many blocks: what a
+//! how many bytes of the next weights it asks L2 for (`step::prefetch`), which one-row
+//! projections run on the ring GEMV (`kernels::launch::gemv_async`) and on how many blocks: what a
 //! search per shape would tune. They change how the work is spread over the
 //! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
 //! may differ from the rules' by rounding, and must pass the same checks
@@ -18,29 +18,29 @@ pub const PROJECTIONS: [&str; 5] = ["qkv", "o", "gate_up", "down", "head"];
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tuning {
     /// Warps per output column of q/k/v, o, gate/up, down and lm_head (1, 2, 4 or 8; the rules
-    /// are `kernels::QKV_WARPS_PER_COLUMN` for q/k/v and
-    /// `kernels::warps_per_column` for the others).
+    /// are `kernels::geometry::QKV_WARPS_PER_COLUMN` for q/k/v and
+    /// `kernels::geometry::warps_per_column` for the others).
     pub warps_per_column: [Option<usize>; 5],
     /// At most this many blocks share one row's positions in the attention (the rule,
-    /// `kernels::attention_splits`, sized the buffers, so a cap above it changes nothing).
+    /// `kernels::geometry::attention_splits`, sized the buffers, so a cap above it changes nothing).
     pub attention_splits: Option<usize>,
     /// At most this many resident blocks of a one-row projection per multiprocessor (1 to 4;
     /// the rule takes as many as fit, up to 4). Fewer leave room for the next kernel's blocks
     /// to start and load their weights while this one runs.
     pub gemv_blocks_per_sm: Option<u32>,
     /// MiB of the next kernels' weights the attention asks L2 for at one row
-    /// (`crate::prefetch`; the rule: `PREFETCH_MIB_RULE`; 0: none).
+    /// (`step::prefetch`; the rule: `PREFETCH_MIB_RULE`; 0: none).
     pub prefetch_mib: Option<u64>,
     /// Whether the attention runs as one thread block cluster per (row, key/value head),
-    /// combining in distributed shared memory (`kernels::AttentionLaunch`, for groups of up to
+    /// combining in distributed shared memory (`kernels::geometry::AttentionLaunch`, for groups of up to
     /// 4 and head_dim up to 128; the rule: at one row and short contexts, see
     /// `AttentionLaunch::for_rows`).
     pub attention_cluster: Option<bool>,
-    /// Which one-row projections run on the ring GEMV (`kernels::gemv_async`), a bit each: 1
-    /// q/k/v, 2 o, 4 gate/up, 8 down (the rule: all or none, `kernels::ring_gemv_rule`).
+    /// Which one-row projections run on the ring GEMV (`kernels::launch::gemv_async`), a bit each: 1
+    /// q/k/v, 2 o, 4 gate/up, 8 down (the rule: all or none, `kernels::geometry::ring_gemv_rule`).
     pub ring_gemv: Option<u8>,
     /// The ring GEMV's blocks per multiprocessor (1 or 2; the rule:
-    /// `kernels::GEMV_ASYNC_BLOCKS_PER_SM`).
+    /// `kernels::geometry::GEMV_ASYNC_BLOCKS_PER_SM`).
     pub ring_gemv_blocks: Option<u32>,
 }
 

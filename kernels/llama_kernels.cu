@@ -308,7 +308,7 @@ __device__ __forceinline__ float rope_at(const unsigned short* x, const float* c
 // counters: [rows, n_kv], 0 between launches. Any split count works (the decoder caps it at 64).
 // Dynamic shared memory: (group * head_dim * (W + 1) + 2 * W * group + (splits + 1) * group +
 // 2 * head_dim + 2 * group) floats, and CL * (ceil(group * head_dim / CL) + 2 * group) more in
-// the cluster variants below (crates/graphsmith-llama/src/kernels.rs, attention_smem).
+// the cluster variants below (crates/graphsmith-llama/src/kernels/geometry.rs, attention_smem).
 // A bf16 load (as f32) when `ok`, 0 otherwise: predicated in PTX, so the loads of a round issue
 // back to back. A plain load (the cache's positions before p, which no kernel still running
 // writes).
@@ -352,12 +352,10 @@ __device__ __forceinline__ void l2_prefetch_share(const unsigned char* p, unsign
     }
 }
 
-// Up to three ranges of weights to bring into L2 (a null pointer or n = 0: none), and when:
-// before the programmatic wait (at 0) or after it (at 1).
+// Up to three ranges of weights to bring into L2 (a null pointer or n = 0: none).
 struct Prefetch {
     const unsigned char* p[3];
     unsigned long long off[3], n[3];
-    int at;
 };
 
 __device__ __forceinline__ void l2_prefetch(const Prefetch& f) {
@@ -422,7 +420,7 @@ __device__ __forceinline__ void st_async(float* p, unsigned long long* bar, unsi
 
 #define ATT_U 4
 // Fewest positions per block (two per warp); the decoder's split rule
-// (crates/graphsmith-llama/src/kernels.rs, ATTENTION_MIN_CHUNK) uses the same number.
+// (crates/graphsmith-llama/src/kernels/geometry.rs, ATTENTION_MIN_CHUNK) uses the same number.
 #define ATT_MIN_CHUNK 16
 
 // Sums N values over the warp's 32 lanes at once (N a power of two, at most 32): at each step
@@ -460,8 +458,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
                                           const float* cos_t, const float* sin_t,
                                           unsigned short* out, int nq, int nkv, int hd,
                                           int max_ctx, float scale, float* part,
-                                          unsigned int* counters, int early,
-                                          const Prefetch& pf) {
+                                          unsigned int* counters, const Prefetch& pf) {
     extern __shared__ float smem[];
     __shared__ int is_last;
     const float NEG_INF = __int_as_float(0xff800000);
@@ -480,11 +477,10 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     // output this block combines, from every block of the cluster (CL * per), then every
     // block's max and sum per head (CL * 2 * group); the other blocks write them here.
     float* cpart = hst + 2 * group;
-    // With `early`, before the wait: the position, and the first round of this block's cached
-    // K and V (positions before p). Only the q/k/v GEMV before this kernel can still be running
-    // (it triggers its dependents after its own wait, so everything earlier has finished), and
-    // it writes none of these: the advance wrote pos, earlier steps wrote the cache. Without
-    // `early` the same loads follow the wait.
+    // Before the wait: the position, and the first round of this block's cached K and V
+    // (positions before p). Only the q/k/v GEMV before this kernel can still be running (it
+    // triggers its dependents after its own wait, so everything earlier has finished), and it
+    // writes none of these: the advance wrote pos, earlier steps wrote the cache.
     int p = 0, len = 0, chunk = 0, active = 0, t_begin = 0, t_end = 0;
     bool live = false;
     size_t base = ((size_t)r * nkv + kvh) * (size_t)max_ctx * hd;
@@ -531,18 +527,12 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
     }
     // The layer's next weights into L2 (see Prefetch), while this latency-bound kernel leaves
-    // the memory idle.
-    // `early`'s bit 0: load before the wait; bits 1-2: where the block lets the next kernel
-    // start (0 before its wait, 1 after it, 2 after its dot products, 3 at its exit).
-    int trig = early >> 1;
-    early &= 1;
-    if (pf.at == 0) l2_prefetch(pf);
-    if (early) first_round();
-    if (trig == 0) pdl_trigger();
+    // the memory idle; then the first loads, and the next kernel (the o projection, which loads
+    // its weights before its own wait) may start.
+    l2_prefetch(pf);
+    first_round();
+    pdl_trigger();
     pdl_wait();
-    if (trig == 1) pdl_trigger();
-    if (pf.at == 1) l2_prefetch(pf);
-    if (!early) first_round();
     unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
     if (!live) {
         if (split == 0) {
@@ -618,9 +608,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             if constexpr (ATT_GMAX <= 4) {
                 // Up to 4 heads' scores are summed together (warp_sum_many: their shuffles
                 // issue side by side; a head past the group, whose query is zero, adds no
-                // shuffle of its own), then shared out to every lane. Measured on an H200
-                // against a warp reduction per head, one after another: 5-9 us less per step
-                // (bench/results/2026-12-02-llama-11.md).
+                // shuffle of its own), then shared out to every lane: fewer shuffles in a
+                // dependent chain than a warp reduction per head, one after another.
                 float d[ATT_GMAX];
 #pragma unroll
                 for (int j = 0; j < ATT_GMAX; ++j) {
@@ -653,7 +642,6 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
             }
         }
     }
-    if (trig == 2) pdl_trigger();
 #pragma unroll
     for (int j = 0; j < ATT_GMAX; ++j) {
         if (j >= group) break;
@@ -672,8 +660,7 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
     // sum; W <= 32): the block's max M (a warp reduction), each warp's weight exp(m_w - M)
     // (written over pm) and the block's sum L = sum of l_w * exp(m_w - M) (hst). Warp 0 always
     // has a position except in a cluster's empty block, whose partial is then (M = -inf, L = 0).
-    // Measured against each thread looping over the warps for M and then for L: 0.8 us less per
-    // layer on an H200 (bench/results/2026-12-02-llama-10.md).
+    // Warp reductions instead of each thread looping over the warps for M and then for L.
     for (int j = warp; j < group; j += nw) {
         float mw = NEG_INF, lw = 0.0f;
         if (lane < nw) {
@@ -730,9 +717,8 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
         // receiving block's mbarrier (cl_bar); block b waits on its own barrier until all it
         // expects has come, then combines its share from its own shared memory. No global
         // memory, no count, no cluster-wide barrier: a block waits only for what it reads,
-        // and nothing reads another block's memory, so no block waits for another to leave.
-        // Measured on an H200 against one cluster barrier (arrive with release, wait with
-        // acquire) after the pushes: 2-4 us less per step (bench/results/2026-12-02-llama-11.md).
+        // and nothing reads another block's memory, so no block waits for another to leave
+        // (cheaper than a cluster-wide barrier after the pushes).
         float* cml = cpart + CL * per;
         for (int k = threadIdx.x; k < CL * group; k += blockDim.x) {
             int dst = k / group, j = k % group;
@@ -817,19 +803,19 @@ __device__ __forceinline__ void attention(const unsigned short* qkv, unsigned sh
 
 // The instantiations by elements per lane: ll_attention_1 (head_dim <= 32), _2 (<= 64),
 // _4 (<= 128), _8 (<= 256), for groups of up to 16 query heads; the _g4 ones for groups of up
-// to 4 (fewer registers: more blocks per SM at large batches); same arguments. The last ten are
-// the Prefetch: three (pointer, byte offset, bytes) ranges and when.
+// to 4 (fewer registers: more blocks per SM at large batches); same arguments. The last nine are
+// the Prefetch: three (pointer, byte offset, bytes) ranges.
 #define LL_ATTENTION(NAME, E, G)                                                                \
     extern "C" __global__ void NAME(                                                            \
         const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,              \
         const int* pos, const float* cos_t, const float* sin_t, unsigned short* out, int nq,   \
         int nkv, int hd, int max_ctx, float scale, float* part, unsigned int* counters,        \
-        int early, const unsigned char* pf0, unsigned long long off0, unsigned long long n0,   \
+        const unsigned char* pf0, unsigned long long off0, unsigned long long n0,              \
         const unsigned char* pf1, unsigned long long off1, unsigned long long n1,              \
-        const unsigned char* pf2, unsigned long long off2, unsigned long long n2, int pf_at) { \
-        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
+        const unsigned char* pf2, unsigned long long off2, unsigned long long n2) {            \
+        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}};                     \
         attention<E, G, 0>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx,  \
-                           scale, part, counters, early, pf);                                   \
+                           scale, part, counters, pf);                                          \
     }
 LL_ATTENTION(ll_attention_1, 1, 16)
 LL_ATTENTION(ll_attention_2, 2, 16)
@@ -852,13 +838,13 @@ LL_ATTENTION(ll_attention_8_g4, 8, 4)
         NAME(const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,         \
              const int* pos, const float* cos_t, const float* sin_t, unsigned short* out,      \
              int nq, int nkv, int hd, int max_ctx, float scale, float* part,                   \
-             unsigned int* counters, int early, const unsigned char* pf0,                      \
-             unsigned long long off0, unsigned long long n0, const unsigned char* pf1,          \
-             unsigned long long off1, unsigned long long n1, const unsigned char* pf2,          \
-             unsigned long long off2, unsigned long long n2, int pf_at) {                       \
-        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}, pf_at};              \
+             unsigned int* counters, const unsigned char* pf0, unsigned long long off0,        \
+             unsigned long long n0, const unsigned char* pf1, unsigned long long off1,          \
+             unsigned long long n1, const unsigned char* pf2, unsigned long long off2,          \
+             unsigned long long n2) {                                                           \
+        Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}};                     \
         attention<E, 4, ATT_CLUSTER>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, \
-                                     max_ctx, scale, part, counters, early, pf);               \
+                                     max_ctx, scale, part, counters, pf);                      \
     }
 LL_ATTENTION_CLUSTER(ll_attention_1_c8, 1)
 LL_ATTENTION_CLUSTER(ll_attention_2_c8, 2)
@@ -1235,7 +1221,7 @@ __device__ __forceinline__ void gemv(const unsigned short* x, const unsigned sho
 // Arguments: (x, nw, w, y, row0, rows, n, k, eps, wpc) and, for ll_gemv_head, best; nw is
 // ignored without the norm; wpc (warps per column) is 1, 2, 4 or 8.
 // One row: at most 64 registers, so four 256-thread blocks fit per multiprocessor (the
-// grid the decoder launches, kernels.rs `launch_gemv`, is one wave of four per multiprocessor).
+// grid the decoder launches, kernels/launch.rs `launch_gemv`, is one wave of four per multiprocessor).
 #define GEMV_MIN_BLOCKS(R) ((R) == 1 ? 4 : 1)
 #define LL_GEMV(NAME, R, PRO, EPI, LATE)                                                        \
     extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(R)) NAME(const unsigned short* x, const unsigned short* nw,         \
@@ -1277,7 +1263,7 @@ LL_GEMV_HEAD(ll_gemv_head_8, 8)
 // four, so the blocks of the kernels after it start beside it and load before their own waits.
 // When a layer's projections are small enough to be requested whole before their waits (a
 // launch-bound model), that chain of early starts is what a step is made of
-// (crates/graphsmith-llama/src/kernels.rs, ring_gemv_rule).
+// (crates/graphsmith-llama/src/kernels/geometry.rs, ring_gemv_rule).
 // Dynamic shared memory: warps * RING * GEMV_U * 512 bytes (the rings), then K * 2 (the row).
 // Needs K % 8 == 0 and K <= 8,192, x and nw 16-byte aligned (the decoder checks).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {

@@ -9,11 +9,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use graphsmith::Context;
-use graphsmith_llama::loop_bench::{bench_loop, LoopBench};
-use graphsmith_llama::model::Mode;
-use graphsmith_llama::run::{self, Source};
-use graphsmith_llama::tokenizer::Codec;
-use graphsmith_llama::{Gemm, LlamaError, Pdl, Tolerance, Tuning};
+use graphsmith_llama::{bench, bench_loop, build_model, check, generate, load_host, LoopBench};
+use graphsmith_llama::{Codec, DecoderOptions, Gemm, LlamaError, Mode, Pdl, Source};
+use graphsmith_llama::{Tolerance, Tuning};
 
 #[derive(Parser)]
 #[command(
@@ -109,8 +107,9 @@ enum Command {
         /// Hand-set launch choices, one or more separated by ';', each `default` or
         /// comma-separated KEY=N: warps per output column of a one-row projection (qkv, o,
         /// gate_up, down, head: 1, 2, 4 or 8), a cap on the attention's splits (splits) or on the
-        /// projections' resident blocks per multiprocessor (blocks: 1 to 4), or whether the
-        /// attention loads its cache before its programmatic wait (early: 0 or 1). Each
+        /// projections' resident blocks per multiprocessor (blocks: 1 to 4), the attention as
+        /// clusters (cluster: 0 or 1), MiB it prefetches into L2 (pf), the one-row projections on
+        /// the ring GEMV (cpa: a bit each) and its blocks per multiprocessor (cpab: 1 or 2). Each
         /// is measured; they change where the work runs (and so the order of some sums, not the math).
         #[arg(long, value_delimiter = ';', default_value = "default")]
         tune: Vec<Tuning>,
@@ -205,14 +204,18 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 }
                 None => Tolerance::default(),
             };
-            let out = run::check(
+            let out = check(
                 context,
                 &model,
                 &reference,
                 mode,
                 swap,
                 tolerance,
-                (gemm, pdl),
+                DecoderOptions {
+                    gemm,
+                    pdl,
+                    ..DecoderOptions::default()
+                },
                 tty,
             )?;
             if json {
@@ -271,7 +274,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                     "--steps and --runs must be at least 1".into(),
                 ));
             }
-            run::bench(
+            bench(
                 context,
                 &source,
                 &batch,
@@ -360,7 +363,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 .into_iter()
                 .map(|i| i as i32)
                 .collect();
-            let (config, host) = run::load_host(&source, tty)?;
+            let (config, host) = load_host(&source, tty)?;
             if ids.len() + new_tokens > config.max_position_embeddings {
                 return Err(LlamaError::Input(format!(
                     "a prompt of {} tokens plus {new_tokens} new tokens is longer than the context of {} (max_position_embeddings)",
@@ -368,16 +371,16 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 )));
             }
             let ctx = context()?;
-            let mut m = run::build_model(
+            let mut m = build_model(
                 &ctx,
                 config,
                 &host,
-                1,
-                ids.len() + new_tokens + 1,
+                (1, ids.len() + new_tokens + 1),
                 mode,
+                DecoderOptions::default(),
                 tty,
             )?;
-            let mut out = run::generate(&mut m, &ids, new_tokens)?;
+            let mut out = generate(&mut m, &ids, new_tokens)?;
             if codec.has_tokenizer() {
                 let ids: Vec<u32> = out.tokens.iter().map(|&t| t as u32).collect();
                 out.text = Some(codec.decode(&ids)?);

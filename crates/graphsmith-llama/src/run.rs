@@ -1,5 +1,6 @@
-//! What the commands do: `check` against a reference, `bench`, `generate`, and the tour's
-//! short decode. Each returns data (serialisable); the binary prints it.
+//! What the commands do: `check` against a reference, `generate`, and the tour's short decode
+//! (the benches are in `bench/`), with the helpers they share. Each returns data
+//! (serialisable); the binary prints it.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -7,13 +8,12 @@ use std::time::Instant;
 use graphsmith::Context;
 use serde::Serialize;
 
-use crate::checkpoint::{load_weights, random_weights, HostWeights};
-use crate::config::Config;
-use crate::decoder::{Gemm, Pdl};
 use crate::error::{LlamaError, Result};
-use crate::model::{Mode, Model, StepPath, SwapReport};
-use crate::reference::{load_reference, top2, RefSequence};
-use crate::tolerance::Tolerance;
+use crate::load::checkpoint::{load_weights, random_weights, HostWeights};
+use crate::load::config::Config;
+use crate::load::reference::{load_reference, top2, RefSequence};
+use crate::load::tolerance::Tolerance;
+use crate::step::{DecoderOptions, Gemm, Mode, Model, SwapReport};
 
 /// Where weights come from: an HF directory, or a named config with random weights.
 #[derive(Clone, Debug)]
@@ -71,18 +71,19 @@ pub fn load_host(source: &Source, progress: bool) -> Result<(Config, HostWeights
     }
 }
 
-/// Uploads and prepares a model, with a progress bar.
+/// Uploads and prepares a model for `capacity` rows of `max_ctx` positions, with a progress bar.
 pub fn build_model(
     ctx: &Context,
     config: Config,
     host: &HostWeights,
-    capacity: usize,
-    max_ctx: usize,
+    (capacity, max_ctx): (usize, usize),
     mode: Mode,
+    options: DecoderOptions,
     progress: bool,
 ) -> Result<Model> {
     let pb = bar(progress, 1, "uploading");
-    let model = Model::new(ctx, config, host, capacity, max_ctx, mode, |done, total| {
+    let size = (capacity, max_ctx);
+    let model = Model::new(ctx, config, host, size, mode, options, |done, total| {
         pb.set_length(total as u64);
         pb.set_position(done as u64);
     })?;
@@ -258,7 +259,7 @@ pub fn check(
     mode: Mode,
     swap: Option<(&Path, &Path)>,
     tolerance: Tolerance,
-    (gemm, pdl): (Gemm, Pdl),
+    options: DecoderOptions,
     progress: bool,
 ) -> Result<CheckOutcome> {
     let source = Source::Dir(model_dir.to_path_buf());
@@ -291,10 +292,9 @@ pub fn check(
     let max_ctx = all_refs.clone().map(|r| r.tokens.len()).max().unwrap_or(1);
     let rows = refs.len().max(swap_data.as_ref().map_or(0, |s| s.1.len()));
     let ctx = &ctx()?;
-    let mut model = build_model(ctx, config, &host, rows, max_ctx, mode, progress)?;
-    model.set_gemm(gemm)?;
-    model.set_pdl(pdl)?;
-    let uses_pdl = model.decoder().uses_pdl();
+    let size = (rows, max_ctx);
+    let mut model = build_model(ctx, config, &host, size, mode, options, progress)?;
+    let uses_pdl = model.uses_pdl();
     let mut checks = vec![check_against(
         &mut model,
         &refs,
@@ -327,7 +327,7 @@ pub fn check(
     Ok(CheckOutcome {
         model: model_dir.display().to_string(),
         mode,
-        gemm,
+        gemm: options.gemm,
         pdl: uses_pdl,
         tolerance,
         tolerance_rule: tolerance.describe(),
@@ -339,229 +339,11 @@ pub fn check(
     })
 }
 
-/// One line of `bench --json`.
-#[derive(Clone, Debug, Serialize)]
-pub struct BenchLine {
-    #[serde(rename = "impl")]
-    pub implementation: String,
-    pub config: String,
-    pub batch: usize,
-    pub steps_per_s: f64,
-    pub tokens_per_s: f64,
-    pub ms_per_step: f64,
-    pub peak_mem_bytes: u64,
-    pub weight_bytes: u64,
-    pub copy_tb_s: f64,
-    pub floor_ms: f64,
-    /// Nodes in the bucket's graph (graphs mode).
-    pub graph_nodes: Option<usize>,
-    /// How the timed steps ran: "graph", "eager", or the fallback reason.
-    pub path: String,
-    /// Which kernels ran the projections: "gemv" (the decoder's own, fused) or "cublas".
-    pub projections: String,
-    /// Whether the decoder's kernels used programmatic dependent launch.
-    pub pdl: bool,
-    /// The hand-set launch choices (`default`: the rules'; see [`crate::Tuning`]). A line
-    /// measured with others names them in `impl` too, e.g. `graphsmith-graphs [down=4]`.
-    pub tuning: String,
-    /// Graphs mode, a pass after another's launch choices: how the held executables took this
-    /// pass's (`updated` in place, or `reinstantiated` where the driver refused the update).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub refresh: Option<String>,
-    /// After the pass: the next token of row 0, the sum of row 0's logits, and the sum of the
-    /// attention's counters (0 when every launch combined its partials).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
-}
-
 /// The prompt the bench decodes from (ids below 512, valid for every config).
 pub fn bench_prompt(len: usize, vocab: usize) -> Vec<i32> {
     (0..len)
         .map(|i| ((i * 37 + 11) % vocab.min(512)) as i32)
         .collect()
-}
-
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
-/// Device-to-device copy bandwidth in TB/s (bytes read plus bytes written, per second).
-pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
-    let n = 256 << 20; // u32 elements: 1 GiB
-    let src = ctx.alloc::<u32>("bandwidth/src", n)?;
-    let mut dst = ctx.alloc::<u32>("bandwidth/dst", n)?;
-    let stream = ctx.stream("bandwidth")?;
-    let (a, b) = (
-        ctx.event("bandwidth/start", true)?,
-        ctx.event("bandwidth/end", true)?,
-    );
-    stream.copy("bandwidth copy", &mut dst, &src)?;
-    let mut times = Vec::new();
-    for _ in 0..10 {
-        stream.record(&a)?;
-        stream.copy("bandwidth copy", &mut dst, &src)?;
-        stream.record(&b)?;
-        b.synchronize()?;
-        times.push(b.elapsed_ms_since(&a)? as f64);
-    }
-    let ms = median(times);
-    Ok(2.0 * (n * 4) as f64 / (ms * 1e-3) / 1e12)
-}
-
-/// The `bench` command: for each mode and batch, decode `steps` steps after `warmup` (prefill
-/// excluded), timed with CUDA events over the whole loop, median of `runs`. `ctx` is called
-/// once the inputs have been checked.
-#[allow(clippy::too_many_arguments)]
-pub fn bench(
-    ctx: impl FnOnce() -> Result<Context>,
-    source: &Source,
-    batches: &[usize],
-    modes: &[Mode],
-    gemm: Gemm,
-    pdls: &[Pdl],
-    tunings: &[crate::Tuning],
-    steps: usize,
-    warmup: usize,
-    runs: usize,
-    progress: bool,
-    mut emit: impl FnMut(&BenchLine),
-) -> Result<()> {
-    let (config, host) = load_host(source, progress)?;
-    for &b in batches {
-        check_request(&config, 32, warmup + steps, b)?;
-    }
-    let ctx = &ctx()?;
-    let copy_tb_s = copy_bandwidth(ctx)?;
-    let weight_bytes = config.weight_bytes();
-    let prompt = bench_prompt(32, config.vocab_size);
-    let max_ctx = prompt.len() + warmup + steps + 1;
-    let capacity = batches.iter().copied().max().unwrap_or(1);
-    for (&mode, &pdl) in modes.iter().flat_map(|m| pdls.iter().map(move |p| (m, p))) {
-        let (free0, total) = ctx.memory_info()?;
-        let base = (total - free0) as u64;
-        let mut model = build_model(
-            ctx,
-            config.clone(),
-            &host,
-            capacity,
-            max_ctx,
-            mode,
-            progress,
-        )?;
-        model.set_gemm(gemm)?;
-        model.set_pdl(pdl)?;
-        let mut peak = model.device_used_bytes()?.saturating_sub(base);
-        let default = [crate::Tuning::default()];
-        let tunings = if tunings.is_empty() {
-            &default[..]
-        } else {
-            tunings
-        };
-        for (&tuning, &batch) in tunings
-            .iter()
-            .flat_map(|t| batches.iter().map(move |b| (t, b)))
-        {
-            let mut refresh = None;
-            if model.decoder().tuning != tuning {
-                let before = model.cache_stats();
-                model.set_tuning(tuning)?;
-                if let (Some(a), Some(b)) = (before, model.cache_stats()) {
-                    refresh = Some(format!(
-                        "updated {}, reinstantiated {}",
-                        b.updates - a.updates,
-                        b.reinstantiations - a.reinstantiations
-                    ));
-                }
-            }
-            let pb = bar(
-                progress,
-                (prompt.len() + runs * (warmup + steps)) as u64,
-                &format!("{mode:?} b{batch} pdl {pdl:?} tune {tuning}"),
-            );
-            let mut path = StepPath::Eager;
-            for (t, &tok) in prompt.iter().enumerate() {
-                path = model.step(&vec![(tok, t as i32); batch])?;
-                pb.inc(1);
-            }
-            let last = (*prompt.last().unwrap_or(&0), prompt.len() as i32 - 1);
-            let (a, b) = (
-                ctx.event("bench/start", true)?,
-                ctx.event("bench/end", true)?,
-            );
-            let mut times = Vec::new();
-            for _ in 0..runs {
-                model.step(&vec![last; batch])?;
-                model.run_free(batch, warmup)?;
-                model.stream().record(&a)?;
-                model.run_free(batch, steps)?;
-                model.stream().record(&b)?;
-                b.synchronize()?;
-                times.push(b.elapsed_ms_since(&a)? as f64);
-                pb.inc((warmup + steps) as u64);
-            }
-            pb.finish_and_clear();
-            let after = {
-                let tok = model.next_tokens(1)?;
-                let sum: f64 = model.logits(1)?.iter().map(|&v| v as f64).sum();
-                let cnt: u64 = model.attention_counters()?.iter().map(|&c| c as u64).sum();
-                Some(format!(
-                    "next {:?}, logits sum {sum:.6}, counters {cnt}",
-                    tok
-                ))
-            };
-            peak = peak.max(model.device_used_bytes()?.saturating_sub(base));
-            let ms = median(times) / steps as f64;
-            let rows = match &path {
-                StepPath::Graph { bucket } => *bucket,
-                _ => batch,
-            };
-            let projections = if model.decoder().uses_gemv(rows) {
-                "gemv"
-            } else {
-                "cublas"
-            };
-            let (implementation, nodes, path) = match (mode, path) {
-                (Mode::Eager, _) => ("graphsmith-eager", None, "eager".to_string()),
-                (Mode::Graphs, StepPath::Graph { bucket }) => (
-                    "graphsmith-graphs",
-                    model.node_count(bucket),
-                    "graph".to_string(),
-                ),
-                (Mode::Graphs, StepPath::Fallback { reason }) => {
-                    ("graphsmith-graphs", None, format!("eager: {reason}"))
-                }
-                (Mode::Graphs, StepPath::Eager) => ("graphsmith-graphs", None, "eager".to_string()),
-            };
-            // A run asked to go without programmatic launch is named apart.
-            let suffix = if pdl == Pdl::Off { "-nopdl" } else { "" };
-            let tuned = if tuning.is_default() {
-                String::new()
-            } else {
-                format!(" [{tuning}]")
-            };
-            emit(&BenchLine {
-                implementation: format!("{implementation}{suffix}{tuned}"),
-                config: source.name(),
-                batch,
-                steps_per_s: 1e3 / ms,
-                tokens_per_s: batch as f64 * 1e3 / ms,
-                ms_per_step: ms,
-                peak_mem_bytes: peak,
-                weight_bytes,
-                copy_tb_s,
-                floor_ms: weight_bytes as f64 / (copy_tb_s * 1e12) * 1e3,
-                graph_nodes: nodes,
-                path,
-                projections: projections.to_string(),
-                pdl: model.decoder().uses_pdl(),
-                tuning: tuning.to_string(),
-                refresh,
-                after,
-            });
-        }
-    }
-    Ok(())
 }
 
 /// What `generate` produced.
@@ -605,7 +387,7 @@ pub fn generate(model: &mut Model, prompt: &[i32], new_tokens: usize) -> Result<
     if prompt.is_empty() {
         return Err(LlamaError::Input("an empty prompt".into()));
     }
-    let max_ctx = model.decoder().max_ctx;
+    let max_ctx = model.decoder().max_ctx();
     if prompt.len() + new_tokens > max_ctx {
         return Err(LlamaError::Input(format!(
             "a prompt of {} tokens plus {new_tokens} new tokens is longer than the context of {max_ctx}",
@@ -674,10 +456,12 @@ pub fn tour_decode_with(
     )?;
     let prompt = bench_prompt(prompt_len, config.vocab_size);
     let max_ctx = prompt_len + new_tokens + 1;
-    let mut eager = build_model(ctx, config.clone(), &host, 1, max_ctx, Mode::Eager, false)?;
+    let (size, opts) = ((1, max_ctx), DecoderOptions::default());
+    let build = |mode| build_model(ctx, config.clone(), &host, size, mode, opts, false);
+    let mut eager = build(Mode::Eager)?;
     let e = generate(&mut eager, &prompt, new_tokens)?;
     drop(eager);
-    let mut graphs = build_model(ctx, config.clone(), &host, 1, max_ctx, Mode::Graphs, false)?;
+    let mut graphs = build(Mode::Graphs)?;
     let g = generate(&mut graphs, &prompt, new_tokens)?;
     let hazards = graphs
         .hazard_reports()?

@@ -6,14 +6,10 @@ mod common;
 use std::path::Path;
 
 use common::{hf_tensors, tiny_model, write_file, write_file_typed, TINY_CONFIG};
-use graphsmith_llama::checkpoint::{load_weights, random_weights};
-use graphsmith_llama::config::RopeScaling;
-use graphsmith_llama::decoder::row_inputs;
-use graphsmith_llama::model::{bucket_for, BUCKETS};
-use graphsmith_llama::run::check_request;
-use graphsmith_llama::tokenizer::{parse_ids, Codec};
-use graphsmith_llama::Config;
-use graphsmith_llama::{Gemm, Tolerance};
+use graphsmith_llama::{
+    bucket_for, check_request, load_weights, parse_ids, random_weights, row_inputs, Codec, Config,
+    DecoderOptions, Gemm, RopeScaling, Tolerance, BUCKETS,
+};
 use safetensors::Dtype;
 
 fn with_field(field: &str, value: &str) -> String {
@@ -437,7 +433,7 @@ fn write_reference(path: &Path, vocab: usize, prompt: &[i32], new: usize, tokens
 
 #[test]
 fn check_refuses_bad_references_before_touching_the_device() {
-    use graphsmith_llama::model::Mode;
+    use graphsmith_llama::Mode;
     let dir = tempfile::tempdir().unwrap();
     tiny_model(dir.path());
     let reference = dir.path().join("ref.safetensors");
@@ -445,14 +441,14 @@ fn check_refuses_bad_references_before_touching_the_device() {
         panic!("bad input must be found before the device is used")
     };
     let run = |r: &Path| {
-        graphsmith_llama::run::check(
+        graphsmith_llama::check(
             no_device,
             dir.path(),
             r,
             Mode::Graphs,
             None,
             Tolerance::default(),
-            (Gemm::Auto, graphsmith_llama::Pdl::Auto),
+            DecoderOptions::default(),
             false,
         )
         .expect_err("must fail")
@@ -482,14 +478,17 @@ fn check_refuses_bad_references_before_touching_the_device() {
             missing.display()
         )
     );
-    let err = graphsmith_llama::run::check(
+    let err = graphsmith_llama::check(
         no_device,
         dir.path(),
         &missing,
         Mode::Eager,
         None,
         Tolerance::Absolute(0.0625),
-        (Gemm::Cublas, graphsmith_llama::Pdl::Auto),
+        DecoderOptions {
+            gemm: Gemm::Cublas,
+            ..DecoderOptions::default()
+        },
         false,
     )
     .err()

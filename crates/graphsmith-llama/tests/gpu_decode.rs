@@ -9,11 +9,10 @@ mod common;
 
 use graphsmith::model::NodeKind;
 use graphsmith::Context;
-use graphsmith_llama::checkpoint::{random_weights, HostWeights};
-use graphsmith_llama::model::{Mode, Model, StepPath, BUCKETS};
-use graphsmith_llama::reference::top2;
-use graphsmith_llama::run::{generate, tour_decode_with};
-use graphsmith_llama::{Config, Gemm, Tuning};
+use graphsmith_llama::{
+    generate, random_weights, top2, tour_decode_with, Config, DecoderOptions, Gemm, HostWeights,
+    Mode, Model, StepPath, Tuning, BUCKETS,
+};
 
 fn bf(x: f32) -> f32 {
     half::bf16::from_f32(x).to_f32()
@@ -173,10 +172,10 @@ fn tiny_logits_match_a_host_reference() {
     // Hand-set launch choices spread the same sums differently: they must pass the same check
     // (with L2 prefetches of every weight and with none).
     // (`cpa=0`: one row on the register GEMV, which the ring GEMV's rule takes for this model.)
-    let wide: Tuning = "qkv=8,o=8,gate_up=8,down=8,head=8,splits=1,pf=64,pfw=0,cpa=0"
+    let wide: Tuning = "qkv=8,o=8,gate_up=8,down=8,head=8,splits=1,pf=64,cpa=0"
         .parse()
         .unwrap();
-    let narrow: Tuning = "qkv=1,o=1,gate_up=1,down=1,head=1,splits=64,blocks=1,early=0,pf=0,cpa=0"
+    let narrow: Tuning = "qkv=1,o=1,gate_up=1,down=1,head=1,splits=64,blocks=1,pf=0,cpa=0"
         .parse()
         .unwrap();
     // The attention as thread block clusters (`cluster=1`; tests/gpu_kernels.rs checks its
@@ -201,27 +200,14 @@ fn tiny_logits_match_a_host_reference() {
         (Mode::Graphs, Gemm::Auto, rings, 1),
         (Mode::Eager, Gemm::Auto, rings, 1),
         (Mode::Eager, Gemm::Gemv, clustered, 3),
-    ]
-    .map(|(m, g, t, b)| (m, g, t, b, None))
-    .into_iter()
-    // The rules' attention after steps of the cluster variant: the executables are
-    // instantiated again, since a node keeps its cluster shape through an in-place update (the
-    // plain attention in clusters of 8 never combined its partials; found by `bench`'s
-    // check of the counters, bench/results/2026-12-02-llama-9.md).
-    .chain([(
-        Mode::Graphs,
-        Gemm::Auto,
-        Tuning::default(),
-        1,
-        Some(clustered),
-    )]);
+    ];
     check_host_reference(&ctx, &c, &w, &prompts, steps, cases);
 }
 
-type Case = (Mode, Gemm, Tuning, usize, Option<Tuning>);
+type Case = (Mode, Gemm, Tuning, usize);
 
 /// Teacher-forced decoding of `prompts` for `steps` steps in each case (mode, projections,
-/// tuning, batch, and a tuning to run three steps with first), every logit against the host
+/// tuning, batch), every logit against the host
 /// model's, the argmax where the host's top-2 margin is clear, the attention's counters and
 /// the fused o projection's sums 0 between steps.
 fn check_host_reference(
@@ -232,16 +218,13 @@ fn check_host_reference(
     steps: usize,
     cases: impl IntoIterator<Item = Case>,
 ) {
-    for (mode, gemm, tuning, batch, via) in cases {
-        let mut model = Model::new(ctx, c.clone(), w, batch, 32, mode, noop).unwrap();
-        model.set_gemm(gemm).unwrap();
-        if let Some(via) = via {
-            model.set_tuning(via).unwrap();
-            for (t, &tok) in prompts[0].iter().take(3).enumerate() {
-                model.step(&[(tok as i32, t as i32)]).unwrap();
-            }
-        }
-        model.set_tuning(tuning).unwrap();
+    for (mode, gemm, tuning, batch) in cases {
+        let options = DecoderOptions {
+            gemm,
+            tuning,
+            ..DecoderOptions::default()
+        };
+        let mut model = Model::new(ctx, c.clone(), w, (batch, 32), mode, options, noop).unwrap();
         let mut host = HostModel::new(c, w, batch, 32);
         // Teacher-forced on the host model's own greedy tokens.
         let mut seqs: Vec<Vec<usize>> = prompts[..batch].iter().map(|p| p.to_vec()).collect();
@@ -272,7 +255,7 @@ fn check_host_reference(
                 if margin > 0.02 {
                     assert_eq!(
                         next[r] as usize, their_top,
-                        "{mode:?} {gemm:?} {tuning} (via {via:?}) step {t} row {r}: argmax"
+                        "{mode:?} {gemm:?} {tuning} step {t} row {r}: argmax"
                     );
                 }
                 assert_eq!(
@@ -287,9 +270,9 @@ fn check_host_reference(
         }
         assert!(
             model.attention_counters().unwrap().iter().all(|&n| n == 0),
-            "{mode:?} {gemm:?} {tuning} (via {via:?}): the attention's counters are 0 between steps"
+            "{mode:?} {gemm:?} {tuning}: the attention's counters are 0 between steps"
         );
-        println!("{mode:?} {gemm:?} {tuning} (via {via:?}): largest |logit - host| = {worst}");
+        println!("{mode:?} {gemm:?} {tuning}: largest |logit - host| = {worst}");
         assert!(
             worst < 0.02,
             "{mode:?} {gemm:?} {tuning}: largest difference {worst}"
@@ -303,10 +286,10 @@ fn tiny_eager_and_graphs_decode_the_same() {
     let ctx = Context::new(0).unwrap();
     let (c, w) = tiny();
     let prompt = [3, 141, 59, 26, 5, 358];
-    let mut eager = Model::new(&ctx, c.clone(), &w, 1, 64, Mode::Eager, noop).unwrap();
+    let mut eager = common::model(&ctx, &c, &w, (1, 64), Mode::Eager);
     let e = generate(&mut eager, &prompt, 40).unwrap();
     let le = eager.logits(1).unwrap();
-    let mut graphs = Model::new(&ctx, c.clone(), &w, 1, 64, Mode::Graphs, noop).unwrap();
+    let mut graphs = common::model(&ctx, &c, &w, (1, 64), Mode::Graphs);
     graphs.poison_logits().unwrap();
     let g = generate(&mut graphs, &prompt, 40).unwrap();
     let lg = graphs.logits(1).unwrap();
@@ -332,7 +315,7 @@ fn tiny_eager_and_graphs_decode_the_same() {
 fn every_captured_bucket_is_hazard_free_and_gemms_are_journaled() {
     let ctx = Context::new(0).unwrap();
     let (c, w) = tiny();
-    let mut model = Model::new(&ctx, c.clone(), &w, 64, 32, Mode::Graphs, noop).unwrap();
+    let mut model = common::model(&ctx, &c, &w, (64, 32), Mode::Graphs);
     model.capture_all().unwrap();
     let reports = model.hazard_reports().unwrap();
     assert_eq!(
@@ -362,7 +345,7 @@ fn every_captured_bucket_is_hazard_free_and_gemms_are_journaled() {
             .collect();
         assert_eq!(read.len(), 3, "{}: {read:?}", n.label);
     }
-    if model.decoder().uses_pdl() {
+    if model.uses_pdl() {
         let late = one.nodes.iter().filter(|n| n.triggers_after_wait).count();
         assert_eq!(late, c.num_hidden_layers, "one q/k/v projection per layer");
     }
@@ -392,7 +375,7 @@ fn every_captured_bucket_is_hazard_free_and_gemms_are_journaled() {
             .provenance
             .as_ref()
             .expect("a captured GEMM has its caller's line");
-        assert!(p.file.ends_with("decoder.rs"), "{p:?}");
+        assert!(p.file.ends_with("layers.rs"), "{p:?}");
         assert!(
             p.ranges.iter().any(|r| r.starts_with("layer ")) || n.label.contains("lm_head"),
             "{p:?}"
@@ -420,7 +403,7 @@ fn weight_swap_in_place_gives_the_new_models_results() {
     let (c, w) = tiny();
     let w2 = random_weights(&c, 12);
     let prompt = [9, 8, 7, 6, 5];
-    let mut model = Model::new(&ctx, c.clone(), &w, 1, 64, Mode::Graphs, noop).unwrap();
+    let mut model = common::model(&ctx, &c, &w, (1, 64), Mode::Graphs);
     model.capture_all().unwrap();
     let before = generate(&mut model, &prompt, 24).unwrap();
     let before_logits = model.logits(1).unwrap();
@@ -431,7 +414,7 @@ fn weight_swap_in_place_gives_the_new_models_results() {
     model.poison_logits().unwrap();
     let after = generate(&mut model, &prompt, 24).unwrap();
     let swapped_logits = model.logits(1).unwrap();
-    let mut fresh = Model::new(&ctx, c.clone(), &w2, 1, 64, Mode::Eager, noop).unwrap();
+    let mut fresh = common::model(&ctx, &c, &w2, (1, 64), Mode::Eager);
     let want = generate(&mut fresh, &prompt, 24).unwrap();
     // Random tiny models may greedily emit the same tokens; their logits differ.
     assert_ne!(
@@ -461,7 +444,7 @@ fn weight_swap_in_place_gives_the_new_models_results() {
 fn a_batch_above_the_largest_bucket_runs_eagerly_with_its_reason() {
     let ctx = Context::new(0).unwrap();
     let (c, w) = tiny();
-    let mut model = Model::new(&ctx, c.clone(), &w, 65, 8, Mode::Graphs, noop).unwrap();
+    let mut model = common::model(&ctx, &c, &w, (65, 8), Mode::Graphs);
     let rows = vec![(1, 0); 65];
     model.poison_logits().unwrap();
     let path = model.step(&rows).unwrap();

@@ -6,11 +6,11 @@
 //! Run on a machine with an NVIDIA GPU:
 //! `cargo test -p graphsmith-llama --release --test gpu_device_loop -- --ignored --test-threads=1`
 
+mod common;
+
 use graphsmith::model::NodeKind;
 use graphsmith::Context;
-use graphsmith_llama::checkpoint::random_weights;
-use graphsmith_llama::model::{Mode, Model};
-use graphsmith_llama::{Config, Pdl};
+use graphsmith_llama::{random_weights, Config, DecoderOptions, Mode, Model, Pdl};
 
 fn noop(_: usize, _: usize) {}
 
@@ -43,8 +43,11 @@ fn loop_matches_host_launches(pdl: Pdl) {
     let ctx = Context::new(0).unwrap();
     let c = Config::named("tiny").unwrap();
     let w = random_weights(&c, 11);
-    let mut model = Model::new(&ctx, c.clone(), &w, 4, 200, Mode::Graphs, noop).unwrap();
-    model.set_pdl(pdl).unwrap();
+    let options = DecoderOptions {
+        pdl,
+        ..DecoderOptions::default()
+    };
+    let mut model = Model::new(&ctx, c.clone(), &w, (4, 200), Mode::Graphs, options, noop).unwrap();
     for (batch, steps) in [(1usize, 16usize), (3, 40)] {
         prefill(&mut model, batch, 6);
         let want = host_launched(&mut model, batch, steps);
@@ -135,7 +138,7 @@ fn loop_matches_host_launches(pdl: Pdl) {
     );
     let report = m.hazards().unwrap();
     assert!(report.hazards.is_empty(), "{pdl:?}: {report:?}");
-    assert_eq!(held.uses_pdl(), model.decoder().uses_pdl());
+    assert_eq!(held.uses_pdl(), model.uses_pdl());
 }
 
 #[test]
@@ -156,10 +159,10 @@ fn device_loop_refuses_eager_mode_and_bad_requests() {
     let ctx = Context::new(0).unwrap();
     let c = Config::named("tiny").unwrap();
     let w = random_weights(&c, 5);
-    let mut eager = Model::new(&ctx, c.clone(), &w, 1, 64, Mode::Eager, noop).unwrap();
+    let mut eager = common::model(&ctx, &c, &w, (1, 64), Mode::Eager);
     let e = eager.decode_loop(1, 4, None).unwrap_err().to_string();
     assert!(e.contains("graphs mode"), "{e}");
-    let mut graphs = Model::new(&ctx, c, &w, 1, 64, Mode::Graphs, noop).unwrap();
+    let mut graphs = common::model(&ctx, &c, &w, (1, 64), Mode::Graphs);
     let e = graphs.decode_loop(0, 4, None).unwrap_err().to_string();
     assert!(e.contains("0 rows"), "{e}");
     let e = graphs.decode_loop(65, 4, None).unwrap_err().to_string();

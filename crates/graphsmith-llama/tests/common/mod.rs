@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use graphsmith_llama::checkpoint::{random_weights, HostWeights};
-use graphsmith_llama::Config;
+use graphsmith::Context;
+use graphsmith_llama::{random_weights, Config, DecoderOptions, HostWeights, Mode, Model};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 
@@ -114,4 +114,24 @@ pub fn tiny_model(dir: &Path) -> (Config, HostWeights) {
     let w = random_weights(&config, 7);
     write_file(&dir.join("model.safetensors"), &hf_tensors(&config, &w));
     (config, w)
+}
+
+/// A model of `config` and `weights` for `(rows, positions)` with the default options.
+pub fn model(
+    ctx: &Context,
+    c: &Config,
+    w: &HostWeights,
+    size: (usize, usize),
+    mode: Mode,
+) -> Model {
+    Model::new(
+        ctx,
+        c.clone(),
+        w,
+        size,
+        mode,
+        DecoderOptions::default(),
+        |_, _| {},
+    )
+    .expect("the model is made")
 }

@@ -12,13 +12,12 @@
 //!   layers these one-ulp steps add up in the residual stream and reach the logits scaled by
 //!   their size, not by an absolute constant (a 1B model's logits are larger than a 135M's, and
 //!   an absolute tolerance that holds one fails the other);
-//! - how many: bf16 itself sets the scale. Measured on an H200 (`bench/llama/bf16_noise.py`,
-//!   `bench/results/2026-12-01-llama.md`): transformers' own bf16 decode lies up to 8.3 ulps
-//!   (median 3.6) from the same model in float32 on the Llama-3.2-1B-shaped config, and up to 2.3
-//!   ulps on the SmolLM2-135M-shaped one. Two bf16 implementations that are each that near the
-//!   exact model may lie twice as far from each other, so the default is 16 ulps. A real error
-//!   (a wrong RoPE frequency, a missed norm, a stale KV entry) is hundreds of ulps. (An 8-ulp
-//!   rule, set before that measurement, failed on the 1B config at 8.6-9 ulps.)
+//! - how many: bf16 itself sets the scale. transformers' own bf16 decode lies up to about 8
+//!   ulps from the same model in float32 on the Llama-3.2-1B-shaped config, and up to about 2
+//!   on the SmolLM2-135M-shaped one (`bench/llama/bf16_noise.py` measures it). Two bf16
+//!   implementations that are each that near the exact model may lie twice as far from each
+//!   other, so the default is 16 ulps. A real error (a wrong RoPE frequency, a missed norm, a
+//!   stale KV entry) is hundreds of ulps.
 //!
 //! The argmax check uses the same per-step tolerance as its margin: where the reference's top-2
 //! margin exceeds it, graphsmith's argmax must equal the reference's.

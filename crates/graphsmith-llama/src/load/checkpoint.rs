@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use half::{bf16, f16};
 use safetensors::{Dtype, SafeTensors};
 
-use crate::config::Config;
+use super::config::Config;
 use crate::error::{LlamaError, Result};
 
 /// One layer's weights, bf16 bits, row-major `[out, in]` like HF's `nn.Linear`.

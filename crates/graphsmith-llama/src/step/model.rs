@@ -3,17 +3,22 @@
 //! the largest bucket run eagerly with the cache's reason.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use graphsmith::model::HazardReport;
 use graphsmith::{CacheConfig, CaptureMode, Context, GraphCache, Oversize, Path, Stream};
 
-use crate::checkpoint::HostWeights;
-use crate::config::Config;
-use crate::decoder::{Decoder, Gemm};
-use crate::device_loop::DecodeLoop;
+use super::decoder::Decoder;
+use super::device_loop::DecodeLoop;
+use super::options::DecoderOptions;
 use crate::error::{LlamaError, Result};
-use crate::weights::DeviceWeights;
+use crate::load::checkpoint::HostWeights;
+use crate::load::config::Config;
+use crate::load::weights::DeviceWeights;
+
+mod loops;
+mod swap;
+
+pub use swap::SwapReport;
 
 /// The batch buckets captured in graphs mode.
 pub const BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
@@ -65,39 +70,21 @@ pub struct Model {
     runner: Runner,
     mode: Mode,
     /// Device-side decode loops by bucket (`device_loop.rs`), built on first use; dropped
-    /// whenever the step graphs change (kernels, projections, weights).
-    pub(crate) loops: HashMap<usize, DecodeLoop>,
-}
-
-/// What a weight swap took.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct SwapReport {
-    /// Uploading the new weights into new buffers (while the old ones still serve).
-    pub upload_ms: f64,
-    /// Switching every held executable to the new buffers in place.
-    pub switch_ms: f64,
-    /// Executables switched.
-    pub executables: usize,
-    /// Kernel nodes whose arguments changed, over all executables.
-    pub nodes_updated: usize,
-    /// Checking every relocated graph against an eager step (before the old weights go).
-    pub verify_ms: f64,
-    /// `relocate` (in place), or `recapture: <why relocation was impossible or incomplete>`.
-    pub method: String,
-    /// Device memory given back after the switch (the old set's bytes when all of it was freed).
-    pub freed_bytes: u64,
+    /// when the weights change.
+    loops: HashMap<usize, DecodeLoop>,
 }
 
 impl Model {
     /// Uploads `host` and prepares `mode` for batches of up to `capacity` rows and `max_ctx`
-    /// positions. Graphs mode captures the largest bucket here (the others on first use).
+    /// positions, its steps issued as `options` says (for the model's life). Graphs mode
+    /// captures the largest bucket here (the others on first use).
     pub fn new(
         ctx: &Context,
         config: Config,
         host: &HostWeights,
-        capacity: usize,
-        max_ctx: usize,
+        (capacity, max_ctx): (usize, usize),
         mode: Mode,
+        options: DecoderOptions,
         progress: impl FnMut(usize, usize),
     ) -> Result<Model> {
         if capacity == 0 {
@@ -109,7 +96,8 @@ impl Model {
         let runner = match mode {
             Mode::Eager => {
                 let stream = ctx.stream("eager")?;
-                let work = Decoder::new(ctx, &stream, config, weights, capacity, max_ctx)?;
+                let work =
+                    Decoder::new(ctx, &stream, config, weights, (capacity, max_ctx), options)?;
                 stream.synchronize()?;
                 Runner::Eager {
                     stream,
@@ -118,7 +106,8 @@ impl Model {
             }
             Mode::Graphs => {
                 let capacity = capacity.max(*BUCKETS.last().unwrap_or(&1));
-                let work = Decoder::new(ctx, &upload, config, weights, capacity, max_ctx)?;
+                let work =
+                    Decoder::new(ctx, &upload, config, weights, (capacity, max_ctx), options)?;
                 upload.synchronize()?;
                 let cache = GraphCache::new(
                     ctx,
@@ -169,7 +158,7 @@ impl Model {
     }
 
     /// The decoder state.
-    pub fn decoder(&self) -> &Decoder {
+    pub(crate) fn decoder(&self) -> &Decoder {
         match &self.runner {
             Runner::Eager { work, .. } => work,
             Runner::Graphs(cache) => cache.work(),
@@ -184,53 +173,25 @@ impl Model {
         }
     }
 
-    /// Chooses the kernels that run the projections ([`Gemm`]); held graphs are captured
-    /// again so that every bucket follows the choice.
-    pub fn set_gemm(&mut self, gemm: Gemm) -> Result<()> {
-        self.change_decoder(|work| {
-            work.gemm = gemm;
-            Ok(())
-        })
+    /// How the model's steps are issued (fixed when it was made).
+    pub fn options(&self) -> DecoderOptions {
+        self.decoder().options()
     }
 
-    /// Plain kernels or kernels with programmatic dependent launch (held graphs are
-    /// re-instantiated with the new choice).
-    pub fn set_pdl(&mut self, pdl: crate::Pdl) -> Result<()> {
-        self.change_decoder(|work| work.set_pdl(pdl))
+    /// Whether the model's kernels use programmatic dependent launch (asked for, and where
+    /// [`crate::Pdl::Auto`] asked, available).
+    pub fn uses_pdl(&self) -> bool {
+        self.decoder().uses_pdl()
     }
 
-    /// Hand-set launch choices ([`crate::Tuning`]; held graphs are captured again with them).
-    /// They change how the work is spread over the GPU (and so the order of some sums).
-    pub fn set_tuning(&mut self, tuning: crate::Tuning) -> Result<()> {
-        self.change_decoder(|work| {
-            work.tuning = tuning;
-            Ok(())
-        })
-    }
-
-    /// Changes how steps are issued: the loops are dropped, and in graphs mode the stream is
-    /// drained first and every held bucket is captured again (updated in place where the
-    /// driver allows, re-instantiated where not).
-    fn change_decoder(&mut self, change: impl FnOnce(&mut Decoder) -> Result<()>) -> Result<()> {
-        self.loops.clear();
-        match &mut self.runner {
-            Runner::Eager { work, .. } => change(work)?,
-            Runner::Graphs(cache) => {
-                let (stream, work) = cache.parts();
-                stream.synchronize()?;
-                change(work)?;
-                if !cache.held_buckets().is_empty() {
-                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
-                    cache.stream().synchronize()?;
-                }
-            }
-        }
-        Ok(())
+    /// Whether a step of `rows` rows runs its projections on the GEMV kernels.
+    pub fn uses_gemv(&self, rows: usize) -> bool {
+        self.decoder().uses_gemv(rows)
     }
 
     /// The config.
     pub fn config(&self) -> &Config {
-        &self.decoder().config
+        self.decoder().config()
     }
 
     /// Writes (token, position) for each row and runs one step for them; rows past
@@ -259,8 +220,7 @@ impl Model {
                 let dispatch = dispatch.map_err(|e| {
                     cache
                         .work()
-                        .cublas
-                        .take_failure()
+                        .take_cublas_failure()
                         .unwrap_or(LlamaError::Runtime(e))
                 })?;
                 Ok(match dispatch.path {
@@ -290,8 +250,8 @@ impl Model {
     /// Logits of the first `rows` rows, `[rows, vocab]`, after the last step.
     pub fn logits(&self, rows: usize) -> Result<Vec<f32>> {
         let d = self.decoder();
-        let mut all = self.stream().download(&d.logits)?;
-        all.truncate(rows * d.config.vocab_size);
+        let mut all = self.stream().download(d.logits())?;
+        all.truncate(rows * d.config().vocab_size);
         Ok(all)
     }
 
@@ -304,7 +264,7 @@ impl Model {
 
     /// The argmax of the first `rows` rows after the last step (-1 for a row that was padding).
     pub fn next_tokens(&self, rows: usize) -> Result<Vec<i32>> {
-        let mut all = self.stream().download(&self.decoder().next)?;
+        let mut all = self.stream().download(self.decoder().next_tokens())?;
         all.truncate(rows);
         Ok(all)
     }
@@ -335,8 +295,8 @@ impl Model {
             Runner::Eager { stream, work } => (stream, work),
             Runner::Graphs(cache) => cache.parts(),
         };
-        let nan = vec![f32::NAN; work.logits.len()];
-        stream.upload(&mut work.logits, &nan)?;
+        let nan = vec![f32::NAN; work.logits().len()];
+        stream.upload(work.logits_mut(), &nan)?;
         Ok(())
     }
 
@@ -386,147 +346,5 @@ impl Model {
     pub fn device_used_bytes(&self) -> Result<u64> {
         let (free, total) = self.ctx.memory_info()?;
         Ok(total.saturating_sub(free) as u64)
-    }
-
-    /// Loads `host` into new buffers while the current weights serve, switches every held
-    /// executable to them in place ([`graphsmith::Exec::relocate`]: no capture, no
-    /// instantiation) and frees the old buffers once no launch uses them.
-    pub fn swap_weights(&mut self, host: &HostWeights) -> Result<SwapReport> {
-        // The loops point at the old weights: built again on next use.
-        self.loops.clear();
-        let t = Instant::now();
-        let upload = self.ctx.stream("swap-upload")?;
-        let new = DeviceWeights::upload(&self.ctx, &upload, host, "weights-swapped", |_, _| {})?;
-        upload.synchronize()?;
-        let upload_ms = t.elapsed().as_secs_f64() * 1e3;
-        let old_bytes = self.decoder().weights.bytes();
-        let moves = {
-            let old = self.decoder().weights.buffers();
-            let fresh = new.buffers();
-            if old.len() != fresh.len() {
-                return Err(LlamaError::Input(format!(
-                    "the new weights have {} tensors, the model {} (tied and untied lm_head mixed?)",
-                    fresh.len(),
-                    old.len()
-                )));
-            }
-            old.iter()
-                .zip(&fresh)
-                .map(|(o, n)| graphsmith::Relocation::new(o, n))
-                .collect::<graphsmith::Result<Vec<_>>>()?
-        };
-        let used_before = self.device_used_bytes()?;
-        let t = Instant::now();
-        let (mut executables, mut nodes_updated) = (0, 0);
-        let mut impossible = None;
-        if let Runner::Graphs(cache) = &mut self.runner {
-            for bucket in cache.held_buckets() {
-                if let Some(exec) = cache.exec_mut(&bucket) {
-                    match exec.relocate(&moves) {
-                        Ok(moved) => nodes_updated += moved.nodes,
-                        // Nothing of this executable was changed: it is re-captured below.
-                        Err(e) => impossible = Some(e),
-                    }
-                    executables += 1;
-                }
-            }
-        }
-        let mut switch_ms = t.elapsed().as_secs_f64() * 1e3;
-        drop(moves);
-        let old = match &mut self.runner {
-            Runner::Eager { stream, work } => {
-                stream.synchronize()?;
-                std::mem::replace(&mut work.weights, new)
-            }
-            Runner::Graphs(cache) => {
-                let (stream, work) = cache.parts();
-                stream.synchronize()?;
-                std::mem::replace(&mut work.weights, new)
-            }
-        };
-        // The old buffers stay alive until every relocated graph has been checked against an
-        // eager step: a pointer the relocation could not see (e.g. encoded inside a TMA
-        // descriptor) would still read the old weights, and is caught here, not by a fault.
-        let t = Instant::now();
-        let mismatch = match impossible {
-            Some(e) => Some(e.to_string()),
-            None => self.verify_graphs()?,
-        };
-        let verify_ms = t.elapsed().as_secs_f64() * 1e3;
-        let method = match mismatch {
-            None => "relocate".to_string(),
-            Some(reason) => {
-                // Fall back to capturing every bucket again with the new weights.
-                let t = Instant::now();
-                if let Runner::Graphs(cache) = &mut self.runner {
-                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
-                    cache.stream().synchronize()?;
-                }
-                switch_ms += t.elapsed().as_secs_f64() * 1e3;
-                format!("recapture: {reason}")
-            }
-        };
-        drop(old);
-        let used_after = self.device_used_bytes()?;
-        Ok(SwapReport {
-            upload_ms,
-            switch_ms,
-            verify_ms,
-            executables,
-            nodes_updated,
-            method,
-            freed_bytes: used_before.saturating_sub(used_after).min(old_bytes),
-        })
-    }
-
-    /// Runs every held bucket once from its graph and once eagerly (same inputs, all rows at
-    /// position 0) and compares the logits bit for bit; the first bucket that differs is
-    /// returned. Overwrites position 0 of the KV cache of those rows.
-    pub fn verify_graphs(&mut self) -> Result<Option<String>> {
-        let Runner::Graphs(cache) = &mut self.runner else {
-            return Ok(None);
-        };
-        let vocab = cache.work().config.vocab_size;
-        for bucket in cache.held_buckets() {
-            let rows: Vec<(i32, i32)> = (0..bucket)
-                .map(|r| (((r * 31 + 1) % vocab) as i32, 0))
-                .collect();
-            let mut failed = None;
-            cache.run_with(&bucket, |stream, work, _| {
-                failed = work.write_rows(stream, &rows).err();
-                Ok(())
-            })?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            let (stream, work) = cache.parts();
-            let graph = stream.download(&work.logits)?;
-            work.write_rows(stream, &rows)?;
-            work.step(stream, bucket)?;
-            let eager = stream.download(&work.logits)?;
-            let n = bucket * vocab;
-            let same = graph[..n]
-                .iter()
-                .zip(&eager[..n])
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            if !same {
-                return Ok(Some(format!(
-                    "bucket {bucket}: the relocated graph's logits differ from an eager step's (a pointer the relocation could not see?)"
-                )));
-            }
-        }
-        Ok(None)
-    }
-
-    /// Re-captures every held bucket from the current state and updates the executables
-    /// (the alternative to [`Model::swap_weights`]'s in-place switch), timed in ms.
-    pub fn recapture_all(&mut self) -> Result<f64> {
-        let Runner::Graphs(cache) = &mut self.runner else {
-            return Ok(0.0);
-        };
-        let t = Instant::now();
-        cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
-        cache.stream().synchronize()?;
-        Ok(t.elapsed().as_secs_f64() * 1e3)
     }
 }

@@ -1,10 +1,9 @@
-//! Launch choices set by hand to measure alternatives to the rules
-//! (`graphsmith-llama bench --tune SPEC`): the warps per output column of each one-row
-//! projection, the projections' blocks per multiprocessor, a cap on the attention's splits,
-//! whether the attention loads before its programmatic wait, how many bytes of the next
-//! weights it asks L2 for (`crate::prefetch`), before or after that wait, whether it runs
-//! as thread block clusters, which one-row projections run on the ring GEMV
-//! (`kernels::gemv_async`) and on how many blocks. They change how the work is spread over the
+//! Launch choices set by hand in place of the rules' (`graphsmith-llama bench --tune SPEC`):
+//! the warps per output column of each one-row projection, the projections' blocks per
+//! multiprocessor, a cap on the attention's splits, whether it runs as thread block clusters,
+//! how many bytes of the next weights it asks L2 for (`step::prefetch`), which one-row
+//! projections run on the ring GEMV (`kernels::launch::gemv_async`) and on how many blocks: what a
+//! search per shape would tune. They change how the work is spread over the
 //! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
 //! may differ from the rules' by rounding, and must pass the same checks
 //! (`tests/gpu_decode.rs` runs the host-reference check with two extreme choices).
@@ -19,50 +18,38 @@ pub const PROJECTIONS: [&str; 5] = ["qkv", "o", "gate_up", "down", "head"];
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Tuning {
     /// Warps per output column of q/k/v, o, gate/up, down and lm_head (1, 2, 4 or 8; the rules
-    /// are `kernels::QKV_WARPS_PER_COLUMN` for q/k/v and
-    /// `kernels::warps_per_column` for the others).
+    /// are `kernels::geometry::QKV_WARPS_PER_COLUMN` for q/k/v and
+    /// `kernels::geometry::warps_per_column` for the others).
     pub warps_per_column: [Option<usize>; 5],
     /// At most this many blocks share one row's positions in the attention (the rule,
-    /// `kernels::attention_splits`, sized the buffers, so a cap above it changes nothing).
+    /// `kernels::geometry::attention_splits`, sized the buffers, so a cap above it changes nothing).
     pub attention_splits: Option<usize>,
     /// At most this many resident blocks of a one-row projection per multiprocessor (1 to 4;
     /// the rule takes as many as fit, up to 4). Fewer leave room for the next kernel's blocks
     /// to start and load their weights while this one runs.
     pub gemv_blocks_per_sm: Option<u32>,
-    /// Whether the attention loads the position and its first round of cached K and V before
-    /// its programmatic wait (the rule: yes; `early=0` loads them after it, as a kernel without
-    /// programmatic launch does anyway).
-    pub attention_early: Option<bool>,
     /// MiB of the next kernels' weights the attention asks L2 for at one row
-    /// ([`crate::prefetch`]; the rule: [`PREFETCH_MIB_RULE`]; 0: none).
+    /// (`step::prefetch`; the rule: `PREFETCH_MIB_RULE`; 0: none).
     pub prefetch_mib: Option<u64>,
-    /// Whether that prefetch is issued after the attention's programmatic wait, or before it
-    /// (the rule: measured faster on both configs, `bench/results/2026-12-01-llama-6.md`).
-    pub prefetch_after_wait: Option<bool>,
     /// Whether the attention runs as one thread block cluster per (row, key/value head),
-    /// combining in distributed shared memory (`kernels::AttentionLaunch`, for groups of up to
+    /// combining in distributed shared memory (`kernels::geometry::AttentionLaunch`, for groups of up to
     /// 4 and head_dim up to 128; the rule: at one row and short contexts, see
     /// `AttentionLaunch::for_rows`).
     pub attention_cluster: Option<bool>,
-    /// Where each attention block lets the next kernel (the o projection) start: 0 before its
-    /// programmatic wait (the rule), 1 after it, 2 after its dot products, 3 at its exit.
-    pub attention_trigger: Option<u8>,
-    /// Which one-row projections run on the ring GEMV (`kernels::gemv_async`), a bit each: 1
-    /// q/k/v, 2 o, 4 gate/up, 8 down (the rule: all or none, `kernels::ring_gemv_rule`).
+    /// Which one-row projections run on the ring GEMV (`kernels::launch::gemv_async`), a bit each: 1
+    /// q/k/v, 2 o, 4 gate/up, 8 down (the rule: all or none, `kernels::geometry::ring_gemv_rule`).
     pub ring_gemv: Option<u8>,
     /// The ring GEMV's blocks per multiprocessor (1 or 2; the rule:
-    /// `kernels::GEMV_ASYNC_BLOCKS_PER_SM`).
+    /// `kernels::geometry::GEMV_ASYNC_BLOCKS_PER_SM`).
     pub ring_gemv_blocks: Option<u32>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
-const OTHER_KEYS: &str = "splits, blocks, early, pf, pfw, cluster, atrig, cpa, cpab";
+const OTHER_KEYS: &str = "splits, blocks, pf, cluster, cpa, cpab";
 
-/// MiB the attention prefetches at one row unless `pf=N` says otherwise. Measured on an H200:
-/// 8 MiB before the wait was the fastest budget on both configs in the sixth pass (4 to 32
-/// tried, `bench/results/2026-12-01-llama-6.md`); since the attention got shorter (tenth
-/// pass, `2026-12-02-llama-10.md`) 4 MiB is, by 2.5-5 us per step on both configs. More
-/// competes with the q/k/v projection still streaming.
+/// MiB the attention prefetches at one row unless `pf=N` says otherwise: about what the
+/// memory can fetch while the attention and the o projection run; more competes with the
+/// q/k/v projection still streaming its weights.
 pub const PREFETCH_MIB_RULE: u64 = 4;
 
 impl Tuning {
@@ -76,30 +63,11 @@ impl Tuning {
         self.prefetch_mib.unwrap_or(PREFETCH_MIB_RULE) << 20
     }
 
-    /// Whether projection `i` (in [`PROJECTIONS`]' order) runs on the ring GEMV at one row,
+    /// Whether projection `i` (in `PROJECTIONS`' order) runs on the ring GEMV at one row,
     /// given the rule's answer for the model (`by_rule`).
     pub fn ring_gemv_for(&self, i: usize, by_rule: bool) -> bool {
         let mask = self.ring_gemv.unwrap_or(if by_rule { 15 } else { 0 });
         i < 4 && mask >> i & 1 == 1
-    }
-
-    /// Whether the attention loads its position and first round of K and V before its
-    /// programmatic wait (the rule: yes, `bench/results/2026-12-01-llama-5.md`).
-    pub fn attention_loads_early(&self) -> bool {
-        self.attention_early.unwrap_or(true)
-    }
-
-    /// Whether the attention's prefetch follows its programmatic wait (the rule: no, it comes
-    /// before, `bench/results/2026-12-01-llama-6.md`).
-    pub fn prefetches_after_wait(&self) -> bool {
-        self.prefetch_after_wait.unwrap_or(false)
-    }
-
-    /// The attention's `early` argument: bit 0 whether it loads before its wait, bits 1-2
-    /// where it triggers its dependents (`attention_trigger`; the rule: 0, before its wait).
-    pub fn attention_flags(&self) -> i32 {
-        i32::from(self.attention_loads_early())
-            | i32::from(self.attention_trigger.unwrap_or(0)) << 1
     }
 }
 
@@ -107,9 +75,8 @@ impl FromStr for Tuning {
     type Err = String;
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
-    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), early (0 or 1), pf (MiB,
-    /// up to 1024), pfw (0 or 1), cluster (0 or 1), atrig (0 to 3), cpa (0 to 15) and cpab (1
-    /// or 2).
+    /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), pf (MiB, up to 1024),
+    /// cluster (0 or 1), cpa (0 to 15) and cpab (1 or 2).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -134,27 +101,11 @@ impl FromStr for Tuning {
                 t.prefetch_mib = Some(n as u64);
                 continue;
             }
-            // The keys that are a yes (1) or a no (0).
-            let flag = match key {
-                "pfw" => Some(&mut t.prefetch_after_wait),
-                "cluster" => Some(&mut t.attention_cluster),
-                "early" => Some(&mut t.attention_early),
-                _ => None,
-            };
-            if let Some(flag) = flag {
+            if key == "cluster" {
                 if n > 1 {
                     return Err(format!("{key}={n}: 0 or 1"));
                 }
-                *flag = Some(n == 1);
-                continue;
-            }
-            if key == "atrig" {
-                if n > 3 {
-                    return Err(format!(
-                        "atrig={n}: 0 (before the wait), 1 (after it), 2 (after the dot products) or 3 (at exit)"
-                    ));
-                }
-                t.attention_trigger = Some(n as u8);
+                t.attention_cluster = Some(n == 1);
                 continue;
             }
             if key == "cpa" {
@@ -218,20 +169,11 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.gemv_blocks_per_sm {
             parts.push(format!("blocks={n}"));
         }
-        if let Some(e) = self.attention_early {
-            parts.push(format!("early={}", u8::from(e)));
-        }
         if let Some(n) = self.prefetch_mib {
             parts.push(format!("pf={n}"));
         }
-        if let Some(w) = self.prefetch_after_wait {
-            parts.push(format!("pfw={}", u8::from(w)));
-        }
         if let Some(c) = self.attention_cluster {
             parts.push(format!("cluster={}", u8::from(c)));
-        }
-        if let Some(n) = self.attention_trigger {
-            parts.push(format!("atrig={n}"));
         }
         if let Some(n) = self.ring_gemv {
             parts.push(format!("cpa={n}"));
@@ -259,10 +201,9 @@ mod tests {
             "qkv=2,o=8,splits=1",
             "head=1,splits=64",
             "o=4,blocks=2",
-            "splits=4,early=0",
-            "pf=16,pfw=0",
+            "splits=4,pf=0",
+            "pf=16",
             "splits=8,cluster=0",
-            "atrig=2",
             "cpa=5,cpab=1",
         ] {
             let t: Tuning = spec.parse().unwrap();
@@ -282,9 +223,8 @@ mod tests {
         assert!(err("down").contains("not KEY=N"));
         assert!(err("splits=0").contains("at least one"));
         assert!(err("blocks=5").contains("1 to 4"));
-        assert!(err("early=2").contains("0 or 1"));
         assert!(err("pf=2000").contains("at most 1024"));
-        assert!(err("pfw=3").contains("0 or 1"));
+        assert!(err("early=0").contains("unknown key 'early'"));
         assert!(err("cluster=2").contains("0 or 1"));
         assert!(err("o=x").contains("not a whole number"));
         assert!(err("cpa=16").contains("8 (down)"));

@@ -8,14 +8,10 @@
 //! wait by default. Only weights are prefetched: no kernel of a step writes them, and L2 is
 //! where the GPU's memory is coherent, so a prefetch changes no value, whenever it runs.
 //!
-//! Measured on an H200 (`bench --tune`, `bench/results/2026-12-01-llama-6.md`): 8 MiB before
-//! the wait gains on both configs; since the tenth pass shortened the attention, 4 MiB
-//! (`tuning::PREFETCH_MIB_RULE`) gains 2.5-5 us per step more (`2026-12-02-llama-10.md`).
-//! After the wait it loses, and so did prefetches issued by each GEMV once its columns were
-//! done (perhaps because a block cannot exit before its bulk operations complete). The o and
-//! down projections prefetching before their own waits, and
-//! line-by-line prefetches (`prefetch.global.L2`), gained 3 us per step at most: they were
-//! measured at commit 659e28a and not kept.
+//! The prefetch is issued before the wait, so it overlaps the end of the q/k/v projection; the
+//! budget (`tuning::PREFETCH_MIB_RULE` unless tuned) is about what the memory fetches while the
+//! attention runs. Only the attention prefetches: a GEMV cannot exit before its bulk operations
+//! complete, so prefetches issued there would lengthen it.
 //!
 //! The gate/up GEMV reads its gate and up rows together (column `o` takes rows `o` and
 //! `n + o`), so a budget smaller than gate/up takes the beginning of each half.

@@ -2,7 +2,7 @@
 
 use graphsmith::{Context, DeviceBuffer, Stream};
 
-use crate::checkpoint::HostWeights;
+use super::checkpoint::HostWeights;
 use crate::error::Result;
 
 /// One layer's weights on the device (bf16 bits).

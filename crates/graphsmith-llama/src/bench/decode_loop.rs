@@ -9,13 +9,13 @@
 //! (two orders with two contenders, six with three), so that each runs first, last and after
 //! each other one equally often.
 
+use graphsmith::Context;
 use serde::Serialize;
 
+use super::decode::median;
 use crate::error::{LlamaError, Result};
-use crate::model::Mode;
-use crate::run::{bar, bench_prompt, build_model, check_request, load_host, median, Source};
-use crate::Pdl;
-use graphsmith::Context;
+use crate::run::{bar, bench_prompt, build_model, check_request, load_host, Source};
+use crate::step::{DecoderOptions, Mode, Model, Pdl};
 
 /// One (batch, K, PDL) point.
 #[derive(Clone, Debug, Serialize)]
@@ -81,31 +81,26 @@ pub fn bench_loop(
     let prompt = bench_prompt(32, config.vocab_size);
     let max_ctx = prompt.len() + kmax + 1;
     let capacity = b.batches.iter().copied().max().unwrap_or(1);
-    let build = || {
-        build_model(
-            ctx,
-            config.clone(),
-            &host,
-            capacity,
-            max_ctx,
-            Mode::Graphs,
-            b.progress,
-        )
+    let build = |pdl: Pdl| {
+        let opts = DecoderOptions {
+            pdl,
+            ..DecoderOptions::default()
+        };
+        let (size, config) = ((capacity, max_ctx), config.clone());
+        build_model(ctx, config, &host, size, Mode::Graphs, opts, b.progress)
     };
-    let mut model = build()?;
     // The plain contender: built only when some pass may use programmatic launch.
     let mut plain = if b.pdls.iter().any(|&p| p != Pdl::Off) {
-        let mut m = build()?;
-        m.set_pdl(Pdl::Off)?;
-        Some(m)
+        Some(build(Pdl::Off)?)
     } else {
         None
     };
     let (start, end) = (ctx.event("loop/start", true)?, ctx.event("loop/end", true)?);
     for &pdl in b.pdls {
-        model.set_pdl(pdl)?;
+        // A model per pass: the kernels are chosen when it is made.
+        let mut model = build(pdl)?;
         // Only a pass that runs with programmatic launch has a plain step graph to set against.
-        let mut plain = plain.as_mut().filter(|_| model.decoder().uses_pdl());
+        let mut plain = plain.as_mut().filter(|_| model.uses_pdl());
         for &batch in b.batches {
             for (t, &tok) in prompt.iter().enumerate() {
                 model.step(&vec![(tok, t as i32); batch])?;
@@ -176,8 +171,8 @@ pub fn bench_loop(
                     medians.next().unwrap_or(f64::NAN),
                 );
                 let pl = medians.next();
-                let uses_pdl = model.decoder().uses_pdl();
-                let body_nodes = crate::model::bucket_for(batch)
+                let uses_pdl = model.uses_pdl();
+                let body_nodes = crate::step::bucket_for(batch)
                     .and_then(|bk| model.held_loop(bk))
                     .map_or(0, |l| l.body_nodes());
                 emit(&LoopLine {
@@ -225,7 +220,7 @@ fn turn_orders(n: usize) -> Vec<Vec<usize>> {
 
 /// The tokens of `k` host launches of `model`'s step graph from `last` (each row's, in order).
 fn step_tokens(
-    model: &mut crate::Model,
+    model: &mut Model,
     batch: usize,
     k: usize,
     last: (i32, i32),

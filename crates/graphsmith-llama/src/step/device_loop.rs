@@ -16,15 +16,11 @@
 //! println!("{} steps: {:?}", run.steps, run.tokens[0]);
 //! ```
 
-use graphsmith::{args, CaptureMode, Context, DeviceBuffer, Exec, Stream};
+use graphsmith::{CaptureMode, Context, DeviceBuffer, Exec, Stream};
 
-use crate::decoder::Decoder;
+use super::decoder::Decoder;
 use crate::error::{LlamaError, Result};
-use crate::kernels::grid;
-use crate::model::{bucket_for, Model};
 
-/// Threads of `ll_loop_advance` (one block; it loops over rows).
-const CONTROL_THREADS: u32 = 64;
 /// Words of the state buffer before the per-row flags: steps left, steps done, end id.
 const STATE_HEAD: usize = 3;
 
@@ -61,10 +57,10 @@ impl Decoder {
         rows: usize,
         max_steps: usize,
     ) -> Result<DecodeLoop> {
-        if rows == 0 || rows > self.capacity {
+        if rows == 0 || rows > self.capacity() {
             return Err(LlamaError::Input(format!(
                 "a decode loop of {rows} rows (the decoder holds 1 to {})",
-                self.capacity
+                self.capacity()
             )));
         }
         if max_steps == 0 {
@@ -81,27 +77,9 @@ impl Decoder {
             let mut b = g.body(&body)?;
             stream
                 .capture_into(&mut b, CaptureMode::Global, |s| {
-                    self.issue_step_to_argmax(s, rows)?;
-                    let max_ctx = self.max_ctx as i32;
-                    s.launch(
-                        "loop advance",
-                        &self.kernels.loop_advance,
-                        grid(1, 1, CONTROL_THREADS, 0),
-                        args![
-                            &mut self.best,
-                            &mut self.next,
-                            &mut self.tokens,
-                            &mut self.pos,
-                            &mut history,
-                            &mut state,
-                            rows as i32,
-                            max_ctx,
-                            max_steps as i32,
-                            more
-                        ],
-                    )
+                    self.issue_loop_body(s, rows, (&mut history, &mut state), max_steps, more)
                 })
-                .map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))?;
+                .map_err(|e| self.take_cublas_failure().unwrap_or(LlamaError::Runtime(e)))?;
         }
         let body_nodes = g
             .model()
@@ -157,7 +135,7 @@ impl DecodeLoop {
     ///
     /// A row among the first `batch` that already stopped (padding) is recorded with no token.
     /// Rows of the bucket past `batch` are not recorded; if they still hold a position they
-    /// decode along, so make them padding first (a [`Model::step`] of `batch` rows does).
+    /// decode along, so make them padding first (a `Model::step` of `batch` rows does).
     pub fn launch(
         &mut self,
         stream: &Stream,
@@ -248,75 +226,6 @@ pub fn split_history(history: &[i32], rows: usize, batch: usize, steps: usize) -
         })
         .collect();
     LoopRun { steps, tokens }
-}
-
-impl Model {
-    /// Runs up to `steps` decode steps for the first `batch` rows in one launch of the
-    /// device-side loop (graphs mode), from where the last step left each row. The loop of
-    /// the batch's bucket is built on first use (for at least `steps` steps) and kept.
-    pub fn decode_loop(&mut self, batch: usize, steps: usize, eos: Option<i32>) -> Result<LoopRun> {
-        self.launch_loop(batch, steps, eos)?;
-        let bucket = bucket_for(batch).unwrap_or(batch);
-        let (stream, _, loops) = self.loop_parts()?;
-        match loops.get(&bucket) {
-            Some(l) => l.read(stream, batch),
-            None => Err(LlamaError::Input(format!(
-                "no device-side loop for bucket {bucket}"
-            ))),
-        }
-    }
-
-    /// Queues one launch of the loop without reading its tokens.
-    pub fn launch_loop(&mut self, batch: usize, steps: usize, eos: Option<i32>) -> Result<()> {
-        self.prepare_loop(batch, steps, eos)?;
-        self.launch_prepared_loop(batch)
-    }
-
-    /// Queues the launch [`Model::prepare_loop`] prepared (for timing only the loop).
-    pub fn launch_prepared_loop(&mut self, batch: usize) -> Result<()> {
-        let bucket = bucket_for(batch).unwrap_or(batch);
-        let (stream, _, loops) = self.loop_parts()?;
-        match loops.get_mut(&bucket) {
-            Some(l) => l.launch_prepared(stream, batch),
-            None => Err(LlamaError::Input(format!(
-                "no device-side loop for bucket {bucket}: prepare it first"
-            ))),
-        }
-    }
-
-    /// Builds the bucket's loop if needed and writes the state of its next launch
-    /// ([`DecodeLoop::prepare`]).
-    pub fn prepare_loop(&mut self, batch: usize, steps: usize, eos: Option<i32>) -> Result<()> {
-        if batch == 0 || steps == 0 {
-            return Err(LlamaError::Input(format!(
-                "a device-side loop for {batch} rows and {steps} steps: both must be at least 1"
-            )));
-        }
-        let bucket = bucket_for(batch).ok_or_else(|| {
-            LlamaError::Input(format!(
-                "a device-side loop for {batch} rows: the largest bucket holds {}",
-                crate::model::BUCKETS.last().unwrap_or(&1)
-            ))
-        })?;
-        let ctx = self.context().clone();
-        let (stream, work, loops) = self.loop_parts()?;
-        let fits = loops.get(&bucket).is_some_and(|l| l.max_steps >= steps);
-        if !fits {
-            let built = work.build_loop(&ctx, stream, bucket, steps.max(256))?;
-            loops.insert(bucket, built);
-        }
-        match loops.get_mut(&bucket) {
-            Some(l) => l.prepare(stream, steps, batch, eos),
-            None => Err(LlamaError::Input(format!(
-                "no device-side loop for bucket {bucket}"
-            ))),
-        }
-    }
-
-    /// The held loop of `bucket`, if built.
-    pub fn held_loop(&self, bucket: usize) -> Option<&DecodeLoop> {
-        self.loops.get(&bucket)
-    }
 }
 
 #[cfg(test)]

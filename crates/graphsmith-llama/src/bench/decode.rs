@@ -1,0 +1,205 @@
+//! The `bench` command: decode steps per second for each mode, programmatic launch choice,
+//! tuning and batch, timed with CUDA events after a prefill, against the weights' copy floor.
+
+use graphsmith::Context;
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::run::{bar, bench_prompt, build_model, check_request, load_host, Source};
+use crate::step::{DecoderOptions, Gemm, Mode, Pdl, StepPath, Tuning};
+
+/// One line of `bench --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchLine {
+    #[serde(rename = "impl")]
+    pub implementation: String,
+    pub config: String,
+    pub batch: usize,
+    pub steps_per_s: f64,
+    pub tokens_per_s: f64,
+    pub ms_per_step: f64,
+    pub peak_mem_bytes: u64,
+    pub weight_bytes: u64,
+    pub copy_tb_s: f64,
+    pub floor_ms: f64,
+    /// Nodes in the bucket's graph (graphs mode).
+    pub graph_nodes: Option<usize>,
+    /// How the timed steps ran: "graph", "eager", or the fallback reason.
+    pub path: String,
+    /// Which kernels ran the projections: "gemv" (the decoder's own, fused) or "cublas".
+    pub projections: String,
+    /// Whether the decoder's kernels used programmatic dependent launch.
+    pub pdl: bool,
+    /// The hand-set launch choices (`default`: the rules'; see [`Tuning`]). A line
+    /// measured with others names them in `impl` too, e.g. `graphsmith-graphs [down=4]`.
+    pub tuning: String,
+    /// After the pass: the next token of row 0, the sum of row 0's logits, and the sum of the
+    /// attention's counters (0 when every launch combined its partials).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Device-to-device copy bandwidth in TB/s (bytes read plus bytes written, per second).
+pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
+    let n = 256 << 20; // u32 elements: 1 GiB
+    let src = ctx.alloc::<u32>("bandwidth/src", n)?;
+    let mut dst = ctx.alloc::<u32>("bandwidth/dst", n)?;
+    let stream = ctx.stream("bandwidth")?;
+    let (a, b) = (
+        ctx.event("bandwidth/start", true)?,
+        ctx.event("bandwidth/end", true)?,
+    );
+    stream.copy("bandwidth copy", &mut dst, &src)?;
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        stream.record(&a)?;
+        stream.copy("bandwidth copy", &mut dst, &src)?;
+        stream.record(&b)?;
+        b.synchronize()?;
+        times.push(b.elapsed_ms_since(&a)? as f64);
+    }
+    let ms = median(times);
+    Ok(2.0 * (n * 4) as f64 / (ms * 1e-3) / 1e12)
+}
+
+/// The `bench` command: for each mode, programmatic launch choice, tuning and batch, decode
+/// `steps` steps after `warmup` (prefill excluded), timed with CUDA events over the whole loop,
+/// median of `runs`; each (mode, programmatic launch, tuning) on a model of its own. `ctx` is
+/// called once the inputs have been checked.
+#[allow(clippy::too_many_arguments)]
+pub fn bench(
+    ctx: impl FnOnce() -> Result<Context>,
+    source: &Source,
+    batches: &[usize],
+    modes: &[Mode],
+    gemm: Gemm,
+    pdls: &[Pdl],
+    tunings: &[Tuning],
+    steps: usize,
+    warmup: usize,
+    runs: usize,
+    progress: bool,
+    mut emit: impl FnMut(&BenchLine),
+) -> Result<()> {
+    let (config, host) = load_host(source, progress)?;
+    for &b in batches {
+        check_request(&config, 32, warmup + steps, b)?;
+    }
+    let ctx = &ctx()?;
+    let copy_tb_s = copy_bandwidth(ctx)?;
+    let weight_bytes = config.weight_bytes();
+    let prompt = bench_prompt(32, config.vocab_size);
+    let max_ctx = prompt.len() + warmup + steps + 1;
+    let capacity = batches.iter().copied().max().unwrap_or(1);
+    let default = [Tuning::default()];
+    let tunings = if tunings.is_empty() {
+        &default[..]
+    } else {
+        tunings
+    };
+    // One model per (mode, programmatic launch, tuning): the options are fixed when it is made.
+    let passes = modes.iter().flat_map(|&m| {
+        pdls.iter()
+            .flat_map(move |&p| tunings.iter().map(move |&t| (m, p, t)))
+    });
+    for (mode, pdl, tuning) in passes {
+        let (free0, total) = ctx.memory_info()?;
+        let base = (total - free0) as u64;
+        let options = DecoderOptions { gemm, pdl, tuning };
+        let size = (capacity, max_ctx);
+        let mut model = build_model(ctx, config.clone(), &host, size, mode, options, progress)?;
+        let mut peak = model.device_used_bytes()?.saturating_sub(base);
+        for &batch in batches {
+            let pb = bar(
+                progress,
+                (prompt.len() + runs * (warmup + steps)) as u64,
+                &format!("{mode:?} b{batch} pdl {pdl:?} tune {tuning}"),
+            );
+            let mut path = StepPath::Eager;
+            for (t, &tok) in prompt.iter().enumerate() {
+                path = model.step(&vec![(tok, t as i32); batch])?;
+                pb.inc(1);
+            }
+            let last = (*prompt.last().unwrap_or(&0), prompt.len() as i32 - 1);
+            let (a, b) = (
+                ctx.event("bench/start", true)?,
+                ctx.event("bench/end", true)?,
+            );
+            let mut times = Vec::new();
+            for _ in 0..runs {
+                model.step(&vec![last; batch])?;
+                model.run_free(batch, warmup)?;
+                model.stream().record(&a)?;
+                model.run_free(batch, steps)?;
+                model.stream().record(&b)?;
+                b.synchronize()?;
+                times.push(b.elapsed_ms_since(&a)? as f64);
+                pb.inc((warmup + steps) as u64);
+            }
+            pb.finish_and_clear();
+            let after = {
+                let tok = model.next_tokens(1)?;
+                let sum: f64 = model.logits(1)?.iter().map(|&v| v as f64).sum();
+                let cnt: u64 = model.attention_counters()?.iter().map(|&c| c as u64).sum();
+                Some(format!(
+                    "next {:?}, logits sum {sum:.6}, counters {cnt}",
+                    tok
+                ))
+            };
+            peak = peak.max(model.device_used_bytes()?.saturating_sub(base));
+            let ms = median(times) / steps as f64;
+            let rows = match &path {
+                StepPath::Graph { bucket } => *bucket,
+                _ => batch,
+            };
+            let projections = if model.uses_gemv(rows) {
+                "gemv"
+            } else {
+                "cublas"
+            };
+            let (implementation, nodes, path) = match (mode, path) {
+                (Mode::Eager, _) => ("graphsmith-eager", None, "eager".to_string()),
+                (Mode::Graphs, StepPath::Graph { bucket }) => (
+                    "graphsmith-graphs",
+                    model.node_count(bucket),
+                    "graph".to_string(),
+                ),
+                (Mode::Graphs, StepPath::Fallback { reason }) => {
+                    ("graphsmith-graphs", None, format!("eager: {reason}"))
+                }
+                (Mode::Graphs, StepPath::Eager) => ("graphsmith-graphs", None, "eager".to_string()),
+            };
+            // A run asked to go without programmatic launch is named apart.
+            let suffix = if pdl == Pdl::Off { "-nopdl" } else { "" };
+            let tuned = if tuning.is_default() {
+                String::new()
+            } else {
+                format!(" [{tuning}]")
+            };
+            emit(&BenchLine {
+                implementation: format!("{implementation}{suffix}{tuned}"),
+                config: source.name(),
+                batch,
+                steps_per_s: 1e3 / ms,
+                tokens_per_s: batch as f64 * 1e3 / ms,
+                ms_per_step: ms,
+                peak_mem_bytes: peak,
+                weight_bytes,
+                copy_tb_s,
+                floor_ms: weight_bytes as f64 / (copy_tb_s * 1e12) * 1e3,
+                graph_nodes: nodes,
+                path,
+                projections: projections.to_string(),
+                pdl: model.uses_pdl(),
+                tuning: tuning.to_string(),
+                after,
+            });
+        }
+    }
+    Ok(())
+}

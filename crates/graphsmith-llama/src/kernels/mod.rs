@@ -1,0 +1,17 @@
+//! The decoder's kernels (`kernels/llama_kernels.cu`): loading the PTX (`ptx`), their launch
+//! geometry (`geometry`), the GEMV launchers (`launch`) and cuBLAS (`cublas`).
+//!
+//! What is `pub` here is the launch-level API the kernel tests drive directly; the decoder
+//! uses the rest.
+
+pub(crate) mod cublas;
+pub(crate) mod geometry;
+pub(crate) mod launch;
+pub(crate) mod ptx;
+
+pub use geometry::{
+    async_smem, attention_splits, AttentionLaunch, GemvGrid, ARGMAX_CHUNK, ARGMAX_THREADS,
+    ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
+};
+pub use launch::{allow_smem, gemv, gemv_async, gemv_head};
+pub use ptx::{GemvKernels, Kernels};

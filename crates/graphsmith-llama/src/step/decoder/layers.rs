@@ -1,0 +1,328 @@
+//! A step's layers and lm_head, on the GEMV kernels (one row; norm, SwiGLU and residual fused)
+//! or on cuBLAS, and the attention between the projections.
+
+use graphsmith::{args, BeforeWait, DeviceBuffer, Kernel, Stream};
+
+use super::Decoder;
+use crate::kernels::cublas::{operand, output};
+use crate::kernels::geometry::{
+    grid, grid3, AttentionLaunch, GemvGrid, GEMV_ASYNC_BLOCKS_PER_SM, QKV_WARPS_PER_COLUMN,
+};
+use crate::kernels::launch::{gemv, gemv_async, gemv_head};
+use crate::kernels::ptx::GemvKernels;
+use crate::step::prefetch::{prefetch_plan, PrefetchRange, Source};
+
+impl Decoder {
+    /// The attention of layer `l` (RoPE, KV append, softmax attention) from `qkv` into `attn`.
+    /// With `prefetch`, the attention also asks L2 for the weights the kernels after it read
+    /// ([`prefetch_plan`], up to [`Tuning::prefetch_bytes`]).
+    #[track_caller]
+    fn attention(
+        &mut self,
+        stream: &Stream,
+        l: usize,
+        rows: usize,
+        prefetch: bool,
+    ) -> graphsmith::Result<()> {
+        let c = &self.config;
+        let (nq, nkv, hd) = (
+            c.num_attention_heads as i32,
+            c.num_key_value_heads as i32,
+            c.head_dim as i32,
+        );
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        // Fixed per bucket (a captured graph keeps it); each block sizes its chunk of positions
+        // from the row's position on the device.
+        let group = c.num_attention_heads / c.num_key_value_heads;
+        let launch = AttentionLaunch::for_rows(
+            rows,
+            (nkv as usize, group, c.head_dim),
+            self.max_ctx,
+            self.sm_count as usize,
+            self.options.tuning.attention_splits,
+            self.options.tuning.attention_cluster,
+        );
+        let smem = launch.smem(group, c.head_dim) as u32;
+        debug_assert!(smem <= self.attention_smem_max);
+        let lw = &self.weights.layers[l];
+        let next = match self.weights.layers.get(l + 1) {
+            Some(next) => &next.qkv,
+            None => self.weights.head(),
+        };
+        let budget = if prefetch {
+            self.options.tuning.prefetch_bytes()
+        } else {
+            0
+        };
+        let plan = prefetch_plan(
+            budget,
+            lw.gate_up.bytes() as u64,
+            lw.down.bytes() as u64,
+            next.bytes() as u64,
+        );
+        let pick = |r: &PrefetchRange| match r.source {
+            Source::GateUp => &lw.gate_up,
+            Source::Down => &lw.down,
+            Source::Next => next,
+        };
+        let [pa, pb, pc] = plan.each_ref().map(|r| (pick(r), r.offset, r.bytes));
+        stream.launch(
+            "rope + kv append + attention",
+            self.kernels
+                .attention_kernel(c.head_dim, group, launch.cluster),
+            grid3(
+                (rows as u32, nkv as u32, launch.splits as u32),
+                launch.threads,
+                smem,
+            ),
+            // Read before the wait: the position, and the cache's positions before p (p's K
+            // and V are written after it); see the kernel source.
+            args![
+                &self.qkv,
+                BeforeWait::then_write(&mut self.kcache[l]),
+                BeforeWait::then_write(&mut self.vcache[l]),
+                BeforeWait(&self.pos),
+                &self.cos,
+                &self.sin,
+                &mut self.attn,
+                nq,
+                nkv,
+                hd,
+                self.max_ctx as i32,
+                scale,
+                &mut self.attn_partials,
+                &mut self.attn_counters,
+                pa.0,
+                pa.1,
+                pa.2,
+                pb.0,
+                pb.1,
+                pb.2,
+                pc.0,
+                pc.1,
+                pc.2
+            ],
+        )
+    }
+
+    /// Five kernels per layer: q/k/v with the input norm, attention, o with the residual,
+    /// gate/up with the post-attention norm and SwiGLU, down with the residual; then lm_head
+    /// with the final norm and the argmax. At one row the projections run on the ring GEMV
+    /// where its rule (or the tuning) says so, on the register GEMV otherwise.
+    pub(super) fn issue_layers_gemv(
+        &mut self,
+        stream: &Stream,
+        rows: usize,
+    ) -> graphsmith::Result<()> {
+        let c = self.config.clone();
+        let eps = c.rms_norm_eps;
+        let (h, f, q) = (c.hidden_size, c.intermediate_size, c.q_dim());
+        let (sm_count, max_rows, wpc, per_sm) = (
+            self.sm_count,
+            self.gemv_max_rows,
+            self.options.tuning.warps_per_column,
+            self.options.tuning.gemv_blocks_per_sm,
+        );
+        // q/k/v leaves room for the attention's early blocks (its own rule); the others take
+        // `warps_per_column`'s (in `launch_gemv`).
+        let qkv_wpc = wpc[0].unwrap_or(QKV_WARPS_PER_COLUMN);
+        let sms = move |i: usize| GemvGrid {
+            sm_count,
+            max_rows,
+            warps_per_column: if i == 0 { Some(qkv_wpc) } else { wpc[i] },
+            blocks_per_sm: per_sm,
+        };
+        // Whether projection `i` runs on the ring GEMV, and its grid.
+        let (tuning, fits, rule) = (self.options.tuning, self.ring_fits, self.ring_rule);
+        let ring = move |i: usize| rows == 1 && fits && tuning.ring_gemv_for(i, rule);
+        let per_sm = tuning.ring_gemv_blocks.unwrap_or(GEMV_ASYNC_BLOCKS_PER_SM);
+        let ring_blocks = sm_count * per_sm;
+        for l in 0..c.num_hidden_layers {
+            let range = graphsmith::range(format!("layer {l}"));
+            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
+            let inputs = (&self.hidden, &lw.input_norm, &lw.qkv);
+            project(
+                stream,
+                "gemv q/k/v + input norm",
+                ring(0).then_some((&k.gemv_async_norm, ring_blocks)),
+                (&k.gemv_norm, sms(0)),
+                inputs,
+                &mut self.qkv,
+                (rows, c.qkv_dim(), h),
+                eps,
+            )?;
+            self.attention(stream, l, rows, true)?;
+            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
+            project(
+                stream,
+                "gemv o + residual",
+                ring(1).then_some((&k.gemv_async_res, ring_blocks)),
+                (&k.gemv_res, sms(1)),
+                (&self.attn, &lw.o, &lw.o),
+                &mut self.hidden,
+                (rows, h, q),
+                eps,
+            )?;
+            project(
+                stream,
+                "gemv gate/up + post-attention norm + swiglu",
+                ring(2).then_some((&k.gemv_async_norm_swiglu, ring_blocks)),
+                (&k.gemv_norm_swiglu, sms(2)),
+                (&self.hidden, &lw.post_norm, &lw.gate_up),
+                &mut self.act,
+                (rows, f, h),
+                eps,
+            )?;
+            project(
+                stream,
+                "gemv down + residual",
+                ring(3).then_some((&k.gemv_async_res, ring_blocks)),
+                (&k.gemv_res, sms(3)),
+                (&self.act, &lw.down, &lw.down),
+                &mut self.hidden,
+                (rows, h, f),
+                eps,
+            )?;
+            drop(range);
+        }
+        let w = &self.weights;
+        gemv_head(
+            stream,
+            "gemv lm_head + final norm + argmax",
+            &self.kernels.gemv_head,
+            sms(4),
+            (&self.hidden, &w.final_norm, w.head()),
+            &mut self.logits,
+            &mut self.best,
+            (rows, c.vocab_size, h),
+            eps,
+        )
+    }
+
+    /// The cuBLAS path: norm kernels, cuBLAS GEMMs (residual added by beta = 1), SwiGLU.
+    pub(super) fn issue_layers_cublas(
+        &mut self,
+        stream: &Stream,
+        rows: usize,
+    ) -> graphsmith::Result<()> {
+        let c = self.config.clone();
+        let (h, f) = (c.hidden_size as i32, c.intermediate_size as i32);
+        let eps = c.rms_norm_eps;
+        let r = rows as u32;
+        for l in 0..c.num_hidden_layers {
+            let range = graphsmith::range(format!("layer {l}"));
+            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
+            stream.launch(
+                "input norm",
+                &k.rmsnorm,
+                grid(r, 1, 256, 0),
+                args![&self.hidden, &lw.input_norm, &mut self.xn, h, eps],
+            )?;
+            self.cublas.gemm(
+                stream,
+                "gemm q/k/v",
+                operand(&self.xn),
+                operand(&lw.qkv),
+                output(&mut self.qkv, false),
+                rows,
+                c.qkv_dim(),
+                c.hidden_size,
+                false,
+                false,
+            )?;
+            self.attention(stream, l, rows, false)?;
+            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
+            self.cublas.gemm(
+                stream,
+                "gemm o + residual",
+                operand(&self.attn),
+                operand(&lw.o),
+                output(&mut self.hidden, true),
+                rows,
+                c.hidden_size,
+                c.q_dim(),
+                true,
+                false,
+            )?;
+            stream.launch(
+                "post-attention norm",
+                &k.rmsnorm,
+                grid(r, 1, 256, 0),
+                args![&self.hidden, &lw.post_norm, &mut self.xn, h, eps],
+            )?;
+            self.cublas.gemm(
+                stream,
+                "gemm gate/up",
+                operand(&self.xn),
+                operand(&lw.gate_up),
+                output(&mut self.gate_up, false),
+                rows,
+                2 * c.intermediate_size,
+                c.hidden_size,
+                false,
+                false,
+            )?;
+            let total = rows as i32 * f;
+            stream.launch(
+                "swiglu",
+                &k.swiglu,
+                grid((total as u32).div_ceil(256).min(4096), 1, 256, 0),
+                args![&self.gate_up, &mut self.act, f, total],
+            )?;
+            self.cublas.gemm(
+                stream,
+                "gemm down + residual",
+                operand(&self.act),
+                operand(&lw.down),
+                output(&mut self.hidden, true),
+                rows,
+                c.hidden_size,
+                c.intermediate_size,
+                true,
+                false,
+            )?;
+            drop(range);
+        }
+        let w = &self.weights;
+        stream.launch(
+            "final norm",
+            &self.kernels.rmsnorm,
+            grid(r, 1, 256, 0),
+            args![&self.hidden, &w.final_norm, &mut self.xn, h, eps],
+        )?;
+        self.cublas.gemm(
+            stream,
+            "gemm lm_head",
+            operand(&self.xn),
+            operand(w.head()),
+            output(&mut self.logits, false),
+            rows,
+            c.vocab_size,
+            c.hidden_size,
+            false,
+            true,
+        )
+    }
+}
+
+/// One projection of a layer: on the ring GEMV when `ring` names its kernel and blocks, on the
+/// register GEMV (`register`: its kernels and grid) otherwise.
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+fn project(
+    stream: &Stream,
+    label: &str,
+    ring: Option<(&Kernel, u32)>,
+    register: (&GemvKernels, GemvGrid),
+    inputs: (&DeviceBuffer<u16>, &DeviceBuffer<u16>, &DeviceBuffer<u16>),
+    y: &mut DeviceBuffer<u16>,
+    (rows, n, k): (usize, usize, usize),
+    eps: f32,
+) -> graphsmith::Result<()> {
+    match ring {
+        Some((kernel, blocks)) => gemv_async(stream, label, kernel, blocks, inputs, y, (n, k), eps),
+        None => gemv(
+            stream, label, register.0, register.1, inputs, y, rows, n, k, eps,
+        ),
+    }
+}

@@ -35,3 +35,12 @@ impl fmt::Display for ReadError {
 }
 
 impl std::error::Error for ReadError {}
+
+/// A driver result as the reader's.
+pub(crate) fn check(r: crate::table::Status, call: &'static str) -> Result<(), ReadError> {
+    if r == crate::table::SUCCESS {
+        Ok(())
+    } else {
+        Err(ReadError::Call { call, code: r })
+    }
+}

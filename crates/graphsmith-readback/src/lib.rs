@@ -17,15 +17,14 @@
 
 mod error;
 mod graph;
-mod kernel;
-mod nodes;
 pub mod table;
 
 #[cfg(test)]
 mod tests;
 
 pub use error::ReadError;
-pub use graph::{Limits, Policy, Read, Reader};
-pub use kernel::{KernelFunction, KernelNode, MAX_PARAMS, MAX_PARAM_BYTES};
-pub use nodes::node_type_name;
+pub use graph::{
+    node_type_name, KernelFunction, KernelNode, Limits, Policy, Read, Reader, MAX_PARAMS,
+    MAX_PARAM_BYTES,
+};
 pub use table::DriverTable;

@@ -14,4 +14,4 @@ pub use geometry::{
     ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 pub use launch::{allow_smem, gemv, gemv_async, gemv_head};
-pub use ptx::{GemvKernels, Kernels};
+pub use ptx::{GemvKernels, Kernels, LLAMA_PTX};

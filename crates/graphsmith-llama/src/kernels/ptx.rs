@@ -7,7 +7,7 @@ use super::geometry::GEMV_ROWS;
 use crate::error::Result;
 
 /// PTX of the decoder's kernels (`kernels/llama_kernels.cu`), compiled ahead of time.
-pub(crate) const LLAMA_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/llama_kernels.ptx"));
+pub const LLAMA_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/llama_kernels.ptx"));
 
 /// One GEMV variant (prologue, epilogue), instantiated for 1, 2, 4 and 8 rows.
 pub struct GemvKernels {

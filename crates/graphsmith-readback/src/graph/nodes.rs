@@ -10,10 +10,10 @@ use graphsmith_analysis::readback::MAX_DEPTH;
 use graphsmith_analysis::{Copy3D, CopySide, RawGraph, RawNode, Set2D};
 use graphsmith_model::NodeKind;
 
+use super::kernel::KernelFunction;
+use super::{Reader, State};
+use crate::error::check;
 use crate::error::ReadError;
-use crate::graph::{Reader, State};
-use crate::kernel::KernelFunction;
-use crate::table::{Status, SUCCESS};
 
 use sys::CUgraphNodeType as T;
 
@@ -38,15 +38,6 @@ fn other(ty: T) -> RawNode {
     RawNode::plain(NodeKind::Other {
         name: node_type_name(ty as u32),
     })
-}
-
-/// A driver result as the reader's.
-pub(crate) fn check(r: Status, call: &'static str) -> Result<(), ReadError> {
-    if r == SUCCESS {
-        Ok(())
-    } else {
-        Err(ReadError::Call { call, code: r })
-    }
 }
 
 impl Reader<'_> {

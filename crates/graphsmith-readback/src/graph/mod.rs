@@ -6,9 +6,15 @@ use std::ptr::null_mut;
 use cudarc::driver::sys;
 use graphsmith_analysis::{RawEdge, RawGraph};
 
+mod kernel;
+mod nodes;
+
+pub use kernel::{KernelNode, MAX_PARAMS};
+pub use nodes::node_type_name;
+
 use crate::error::ReadError;
-use crate::kernel::{KernelFunction, MAX_PARAM_BYTES};
 use crate::table::{DriverTable, SUCCESS};
+pub use kernel::{KernelFunction, MAX_PARAM_BYTES};
 
 /// What a failed (or missing) call for a node's parameters does to the read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

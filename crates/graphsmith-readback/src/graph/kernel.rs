@@ -8,9 +8,9 @@ use std::ptr::{null, null_mut};
 use cudarc::driver::sys;
 use graphsmith_model::{Dim3, KernelArg, KernelParams};
 
+use super::{Reader, State};
+use crate::error::check;
 use crate::error::ReadError;
-use crate::graph::{Reader, State};
-use crate::nodes::check;
 use crate::table::{INVALID_VALUE, SUCCESS};
 
 /// Bytes read of one parameter at most; a larger one is an empty placeholder. The driver's

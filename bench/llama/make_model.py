@@ -6,10 +6,8 @@
 
 `torch.manual_seed(N)`, `LlamaForCausalLM(config).to(torch.bfloat16)` (HF's init, std 0.02),
 `save_pretrained(DIR)`: `config.json` + `model.safetensors` (or shards with their index).
-transformers 5 writes the RoPE settings as `rope_parameters` and the dtype as `dtype`; the legacy
-keys that checkpoints on the hub carry (`rope_theta`, `rope_scaling`, `torch_dtype`) are added to
-config.json too, with the same values, so a loader that reads either spelling sees one truth
-(transformers 5 folds the legacy keys back into `rope_parameters` when it loads the file).
+config.json is exactly what transformers 5 writes (`rope_parameters`, `dtype`): nothing is added.
+(`matrix.py` writes the transformers 4 spelling on purpose, beside it.)
 
 After saving, the tensor table of every safetensors file is read back from its header (stdlib
 only) and checked against the config: every expected name present, bf16, the right shape, no
@@ -164,21 +162,6 @@ def check_layout(model_dir, dtype="BF16"):
     return problems
 
 
-def add_legacy_keys(model_dir, rope):
-    """Add the hub's legacy spellings of the RoPE settings and dtype to config.json."""
-    path = os.path.join(model_dir, "config.json")
-    with open(path) as f:
-        cfg = json.load(f)
-    cfg["rope_theta"] = rope["rope_theta"]
-    scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
-    cfg["rope_scaling"] = scaling if scaling.get("rope_type", "default") != "default" else None
-    cfg["torch_dtype"] = "bfloat16"
-    cfg.setdefault("dtype", "bfloat16")
-    with open(path, "w") as f:
-        json.dump(cfg, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-
 def make(config_name, seed, out, max_shard_size):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -193,7 +176,6 @@ def make(config_name, seed, out, max_shard_size):
     os.makedirs(out, exist_ok=True)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(out, **kwargs)
-    add_legacy_keys(out, rope)
     params = sum(p.numel() for p in model.parameters())
     log(f"{config_name}: saved {params / 1e6:.1f} M parameters to {out}")
 
@@ -255,10 +237,6 @@ def self_test():
     with tempfile.TemporaryDirectory() as d:
         write(d, want)
         assert check_layout(d) == [], check_layout(d)
-        add_legacy_keys(d, cfg["rope_parameters"])
-        with open(os.path.join(d, "config.json")) as f:
-            saved = json.load(f)
-        assert saved["rope_theta"] == 10000.0 and saved["rope_scaling"] is None, saved
         bad = dict(want)
         del bad["model.norm.weight"]
         bad["model.layers.1.mlp.up_proj.weight"] = [128, 63]
@@ -272,16 +250,8 @@ def self_test():
         assert any("is F32, expected BF16" in p for p in check_layout(d))
         write(d, want, truncate=2)
         assert any("do not fit" in p for p in check_layout(d))
-    with tempfile.TemporaryDirectory() as d:
-        one_b = dict(CONFIGS["1b"])
-        add_path = os.path.join(d, "config.json")
-        with open(add_path, "w") as f:
-            json.dump(one_b, f)
-        add_legacy_keys(d, one_b["rope_parameters"])
-        with open(add_path) as f:
-            saved = json.load(f)
-        assert saved["rope_scaling"]["rope_type"] == "llama3" and saved["rope_theta"] == 500000.0, saved
-        assert expected_tensors(saved)["model.layers.15.self_attn.q_proj.weight"] == [2048, 2048]
+    one_b = dict(CONFIGS["1b"])
+    assert expected_tensors(one_b)["model.layers.15.self_attn.q_proj.weight"] == [2048, 2048]
     print("make_model self-test: ok", file=sys.stderr)
     return 0
 

@@ -21,8 +21,9 @@ mod step;
 pub use bench::{bench, bench_loop, copy_bandwidth, BenchLine, LoopBench, LoopLine};
 pub use error::{LlamaError, Result};
 pub use load::{
-    load_reference, load_weights, parse_ids, random_weights, top2, Codec, Config, HostWeights,
-    LayerWeights, RefSequence, RopeScaling, Tolerance,
+    inspect, load_reference, load_weights, parse_ids, random_weights, top2, Codec, Config,
+    HostWeights, Inspection, LayerWeights, RefSequence, RopeScaling, TensorInfo, Tolerance,
+    Understood,
 };
 pub use run::{
     bench_prompt, build_model, check, check_request, generate, load_host, tour_decode,

@@ -136,6 +136,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// What the loader understands of a model directory (no GPU needed): every value used for
+    /// decoding and where it came from, tensors, conversions, weight bytes, warnings.
+    Inspect {
+        /// A model directory in the HF layout (config.json, model.safetensors or shards).
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Greedy generation from a prompt (text with tokenizer.json, else token ids).
     Generate {
         #[command(flatten)]
@@ -346,6 +355,15 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             })?;
             Ok(all_same)
         }
+        Command::Inspect { model, json } => {
+            let seen = graphsmith_llama::inspect(&model)?;
+            if json {
+                println!("{}", serde_json::to_string(&seen).unwrap_or_default());
+            } else {
+                print_inspection(&seen);
+            }
+            Ok(true)
+        }
         Command::Generate {
             model,
             prompt,
@@ -409,5 +427,37 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             }
             Ok(true)
         }
+    }
+}
+
+fn print_inspection(seen: &graphsmith_llama::Inspection) {
+    println!("model {}", seen.model);
+    println!("decoding with:");
+    for (field, (value, source)) in &seen.decoding {
+        println!("  {field:<34} {value:<14} ({source})");
+    }
+    println!("rope: {}", seen.rope);
+    let mut by_dtype = std::collections::BTreeMap::<&str, usize>::new();
+    for t in &seen.tensors {
+        *by_dtype.entry(t.dtype.as_str()).or_default() += 1;
+    }
+    println!("tensors: {} ({by_dtype:?})", seen.tensors.len());
+    for t in seen
+        .tensors
+        .iter()
+        .filter(|t| !t.name.starts_with("model.layers."))
+    {
+        println!("  {:<40} {:<5} {:?}", t.name, t.dtype, t.shape);
+    }
+    println!("  (and the layers' tensors)");
+    for c in &seen.conversions {
+        println!("conversion: {c}");
+    }
+    println!(
+        "weights on the device: {:.1} MB (bf16)",
+        seen.weight_bytes as f64 / 1e6
+    );
+    for w in &seen.warnings {
+        println!("warning: {w}");
     }
 }

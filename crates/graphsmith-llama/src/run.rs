@@ -54,7 +54,10 @@ pub fn bar(show: bool, len: u64, what: &str) -> indicatif::ProgressBar {
 pub fn load_host(source: &Source, progress: bool) -> Result<(Config, HostWeights)> {
     match source {
         Source::Dir(dir) => {
-            let config = Config::from_file(&dir.join("config.json"))?;
+            let (config, understood) = Config::read_file(&dir.join("config.json"))?;
+            for w in &understood.warnings {
+                eprintln!("warning: {}: {w}", dir.join("config.json").display());
+            }
             let pb = bar(progress, 1, "reading");
             let w = load_weights(dir, &config, |done, total| {
                 pb.set_length(total as u64);

@@ -322,3 +322,37 @@ pub fn load_weights(
         lm_head,
     })
 }
+
+/// One tensor of a checkpoint as its header describes it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TensorInfo {
+    /// The tensor's name.
+    pub name: String,
+    /// Its dtype as safetensors names it (`BF16`, `F16`, `F32`, ...).
+    pub dtype: String,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// The file that holds it.
+    pub file: String,
+}
+
+/// Every tensor of the checkpoint in `dir` (single file or shards), in name order.
+pub fn tensor_table(dir: &Path) -> Result<Vec<TensorInfo>> {
+    let files = Files::open(dir)?;
+    let mut out = Vec::new();
+    for (name, &i) in &files.index {
+        let (file, map) = &files.maps[i];
+        let st = SafeTensors::deserialize(map)
+            .map_err(|e| LlamaError::checkpoint(file, "file", e.to_string()))?;
+        let view = st
+            .tensor(name)
+            .map_err(|e| LlamaError::checkpoint(file, format!("tensor '{name}'"), e.to_string()))?;
+        out.push(TensorInfo {
+            name: name.clone(),
+            dtype: format!("{:?}", view.dtype()),
+            shape: view.shape().to_vec(),
+            file: file.clone(),
+        });
+    }
+    Ok(out)
+}

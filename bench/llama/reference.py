@@ -93,8 +93,8 @@ def run(args):
 
     with open(args.prompts) as f:
         prompts = json.load(f)[args.set]
-    if args.set == "single":
-        prompts = [prompts]
+    if prompts and isinstance(prompts[0], int):
+        prompts = [prompts]  # a set of one prompt (`single`, `long`)
     model = LlamaForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(args.device).eval()
     log(f"{args.model}: rope {model.config.rope_parameters}, {len(prompts)} prompt(s), {args.new_tokens} new tokens each")
     gen = greedy_config(args.new_tokens)
@@ -163,7 +163,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model")
     ap.add_argument("--prompts", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts.json"))
-    ap.add_argument("--set", choices=["single", "batch8"], default="single")
+    ap.add_argument("--set", default="single", help="a set of the prompts file: single, batch8, long")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--out")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")

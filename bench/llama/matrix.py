@@ -255,7 +255,8 @@ def make_one(name, cfg, seed, out):
     # transformers reads both spellings the same way (reported, not fatal: the checks say more).
     a = LlamaConfig.from_pretrained(v5).rope_parameters
     b = LlamaConfig.from_pretrained(v4).rope_parameters
-    norm = lambda p: {k: float(x) if isinstance(x, (int, float)) else x for k, x in (p or {}).items()}
+    # transformers keeps a legacy `type` key beside `rope_type`: compare what it means.
+    norm = lambda p: {k: float(x) if isinstance(x, (int, float)) else x for k, x in (p or {}).items() if k != "type"}
     agree = norm(a) == norm(b)
     if not agree:
         log(f"{name}: transformers reads the two spellings differently: {a} vs {b}")
@@ -322,7 +323,8 @@ def run_inspect(binary, model):
     p = subprocess.run([binary, "inspect", "--model", model, "--json"], capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
         return None, (p.stderr.strip().splitlines() or ["no output"])[-1][:300]
-    return json.loads(p.stdout)["decoding"], None
+    # The values used for decoding; where each came from differs between spellings by design.
+    return {k: v[0] for k, v in json.loads(p.stdout)["decoding"].items()}, None
 
 
 def cmd_check(args):

@@ -1,5 +1,5 @@
 //! Build script of graphsmith-llama: the decoder's PTX (`kernels/llama_kernels.cu`) into
-//! `OUT_DIR/llama_kernels.ptx`, which `src/kernels.rs` embeds.
+//! `OUT_DIR/llama_kernels.ptx`, which `src/kernels/ptx.rs` embeds.
 //!
 //! With an NVRTC of version 13.0 (found by graphsmith-locate: `$NVRTC_LIB`, NVIDIA's
 //! `nvidia-cuda-nvrtc` wheel, the CUDA toolkit, the loader's path) the `.cu` is compiled here

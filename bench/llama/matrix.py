@@ -6,7 +6,7 @@ graphsmith-llama and checked against transformers' own greedy decode.
     python3 bench/llama/matrix.py check --out DIR --bin gpu-bin/graphsmith-llama --report REPORT.md [--jobs 8]
     python3 bench/llama/matrix.py --self-test                                 # config coverage (stdlib only)
 
-`make` draws at least 24 configs from the seed (query-per-KV groups 1, 2, 3, 4 and 8, head_dim
+`make` draws at least 24 configs from `--seed` (query-per-KV groups 1, 2, 3, 4 and 8, head_dim
 64 and 128, tied and untied embeddings, RoPE default, linear and llama3 with a small
 `original_max_position_embeddings`, hidden and FFN sizes that are not powers of two,
 vocabularies that are not multiples of 64, bf16, f16 and f32 weights) and adds seven published

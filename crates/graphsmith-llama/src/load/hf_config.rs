@@ -152,48 +152,38 @@ impl Reader<'_> {
             .insert(field.to_string(), (value.to_string(), source));
     }
 
-    fn usize(&mut self, field: &str, default: Option<usize>) -> Result<usize> {
-        let n = match self.present(field) {
-            None => {
-                let n = default.ok_or_else(|| self.bad(field, "missing"))?;
-                self.note(field, n, false);
-                return Ok(n);
-            }
-            Some(v) => match v.as_u64() {
-                Some(n) if n > 0 => n as usize,
-                _ => return Err(self.bad(field, format!("must be a positive integer, found {v}"))),
+    /// A field parsed by `parse` (`want` names what it must be), or `default` when absent
+    /// (`None`: the field is required); either way noted with where it came from.
+    fn field<T: ToString + Copy>(
+        &mut self,
+        field: &str,
+        default: Option<T>,
+        parse: impl Fn(&Value) -> Option<T>,
+        want: &str,
+    ) -> Result<T> {
+        let (x, from_file) = match self.present(field) {
+            None => (default.ok_or_else(|| self.bad(field, "missing"))?, false),
+            Some(v) => match parse(v) {
+                Some(x) => (x, true),
+                None => return Err(self.bad(field, format!("must be {want}, found {v}"))),
             },
         };
-        self.note(field, n, true);
-        Ok(n)
-    }
-
-    fn positive(&mut self, field: &str, default: f64) -> Result<f64> {
-        let x = match self.present(field) {
-            None => {
-                self.note(field, default, false);
-                return Ok(default);
-            }
-            Some(v) => match v.as_f64() {
-                Some(x) if x.is_finite() && x > 0.0 => x,
-                _ => return Err(self.bad(field, format!("must be a positive number, found {v}"))),
-            },
-        };
-        self.note(field, x, true);
+        self.note(field, x, from_file);
         Ok(x)
     }
 
+    fn usize(&mut self, field: &str, default: Option<usize>) -> Result<usize> {
+        let parse = |v: &Value| v.as_u64().filter(|&n| n > 0).map(|n| n as usize);
+        self.field(field, default, parse, "a positive integer")
+    }
+
+    fn positive(&mut self, field: &str, default: f64) -> Result<f64> {
+        let parse = |v: &Value| v.as_f64().filter(|x| x.is_finite() && *x > 0.0);
+        self.field(field, Some(default), parse, "a positive number")
+    }
+
     fn flag(&mut self, field: &str, default: bool) -> Result<bool> {
-        let b = match self.present(field) {
-            None => {
-                self.note(field, default, false);
-                return Ok(default);
-            }
-            Some(Value::Bool(b)) => *b,
-            Some(v) => return Err(self.bad(field, format!("must be true or false, found {v}"))),
-        };
-        self.note(field, b, true);
-        Ok(b)
+        self.field(field, Some(default), Value::as_bool, "true or false")
     }
 
     /// Fields whose only supported value is the default: anything else is refused.

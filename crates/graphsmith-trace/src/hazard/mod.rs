@@ -9,6 +9,7 @@
 //! buffer conflict) and keeps what the report needs ([`check`]), which the library records as
 //! an [`crate::event::Event::Hazards`] event.
 
+pub mod bounds;
 mod text;
 
 use graphsmith_model::{demangle, AccessMode, Graph, HazardKind, NodeId, NodeKind};
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 pub use graphsmith_analysis::readback::{
     build, Built, Copy3D, CopySide, Operand, RawEdge, RawGraph, RawNode, Set2D,
 };
+pub use bounds::{check_bounded, Bounds, BoundsKind};
 pub use text::render_check;
 
 /// Hazards recorded per graph at most; the rest are counted in [`CheckResult::total`].
@@ -69,6 +71,10 @@ pub struct CheckResult {
     #[serde(default)]
     pub possible: u64,
     pub hazards: Vec<HazardRecord>,
+    /// What bounded the kernels' pointers (PyTorch's blocks or the driver's allocations);
+    /// `None` in logs written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<Bounds>,
 }
 
 /// Two nodes that no path of edges orders, with conflicting accesses to one buffer.
@@ -96,6 +102,10 @@ pub struct HazardRecord {
     pub len: u64,
     /// The edge that would order them, as node indices: `first -> second`.
     pub fix: (u32, u32),
+    /// The region holding the bytes when the allocator's blocks bounded them (`block
+    /// 0x...+SIZE (segment 0x...)`); `None` for a driver allocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
 }
 
 /// One side of a hazard.
@@ -170,6 +180,8 @@ pub fn check_built(built: &Built) -> HazardCheck {
                 offset: h.offset,
                 len: h.len,
                 fix: (h.fix.from.0, h.fix.to.0),
+                region: (!h.buffer_label.is_empty() && !h.buffer_label.starts_with("0x"))
+                    .then(|| h.buffer_label.clone()),
             }
         })
         .collect();
@@ -184,6 +196,7 @@ pub fn check_built(built: &Built) -> HazardCheck {
         total: report.hazards.len() as u64,
         possible: report.possible().count() as u64,
         hazards,
+        bounds: None,
     })
 }
 

@@ -45,11 +45,14 @@ fn hazard(out: &mut String, number: usize, h: &HazardRecord, indent: &str) {
     let size = h
         .buffer_bytes
         .map_or(String::new(), |b| format!(" ({})", plural(b, "byte")));
+    let on = match &h.region {
+        Some(region) => region.clone(),
+        None => format!("allocation {:#x}{size}", h.buffer),
+    };
     let _ = writeln!(
         out,
-        "{indent}  hazard {number}{within}: {} on allocation {:#x}{size}, bytes [{}, {})",
+        "{indent}  hazard {number}{within}: {} on {on}, bytes [{}, {})",
         h.kind,
-        h.buffer,
         h.offset,
         h.offset.saturating_add(h.len)
     );
@@ -128,6 +131,9 @@ pub fn render_check(out: &mut String, check: &HazardCheck, indent: &str) {
                 );
             }
         }
+    }
+    if let Some(bounds) = &c.bounds {
+        let _ = writeln!(out, "{indent}  {}", bounds.line());
     }
     if c.weak_edges > 0 {
         let _ = writeln!(

@@ -482,6 +482,10 @@ fn serve(req: *const Request, has_gil: bool) {
     }));
 }
 
+/// PyTorch's caching-allocator blocks, read through the same API (`--hazards`).
+#[path = "python_eval.rs"]
+pub(crate) mod eval;
+
 #[cfg(test)]
 #[path = "python_tests.rs"]
 mod tests;

@@ -1,7 +1,8 @@
 //! `--hazards` inside the traced process: reads an instantiated `CUgraph` back with
 //! graphsmith-readback's reader, over the driver functions the tracer resolved itself
 //! ([`super::api::GraphDriver`]), into a [`RawGraph`], and hands it to the pure check
-//! ([`crate::hazard::check`]).
+//! ([`crate::hazard::check_bounded`]), bounded by PyTorch's caching-allocator blocks when the
+//! process runs PyTorch (`super::python::eval`), else by the driver's allocations.
 //!
 //! Runs inside the instantiate callback, so every driver call here triggers a nested CUPTI
 //! callback, which the tracer's per-thread reentrancy flag ignores (`callback::enter_busy`).
@@ -16,6 +17,7 @@ use cudarc::driver::sys;
 use graphsmith_readback::{Limits, Policy, ReadError, Reader};
 
 use super::api::{GraphDriver, Status};
+use super::python;
 use crate::explain::code_label;
 use crate::hazard::{self, HazardCheck, RawGraph};
 
@@ -89,7 +91,12 @@ pub(crate) unsafe fn check_instantiated(api: &Result<GraphApi, String>, graph: u
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         // SAFETY: forwarded contract.
         match unsafe { api.read(graph) } {
-            Ok(raw) => hazard::check(&raw, &mut |a| api.allocation_of(a)),
+            Ok(raw) => {
+                // Read with no lock held: it may wait for the GIL (inject/python_eval.rs).
+                let snapshot = python::eval::allocator_snapshot()
+                    .map(|text| hazard::bounds::parse_snapshot(&text));
+                hazard::check_bounded(&raw, snapshot, &mut |a| api.allocation_of(a))
+            }
             Err(reason) => HazardCheck::NotChecked { reason },
         }
     }));

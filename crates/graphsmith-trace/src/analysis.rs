@@ -108,6 +108,8 @@ pub struct ProcessReport {
     /// The process ran its `atexit` handlers (false: it crashed, was killed or called `_exit`).
     pub exited_normally: bool,
     pub exit: Option<Exit>,
+    /// Launches of graphs whose memory was freed since instantiation (`--freed`).
+    pub freed: Vec<crate::freed::FreedLaunch>,
 }
 
 impl ProcessReport {
@@ -128,6 +130,7 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
     let mut instantiations = Vec::new();
     let mut checks: HashMap<u64, HazardCheck> = HashMap::new();
     let mut exit = None;
+    let mut freed = Vec::new();
     for e in events {
         match e {
             Event::Start(s) => {
@@ -155,6 +158,7 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
                 checks.insert(h.instantiate, h.check.clone());
             }
             Event::Exit(x) => exit = Some(x.clone()),
+            Event::Freed(f) => freed.push(f.clone()),
         }
     }
     failures.sort_by_key(|c| c.seq);
@@ -253,6 +257,7 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
         other_failures,
         exited_normally: exit.is_some(),
         exit,
+        freed,
     }
 }
 
@@ -375,10 +380,17 @@ impl Report {
             .count()
     }
 
-    /// Failed captures, and escapes under `--strict`. Hazards are never errors: the check
-    /// reports what may race, which a person confirms.
+    /// Failed captures, launches on freed memory, and escapes under `--strict`. Hazards are
+    /// never errors: the check reports what may race, which a person confirms.
     pub fn errors(&self) -> usize {
-        self.failed_captures() + if self.strict { self.escapes() } else { 0 }
+        self.failed_captures()
+            + self.freed_launches()
+            + if self.strict { self.escapes() } else { 0 }
+    }
+
+    /// Graph launches on memory freed since instantiation (`--freed`), one per node.
+    pub fn freed_launches(&self) -> usize {
+        self.processes.iter().map(|p| p.freed.len()).sum()
     }
 
     /// Hazards, and escapes without `--strict`.

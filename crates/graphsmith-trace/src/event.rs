@@ -20,6 +20,10 @@ pub const OUT_VAR: &str = "GRAPHSMITH_TRACE_OUT";
 /// instantiated graph (`--hazards`): `1` to check, anything else not to.
 pub const HAZARDS_VAR: &str = "GRAPHSMITH_TRACE_HAZARDS";
 
+/// The environment variable that asks the injection library to report launches of graphs
+/// whose memory was freed since instantiation (`--freed`, [`crate::freed`]): `1` to watch.
+pub const FREED_VAR: &str = "GRAPHSMITH_TRACE_FREED";
+
 /// One line of the event log. Every variant carries the process id, so that the log of a command
 /// that starts several CUDA processes (a shell script, a launcher) stays readable.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -46,6 +50,8 @@ pub enum Event {
     Hazards(Hazards),
     /// The process is exiting (an `atexit` handler); missing when it crashed or called `_exit`.
     Exit(Exit),
+    /// A graph about to be launched touches memory freed since its instantiation (`--freed`).
+    Freed(crate::freed::FreedLaunch),
 }
 
 impl Event {
@@ -61,6 +67,7 @@ impl Event {
             Event::Instantiate(e) => e.pid,
             Event::Hazards(e) => e.pid,
             Event::Exit(e) => e.pid,
+            Event::Freed(e) => e.pid,
         }
     }
 }

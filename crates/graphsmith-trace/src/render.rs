@@ -83,6 +83,13 @@ pub fn render(report: &Report) -> String {
         hazard_summary(report, graphs),
         plural(others, "failing call"),
     );
+    if report.freed_launches() > 0 {
+        let _ = writeln!(
+            out,
+            "error: {} on memory freed since instantiation (--freed)",
+            plural(report.freed_launches(), "graph launch")
+        );
+    }
     out
 }
 
@@ -170,6 +177,7 @@ fn process(out: &mut String, p: &ProcessReport, strict: bool, hazards: bool) {
         let _ = writeln!(out);
         graph(out, g, "", hazards);
     }
+    crate::freed::render(out, &p.freed);
     let label = if strict { "error" } else { "warning" };
     for e in p.escapes.iter().take(ESCAPES_SHOWN) {
         escape(out, e, p, label);

@@ -81,18 +81,23 @@ fn run_api() -> Option<&'static Run> {
     static RUN: OnceLock<Option<Run>> = OnceLock::new();
     RUN.get_or_init(|| {
         let h = &handles();
-        let get = |name: &CStr| find(h, name);
-        // SAFETY (each transmute): the symbol is CPython's function of that name, whose C
-        // signature is the one given (stable C API, Python 3.9 and later).
-        unsafe {
-            Some(Run {
-                run_string: std::mem::transmute::<*mut c_void, _>(get(c"PyRun_StringFlags")?),
-                dict_new: std::mem::transmute::<*mut c_void, _>(get(c"PyDict_New")?),
-                dict_get: std::mem::transmute::<*mut c_void, _>(get(c"PyDict_GetItemString")?),
-                dict_set: std::mem::transmute::<*mut c_void, _>(get(c"PyDict_SetItemString")?),
-                builtins: std::mem::transmute::<*mut c_void, _>(get(c"PyEval_GetBuiltins")?),
-            })
-        }
+        Some(Run {
+            run_string: func!(
+                h,
+                c"PyRun_StringFlags"
+                    as unsafe extern "C" fn(*const c_char, c_int, Obj, Obj, *mut c_void) -> Obj
+            )?,
+            dict_new: func!(h, c"PyDict_New" as unsafe extern "C" fn() -> Obj)?,
+            dict_get: func!(
+                h,
+                c"PyDict_GetItemString" as unsafe extern "C" fn(Obj, *const c_char) -> Obj
+            )?,
+            dict_set: func!(
+                h,
+                c"PyDict_SetItemString" as unsafe extern "C" fn(Obj, *const c_char, Obj) -> c_int
+            )?,
+            builtins: func!(h, c"PyEval_GetBuiltins" as unsafe extern "C" fn() -> Obj)?,
+        })
     })
     .as_ref()
 }

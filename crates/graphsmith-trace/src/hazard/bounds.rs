@@ -12,7 +12,7 @@
 //! text, one line per segment and block ([`parse_snapshot`]), labelled as `graphsmith.check`'s
 //! `regions_from_snapshot` labels them.
 
-use graphsmith_analysis::readback::{build_with, MemoryMap, RawGraph, Region};
+use graphsmith_analysis::readback::{build_with, Built, MemoryMap, RawGraph, Region};
 use serde::{Deserialize, Serialize};
 
 use super::{check_built, HazardCheck};
@@ -178,18 +178,33 @@ pub fn choose(snapshot: Result<Snapshot, String>) -> (MemoryMap, Bounds) {
     }
 }
 
-/// [`super::check`] with the bounds [`choose`] picks from `snapshot`; the result says which.
-pub fn check_bounded(
+/// The model of a read-back graph with the bounds [`choose`] picks from `snapshot`.
+pub fn build_bounded(
     raw: &RawGraph,
     snapshot: Result<Snapshot, String>,
     resolve: &mut dyn FnMut(u64) -> Option<(u64, u64)>,
-) -> HazardCheck {
+) -> (Built, Bounds) {
     let (map, bounds) = choose(snapshot);
-    match check_built(&build_with(raw, "instantiated", &map, resolve)) {
+    (build_with(raw, "instantiated", &map, resolve), bounds)
+}
+
+/// The hazard check of a model [`build_bounded`] built, saying which bounds it used.
+pub fn check_with_bounds(built: &Built, bounds: Bounds) -> HazardCheck {
+    match check_built(built) {
         HazardCheck::Checked(mut c) => {
             c.bounds = Some(bounds);
             HazardCheck::Checked(c)
         }
         other => other,
     }
+}
+
+/// [`super::check`] with the bounds [`choose`] picks from `snapshot`; the result says which.
+pub fn check_bounded(
+    raw: &RawGraph,
+    snapshot: Result<Snapshot, String>,
+    resolve: &mut dyn FnMut(u64) -> Option<(u64, u64)>,
+) -> HazardCheck {
+    let (built, bounds) = build_bounded(raw, snapshot, resolve);
+    check_with_bounds(&built, bounds)
 }

@@ -28,6 +28,10 @@ use crate::event::{
 };
 use crate::explain::is_capture_code;
 
+/// `--freed`: allocations, frees and launches (an `impl Tracer` of its own).
+#[path = "allocations.rs"]
+mod allocations;
+
 const ENTER: u32 = 0;
 const NOT_READY: u32 = 600;
 /// Failures outside any capture recorded per process.
@@ -45,8 +49,11 @@ pub(crate) struct Tracer {
     pub runtime_calls: AtomicU64,
     other_failures: AtomicU64,
     pub launches: Mutex<std::collections::BTreeMap<u64, u64>>,
-    /// `--hazards`: the read-back functions, or why they are missing; `None` when not asked.
+    /// `--hazards` or `--freed`: the read-back functions, or why they are missing; `None` when
+    /// neither was asked.
     hazards: Option<Result<GraphApi, String>>,
+    /// `--hazards`: the hazard check of each instantiated graph is recorded.
+    check_hazards: bool,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -156,7 +163,9 @@ impl Tracer {
             runtime_calls: AtomicU64::new(0),
             other_failures: AtomicU64::new(0),
             launches: Mutex::default(),
-            hazards: (std::env::var(HAZARDS_VAR).as_deref() == Ok("1")).then(GraphApi::load),
+            hazards: (std::env::var(HAZARDS_VAR).as_deref() == Ok("1") || allocations::enabled())
+                .then(GraphApi::load),
+            check_hazards: std::env::var(HAZARDS_VAR).as_deref() == Ok("1"),
         }
     }
 
@@ -215,9 +224,13 @@ impl Tracer {
                 let at_enter = stream.map(|s| (s, capture_id(self.capturing(Some(s)))));
                 let _ = DRIVER_END_ENTER.try_with(|c| c.set(at_enter));
             }
+            self.check_launch(&spec, data);
             return;
         }
         let code = return_code(data);
+        if code == 0 {
+            self.track_memory(cbid, data);
+        }
         let active = self.active.load(Ordering::Relaxed);
         if active == 0 && (code == 0 || code == NOT_READY) {
             match spec.kind {
@@ -456,18 +469,25 @@ impl Tracer {
             // SAFETY: the graph was instantiated successfully by the very call whose exit this
             // is, on this thread: it is live and its context is current; CUDA forbids changing
             // a graph from another thread while it is being instantiated.
-            let check = unsafe { readback::check_instantiated(api, graph) };
-            let hazards_seq = self.next_seq();
-            super::emit(|pid| {
-                Event::Hazards(Hazards {
-                    pid,
-                    seq: hazards_seq,
-                    instantiate: seq,
-                    graph,
-                    exec,
-                    check,
-                })
-            });
+            let (check, touches) = unsafe {
+                readback::check_instantiated(api, graph, self.check_hazards, allocations::enabled())
+            };
+            if let (Some(exec), Some(touches)) = (exec, touches) {
+                self.watch(exec, graph, touches);
+            }
+            if self.check_hazards {
+                let hazards_seq = self.next_seq();
+                super::emit(|pid| {
+                    Event::Hazards(Hazards {
+                        pid,
+                        seq: hazards_seq,
+                        instantiate: seq,
+                        graph,
+                        exec,
+                        check,
+                    })
+                });
+            }
         }
     }
 

@@ -54,14 +54,26 @@ pub(crate) fn capture() -> Option<Vec<Frame>> {
         SKIPPED.fetch_add(1, Ordering::Relaxed);
         return None;
     }
+    Some(resolve(&raw()))
+}
+
+/// The calling thread's stack as instruction pointers, unresolved (cheap: symbols are looked
+/// up only by [`resolve`], when the stack is shown).
+pub(crate) fn raw() -> Vec<backtrace::Frame> {
     let mut raw: Vec<backtrace::Frame> = Vec::new();
     backtrace::trace(|f| {
         raw.push(f.clone());
         raw.len() < MAX_FRAMES + 32
     });
+    raw
+}
+
+/// Symbolises a stack [`raw`] took, the tracer's, CUPTI's and the driver's frames dropped from
+/// the top.
+pub(crate) fn resolve(raw: &[backtrace::Frame]) -> Vec<Frame> {
     let mut frames = Vec::new();
     let mut skipping = true;
-    for f in &raw {
+    for f in raw {
         let (module, exported) = module_of(f.ip());
         if skipping && (is_plumbing(&module) || module.is_empty()) {
             continue;
@@ -90,5 +102,5 @@ pub(crate) fn capture() -> Option<Vec<Frame>> {
             break;
         }
     }
-    Some(frames)
+    frames
 }

@@ -19,6 +19,7 @@ use graphsmith_readback::{Limits, Policy, ReadError, Reader};
 use super::api::{GraphDriver, Status};
 use super::python;
 use crate::explain::code_label;
+use crate::freed::{self, Touch};
 use crate::hazard::{self, HazardCheck, RawGraph};
 
 /// The driver functions the read-back calls.
@@ -74,18 +75,26 @@ impl GraphApi {
     }
 }
 
-/// The hazard check of a graph just instantiated: read back, modelled, checked. A panic in
-/// the pure part is caught here and becomes a "not checked" reason.
+/// The hazard check of a graph just instantiated (when `hazards`), and the ranges its nodes
+/// touch (when `touches`, for `--freed`): read back once, modelled, checked. The allocator's
+/// blocks are asked for only for the hazard check. A panic in the pure part is caught here and
+/// becomes a "not checked" reason.
 ///
 /// # Safety
 /// As [`GraphApi::read`]: `graph` was just instantiated by the calling thread.
-pub(crate) unsafe fn check_instantiated(api: &Result<GraphApi, String>, graph: u64) -> HazardCheck {
+pub(crate) unsafe fn check_instantiated(
+    api: &Result<GraphApi, String>,
+    graph: u64,
+    hazards: bool,
+    touches: bool,
+) -> (HazardCheck, Option<Vec<Touch>>) {
     let api = match api {
         Ok(a) => a,
         Err(reason) => {
-            return HazardCheck::NotChecked {
+            let check = HazardCheck::NotChecked {
                 reason: reason.clone(),
-            }
+            };
+            return (check, None);
         }
     };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -93,14 +102,31 @@ pub(crate) unsafe fn check_instantiated(api: &Result<GraphApi, String>, graph: u
         match unsafe { api.read(graph) } {
             Ok(raw) => {
                 // Read with no lock held: it may wait for the GIL (inject/python_eval.rs).
-                let snapshot = python::eval::allocator_snapshot()
-                    .map(|text| hazard::bounds::parse_snapshot(&text));
-                hazard::check_bounded(&raw, snapshot, &mut |a| api.allocation_of(a))
+                let snapshot = if hazards {
+                    python::eval::allocator_snapshot()
+                        .map(|text| hazard::bounds::parse_snapshot(&text))
+                } else {
+                    Err("not asked".to_string())
+                };
+                let (built, bounds) =
+                    hazard::bounds::build_bounded(&raw, snapshot, &mut |a| api.allocation_of(a));
+                let check = if hazards {
+                    hazard::bounds::check_with_bounds(&built, bounds)
+                } else {
+                    HazardCheck::NotChecked {
+                        reason: "not asked".to_string(),
+                    }
+                };
+                (check, touches.then(|| freed::touches(&built.graph)))
             }
-            Err(reason) => HazardCheck::NotChecked { reason },
+            Err(reason) => (HazardCheck::NotChecked { reason }, None),
         }
     }));
-    result.unwrap_or_else(|_| HazardCheck::NotChecked {
-        reason: "the hazard check failed inside graphsmith trace (a bug: please report it)".into(),
+    result.unwrap_or_else(|_| {
+        let check = HazardCheck::NotChecked {
+            reason: "the hazard check failed inside graphsmith trace (a bug: please report it)"
+                .into(),
+        };
+        (check, None)
     })
 }

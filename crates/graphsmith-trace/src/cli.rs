@@ -1,8 +1,9 @@
-//! `graphsmith trace [--json FILE] [--strict] [--hazards] -- <command> [args...]`: runs the
+//! `graphsmith trace [--json FILE] [--strict] [--hazards] [--freed] -- <command> [args...]`: runs the
 //! command with the injection library, waits for it, and prints the report on stderr. The
 //! command's stdin, stdout, stderr and exit code pass through unchanged (with `--strict`, a
 //! command that exited 0 but whose report holds an error makes `graphsmith trace` exit 1;
-//! hazards are warnings and never change the exit code).
+//! hazards are warnings and never change the exit code; with `--freed`, so does a launch of a
+//! graph on freed memory).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,11 @@ pub struct TraceArgs {
     /// warnings (the exit code does not change).
     #[arg(long)]
     pub hazards: bool,
+    /// Watch the memory each instantiated graph touches, and report a launch of a graph whose
+    /// memory was freed since its instantiation (before the launch runs): the node, the bytes,
+    /// and where they were allocated and freed. Reported as errors.
+    #[arg(long)]
+    pub freed: bool,
     /// Keep the raw event log (one JSON object per line) in FILE.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
@@ -63,6 +69,7 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
         events: args.events.as_deref(),
         cupti: args.cupti.as_deref(),
         hazards: args.hazards,
+        freed: args.freed,
         command: &args.command,
     });
     let mut notes = plan.notes.clone();

@@ -221,6 +221,12 @@ impl<S: Clone> Tracker<S> {
         }
     }
 
+    /// The live allocation holding `address`, as (base, size).
+    pub fn holding(&self, address: u64) -> Option<(u64, u64)> {
+        let (base, (size, _)) = self.live.range(..=address).next_back()?;
+        (address - base < *size).then_some((*base, *size))
+    }
+
     /// Whether an executable watched touches `[base, base + size)`.
     pub fn relevant(&self, base: u64, size: u64) -> bool {
         let end = base.saturating_add(size);
@@ -350,9 +356,10 @@ pub fn render(out: &mut String, found: &[FreedLaunch]) {
         let _ = writeln!(
             out,
             "    allocated: {}",
-            f.allocated
-                .as_ref()
-                .map_or("(not seen: before the tracer attached, or by another allocator)".to_string(), Site::line)
+            f.allocated.as_ref().map_or(
+                "(not seen: before the tracer attached, or by another allocator)".to_string(),
+                Site::line
+            )
         );
         let _ = writeln!(out, "    freed:     {}", f.freed.line());
         let _ = writeln!(out, "    launched:  {}", f.launch.line());

@@ -65,6 +65,9 @@ fn a_free_nothing_touches_is_not_even_recorded() {
     assert!(t.launch(0xe1).is_empty());
     assert_eq!(t.range_of(SCRATCH, None), None, "no longer live");
     assert_eq!(t.range_of(0x1234, None), None, "never seen");
+    assert_eq!(t.holding(W + 4095), Some((W, 4096)));
+    assert_eq!(t.holding(W + 4096), None);
+    assert_eq!(t.holding(W - 1), None);
 }
 
 #[test]
@@ -92,7 +95,11 @@ fn an_unmap_frees_its_range_and_every_allocation_in_it() {
     let mut t: Tracker<&str> = Tracker::default();
     t.allocated(W, 2 << 20, "cuMemMap");
     t.allocated(W + (2 << 20), 2 << 20, "cuMemMap");
-    t.instantiated(0xe1, 0x61, vec![touch(W + (3 << 20), W + (3 << 20) + 16, 4)]);
+    t.instantiated(
+        0xe1,
+        0x61,
+        vec![touch(W + (3 << 20), W + (3 << 20) + 16, 4)],
+    );
     let range = t.range_of(W, Some(4 << 20)).unwrap();
     t.freed(range.0, range.1, "cuMemUnmap");
     let found = t.launch(0xe1);

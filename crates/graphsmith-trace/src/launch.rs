@@ -110,6 +110,8 @@ pub(crate) struct Request<'a> {
     pub cupti: Option<&'a Path>,
     /// Whether to check instantiated graphs for hazards (--hazards).
     pub hazards: bool,
+    /// Whether to report launches of graphs whose memory was freed (--freed).
+    pub freed: bool,
     /// The command and its arguments.
     pub command: &'a [OsString],
 }
@@ -157,6 +159,10 @@ pub(crate) fn plan(args: &Request) -> Plan {
     plan.env.push((
         crate::event::HAZARDS_VAR.into(),
         if args.hazards { "1" } else { "0" }.into(),
+    ));
+    plan.env.push((
+        crate::event::FREED_VAR.into(),
+        if args.freed { "1" } else { "0" }.into(),
     ));
     let cupti = match args
         .cupti

@@ -120,6 +120,7 @@ fn trace_with(
         json: Some(json.clone()),
         strict: false,
         hazards,
+        freed: false,
         events: Some(dir.join(format!("{name}.jsonl"))),
         lib: Some(lib()),
         cupti: Some(cupti),

@@ -15,11 +15,11 @@ mod text;
 use graphsmith_model::{demangle, AccessMode, Graph, HazardKind, NodeId, NodeKind};
 use serde::{Deserialize, Serialize};
 
+pub use bounds::{check_bounded, Bounds, BoundsKind};
 /// The one conversion of a read-back graph into the model, shared with the runtime.
 pub use graphsmith_analysis::readback::{
     build, Built, Copy3D, CopySide, Operand, RawEdge, RawGraph, RawNode, Set2D,
 };
-pub use bounds::{check_bounded, Bounds, BoundsKind};
 pub use text::render_check;
 
 /// Hazards recorded per graph at most; the rest are counted in [`CheckResult::total`].

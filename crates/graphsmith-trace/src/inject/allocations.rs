@@ -143,49 +143,161 @@ fn table() -> &'static [Option<(Op, Read)>] {
             }
         };
         use Op::*;
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, Alloc, reader!(cuMemAlloc_v2_params_st, |p| {
-            Some(Mem { address: out((*p).dptr)?, size: Some((*p).bytesize as u64), stream: None })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged, Alloc, reader!(cuMemAllocManaged_params_st, |p| {
-            Some(Mem { address: out((*p).dptr)?, size: Some((*p).bytesize as u64), stream: None })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, Alloc, reader!(cuMemAllocPitch_v2_params_st, |p| {
-            let pitch = out((*p).pPitch)? as u64;
-            Some(Mem { address: out((*p).dptr)?, size: Some(pitch.saturating_mul((*p).Height as u64)), stream: None })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, Alloc, reader!(cuMemAllocAsync_params_st, |p| {
-            Some(Mem { address: out((*p).dptr)?, size: Some((*p).bytesize as u64), stream: Some((*p).hStream as u64) })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz, Alloc, reader!(cuMemAllocAsync_ptsz_params_st, |p| {
-            Some(Mem { address: out((*p).dptr)?, size: Some((*p).bytesize as u64), stream: Some((*p).hStream as u64) })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, Alloc, reader!(cuMemAllocFromPoolAsync_params_st, |p| {
-            Some(Mem { address: out((*p).dptr)?, size: Some((*p).bytesize as u64), stream: Some((*p).hStream as u64) })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz, Alloc, reader!(cuMemAllocFromPoolAsync_ptsz_params_st, |p| {
-            Some(Mem { address: out((*p).dptr)?, size: Some((*p).bytesize as u64), stream: Some((*p).hStream as u64) })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemMap, Alloc, reader!(cuMemMap_params_st, |p| {
-            Some(Mem { address: (*p).ptr, size: Some((*p).size as u64), stream: None })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, Free, reader!(cuMemFree_v2_params_st, |p| {
-            Some(Mem { address: (*p).dptr, size: None, stream: None })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, Free, reader!(cuMemFreeAsync_params_st, |p| {
-            Some(Mem { address: (*p).dptr, size: None, stream: Some((*p).hStream as u64) })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz, Free, reader!(cuMemFreeAsync_ptsz_params_st, |p| {
-            Some(Mem { address: (*p).dptr, size: None, stream: Some((*p).hStream as u64) })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, Free, reader!(cuMemUnmap_params_st, |p| {
-            Some(Mem { address: (*p).ptr, size: Some((*p).size as u64), stream: None })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy, Forget, reader!(cuGraphExecDestroy_params_st, |p| {
-            Some(Mem { address: (*p).hGraphExec as u64, size: None, stream: None })
-        }));
-        set(D::CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2, Forget, reader!(cuGraphExecUpdate_v2_params_st, |p| {
-            Some(Mem { address: (*p).hGraphExec as u64, size: None, stream: None })
-        }));
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+            Alloc,
+            reader!(cuMemAlloc_v2_params_st, |p| {
+                Some(Mem {
+                    address: out((*p).dptr)?,
+                    size: Some((*p).bytesize as u64),
+                    stream: None,
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
+            Alloc,
+            reader!(cuMemAllocManaged_params_st, |p| {
+                Some(Mem {
+                    address: out((*p).dptr)?,
+                    size: Some((*p).bytesize as u64),
+                    stream: None,
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+            Alloc,
+            reader!(cuMemAllocPitch_v2_params_st, |p| {
+                let pitch = out((*p).pPitch)? as u64;
+                Some(Mem {
+                    address: out((*p).dptr)?,
+                    size: Some(pitch.saturating_mul((*p).Height as u64)),
+                    stream: None,
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,
+            Alloc,
+            reader!(cuMemAllocAsync_params_st, |p| {
+                Some(Mem {
+                    address: out((*p).dptr)?,
+                    size: Some((*p).bytesize as u64),
+                    stream: Some((*p).hStream as u64),
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
+            Alloc,
+            reader!(cuMemAllocAsync_ptsz_params_st, |p| {
+                Some(Mem {
+                    address: out((*p).dptr)?,
+                    size: Some((*p).bytesize as u64),
+                    stream: Some((*p).hStream as u64),
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync,
+            Alloc,
+            reader!(cuMemAllocFromPoolAsync_params_st, |p| {
+                Some(Mem {
+                    address: out((*p).dptr)?,
+                    size: Some((*p).bytesize as u64),
+                    stream: Some((*p).hStream as u64),
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
+            Alloc,
+            reader!(cuMemAllocFromPoolAsync_ptsz_params_st, |p| {
+                Some(Mem {
+                    address: out((*p).dptr)?,
+                    size: Some((*p).bytesize as u64),
+                    stream: Some((*p).hStream as u64),
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemMap,
+            Alloc,
+            reader!(cuMemMap_params_st, |p| {
+                Some(Mem {
+                    address: (*p).ptr,
+                    size: Some((*p).size as u64),
+                    stream: None,
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+            Free,
+            reader!(cuMemFree_v2_params_st, |p| {
+                Some(Mem {
+                    address: (*p).dptr,
+                    size: None,
+                    stream: None,
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,
+            Free,
+            reader!(cuMemFreeAsync_params_st, |p| {
+                Some(Mem {
+                    address: (*p).dptr,
+                    size: None,
+                    stream: Some((*p).hStream as u64),
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+            Free,
+            reader!(cuMemFreeAsync_ptsz_params_st, |p| {
+                Some(Mem {
+                    address: (*p).dptr,
+                    size: None,
+                    stream: Some((*p).hStream as u64),
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuMemUnmap,
+            Free,
+            reader!(cuMemUnmap_params_st, |p| {
+                Some(Mem {
+                    address: (*p).ptr,
+                    size: Some((*p).size as u64),
+                    stream: None,
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuGraphExecDestroy,
+            Forget,
+            reader!(cuGraphExecDestroy_params_st, |p| {
+                Some(Mem {
+                    address: (*p).hGraphExec as u64,
+                    size: None,
+                    stream: None,
+                })
+            }),
+        );
+        set(
+            D::CUPTI_DRIVER_TRACE_CBID_cuGraphExecUpdate_v2,
+            Forget,
+            reader!(cuGraphExecUpdate_v2_params_st, |p| {
+                Some(Mem {
+                    address: (*p).hGraphExec as u64,
+                    size: None,
+                    stream: None,
+                })
+            }),
+        );
         t
     })
 }
@@ -244,6 +356,12 @@ impl Tracer {
             }
             Op::Forget => lock(&m.tracker).forget(mem.address),
         }
+    }
+
+    /// The allocation the tracker saw holding `address` (stream-ordered and pool allocations
+    /// included, which the driver's address range may not bound as tightly).
+    pub(super) fn tracked_allocation(&self, address: u64) -> Option<(u64, u64)> {
+        memory().and_then(|m| lock(&m.tracker).holding(address))
     }
 
     /// After an instantiation's read-back: the ranges the executable touches.

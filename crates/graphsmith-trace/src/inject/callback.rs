@@ -470,7 +470,13 @@ impl Tracer {
             // is, on this thread: it is live and its context is current; CUDA forbids changing
             // a graph from another thread while it is being instantiated.
             let (check, touches) = unsafe {
-                readback::check_instantiated(api, graph, self.check_hazards, allocations::enabled())
+                readback::check_instantiated(
+                    api,
+                    graph,
+                    self.check_hazards,
+                    allocations::enabled(),
+                    &|a| self.tracked_allocation(a),
+                )
             };
             if let (Some(exec), Some(touches)) = (exec, touches) {
                 self.watch(exec, graph, touches);

@@ -69,8 +69,7 @@ except Exception as _e:
 
 /// The functions the snippet needs besides the frame reader's.
 struct Run {
-    run_string:
-        unsafe extern "C" fn(*const c_char, c_int, Obj, Obj, *mut c_void) -> Obj,
+    run_string: unsafe extern "C" fn(*const c_char, c_int, Obj, Obj, *mut c_void) -> Obj,
     dict_new: unsafe extern "C" fn() -> Obj,
     dict_get: unsafe extern "C" fn(Obj, *const c_char) -> Obj,
     dict_set: unsafe extern "C" fn(Obj, *const c_char, Obj) -> c_int,

@@ -77,7 +77,8 @@ impl GraphApi {
 
 /// The hazard check of a graph just instantiated (when `hazards`), and the ranges its nodes
 /// touch (when `touches`, for `--freed`): read back once, modelled, checked. The allocator's
-/// blocks are asked for only for the hazard check. A panic in the pure part is caught here and
+/// blocks are asked for only for the hazard check; `tracked` gives the allocations `--freed`
+/// saw, asked before the driver. A panic in the pure part is caught here and
 /// becomes a "not checked" reason.
 ///
 /// # Safety
@@ -87,6 +88,7 @@ pub(crate) unsafe fn check_instantiated(
     graph: u64,
     hazards: bool,
     touches: bool,
+    tracked: &dyn Fn(u64) -> Option<(u64, u64)>,
 ) -> (HazardCheck, Option<Vec<Touch>>) {
     let api = match api {
         Ok(a) => a,
@@ -108,8 +110,11 @@ pub(crate) unsafe fn check_instantiated(
                 } else {
                     Err("not asked".to_string())
                 };
-                let (built, bounds) =
-                    hazard::bounds::build_bounded(&raw, snapshot, &mut |a| api.allocation_of(a));
+                // The allocations `--freed` saw first (exact for pool allocations), then the
+                // driver's.
+                let (built, bounds) = hazard::bounds::build_bounded(&raw, snapshot, &mut |a| {
+                    tracked(a).or_else(|| api.allocation_of(a))
+                });
                 let check = if hazards {
                     hazard::bounds::check_with_bounds(&built, bounds)
                 } else {

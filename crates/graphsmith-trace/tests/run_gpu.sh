@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU tests of `graphsmith trace`: builds the planted-fault C++ program with nvcc, runs each case
-# (C++ and PyTorch; the hazard-* cases with --hazards) under `graphsmith trace --json`, checks
+# and the freed-memory program (C++ and PyTorch; the hazard-* cases with --hazards, the freed-*
+# ones with --freed) under `graphsmith trace --json`, checks
 # every report (and the command's stdout, for the planted race's buffer) with check.py against
 # programs/expect.json, reports the tracer's overhead on a PyTorch capture-and-replay program
 # (a measurement, not counted as a test), and ends with "N passed, N failed". A case that
@@ -80,16 +81,25 @@ else
   echo "nvcc failed:"; cat "$OUT/nvcc.log"
 fi
 
+section "build the freed-memory program"
+FREED="$OUT/freed"
+if "$NVCC" -O1 -g -std=c++17 -lineinfo -Xlinker -export-dynamic -o "$FREED" "$PROGRAMS/freed.cu" 2>"$OUT/nvcc-freed.log"; then
+  echo "built $FREED"
+else
+  echo "nvcc failed:"; cat "$OUT/nvcc-freed.log"
+fi
+
 has_torch=0
 "$PY" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && has_torch=1
 
 run_case() {
   local case="$1"
   local spec
-  spec="$("$PY" - "$PROGRAMS/expect.json" "$case" "$FAULTS" "$PROGRAMS" <<'EOF'
+  spec="$("$PY" - "$PROGRAMS/expect.json" "$case" "$FAULTS" "$PROGRAMS" "$FREED" <<'EOF'
 import json, shlex, sys
 e = json.load(open(sys.argv[1]))[sys.argv[2]]
-cmd = [a.replace("{faults}", sys.argv[3]).replace("{programs}", sys.argv[4]) for a in e["cmd"]]
+cmd = [a.replace("{faults}", sys.argv[3]).replace("{programs}", sys.argv[4])
+       .replace("{freed}", sys.argv[5]) for a in e["cmd"]]
 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in e.get("env", {}).items())
 print(env)
 print(" ".join(shlex.quote(a) for a in e.get("trace_args", [])))
@@ -107,6 +117,9 @@ EOF
   fi
   if [[ "$cmd_line" == *faults* && ! -x "$FAULTS" ]]; then
     echo "FAIL $case (faults was not built)"; fail=$((fail + 1)); failed+=("$case"); return
+  fi
+  if [[ "$cmd_line" == "$FREED "* && ! -x "$FREED" ]]; then
+    echo "FAIL $case (freed was not built)"; fail=$((fail + 1)); failed+=("$case"); return
   fi
   local code
   eval "env $env_line timeout 300 \"$GS\" trace --json \"$OUT/$case.json\" --events \"$OUT/$case.events.jsonl\" $args_line -- $cmd_line" \

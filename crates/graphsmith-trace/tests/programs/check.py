@@ -85,6 +85,12 @@ def check_hazards(errs, exp, report, graphs, stdout_path):
         if got < exp["hazard_accesses_min"]:
             errs.append(f"{got} memory accesses checked, expected at least "
                         f"{exp['hazard_accesses_min']}: {checked}")
+    if "bounds" in exp:
+        kinds = [(c.get("bounds") or {}).get("kind") for c in checked]
+        if not kinds or any(k != exp["bounds"] for k in kinds):
+            errs.append(f"bounds {kinds}, expected {exp['bounds']} for every checked graph: "
+                        f"{[c.get('bounds') for c in checked]}")
+    check_agrees(errs, exp, checked, stdout_path)
     want = exp.get("hazard")
     if want is None:
         return
@@ -97,6 +103,9 @@ def check_hazards(errs, exp, report, graphs, stdout_path):
         errs.append(f"hazard between {labels}, expected {sorted(want['labels'])}: {describe(h)}")
     if "kind" in want and h["kind"] != want["kind"]:
         errs.append(f"hazard kind {h['kind']}, expected {want['kind']}")
+    if "region_prefix" in want and not (h.get("region") or "").startswith(want["region_prefix"]):
+        errs.append(f"hazard on region {h.get('region')!r}, expected one starting with "
+                    f"{want['region_prefix']!r}")
     prefix = want.get("buffer_from_stdout")
     if prefix:
         try:
@@ -115,6 +124,104 @@ def check_hazards(errs, exp, report, graphs, stdout_path):
                 errs.append(f"hazard on the allocation {h['buffer']:#x} ({size} bytes), which does "
                             f"not hold the program's buffer {printed[0]}")
             check_range(errs, want, h, lines, address)
+
+
+def stdout_lines(errs, stdout_path):
+    try:
+        return open(stdout_path).read().splitlines() if stdout_path else []
+    except OSError as e:
+        errs.append(f"cannot read the command's output: {e}")
+        return []
+
+
+def check_agrees(errs, exp, checked, stdout_path):
+    """The tracer's hazard count equals graphsmith.check's on the same graph, which the program
+    printed as "<prefix>N hazards" when the graphsmith package was importable there."""
+    prefix = exp.get("check_agrees")
+    if not prefix:
+        return
+    lines = stdout_lines(errs, stdout_path)
+    printed = [l[len(prefix):].split()[0] for l in lines if l.startswith(prefix)]
+    if not printed:
+        why = [l for l in lines if "graphsmith not importable" in l or "needs PyTorch" in l]
+        print(f"  note: graphsmith.check did not run in the program ({why or 'no line'}); "
+              f"the count is compared with the expected one only")
+        return
+    total = sum(c["total"] for c in checked)
+    if int(printed[0]) != total:
+        errs.append(f"graphsmith.check found {printed[0]} hazards, the tracer {total}")
+    else:
+        print(f"  graphsmith.check agrees: {total} hazards")
+
+
+def check_site(errs, what, site, exp, prefix):
+    """A site of a freed-memory launch (allocated, freed, launch): its call name, native
+    frames and innermost Python frame of the user's code."""
+    if not any(k.startswith(prefix + "_") for k in exp):
+        return
+    if site is None:
+        errs.append(f"{what}: not recorded")
+        return
+    if f"{prefix}_call" in exp and not matches(site.get("call"), exp[f"{prefix}_call"]):
+        errs.append(f"{what}.call {site.get('call')!r}, expected one of {exp[prefix + '_call']}")
+    for s in exp.get(f"{prefix}_backtrace_contains", []):
+        frames = [f.get("symbol", "") for f in site.get("backtrace", [])]
+        if not any(s in f for f in frames):
+            errs.append(f"{what}.backtrace has no frame with {s!r}: {frames[:16]}")
+    if f"{prefix}_python_user" in exp:
+        stack = site.get("python", [])
+        user = next((f for f in stack if f.get("origin") == "user"), None)
+        file, function = exp[f"{prefix}_python_user"]
+        if user is None or not user["file"].endswith(file) or user["function"] != function:
+            errs.append(f"{what}.python: innermost user frame {user}, expected {file} in "
+                        f"{function} (python_missing: {site.get('python_missing')})")
+
+
+def check_freed(errs, exp, procs, stdout_path):
+    """--freed: the launches on freed memory (process["freed"]), as src/freed.rs records them."""
+    found = [f for p in procs for f in p.get("freed", [])]
+    if "freed" in exp and len(found) != exp["freed"]:
+        errs.append(f"{len(found)} launches on freed memory, expected {exp['freed']}: "
+                    + "; ".join(f"n{f['node']} {f['node_label']!r} bytes {f['start']:#x}+{f['len']}"
+                                f" freed by {f['freed']['call']}" for f in found[:5]))
+    want = exp.get("freed_first")
+    if not want or not found:
+        return
+    f = found[0]
+    if "node_kind" in want and f["node_kind"] != want["node_kind"]:
+        errs.append(f"freed: node kind {f['node_kind']}, expected {want['node_kind']}")
+    if "label_contains" in want and want["label_contains"] not in f["node_label"]:
+        errs.append(f"freed: node label {f['node_label']!r} lacks {want['label_contains']!r}")
+    check_site(errs, "freed.allocated", f.get("allocated"), want, "allocated")
+    check_site(errs, "freed.freed", f.get("freed"), want, "freed")
+    check_site(errs, "freed.launch", f.get("launch"), want, "launch")
+    lines = stdout_lines(errs, stdout_path)
+    prefix = want.get("range_from_stdout")
+    if prefix:
+        printed = [l[len(prefix):].split() for l in lines if l.startswith(prefix)]
+        if not printed or len(printed[0]) != 2:
+            errs.append(f"the command printed no line '{prefix}<address> <bytes>'")
+        else:
+            address, size = int(printed[0][0], 16), int(printed[0][1])
+            # The node's freed bytes lie in the program's buffer, which lies in the freed range.
+            if not (address <= f["start"] and f["start"] + f["len"] <= address + size):
+                errs.append(f"freed bytes {f['start']:#x}+{f['len']} outside the program's "
+                            f"buffer {address:#x}+{size}")
+            if not (f["freed_base"] <= address
+                    and address + size <= f["freed_base"] + f["freed_bytes"]):
+                errs.append(f"freed range {f['freed_base']:#x}+{f['freed_bytes']} does not hold "
+                            f"the program's buffer {address:#x}+{size}")
+    prefix = want.get("lines_from_stdout")
+    if prefix:
+        printed = [l[len(prefix):].split() for l in lines if l.startswith(prefix)]
+        if not printed or len(printed[0]) != 2:
+            errs.append(f"the command printed no line '{prefix}<alloc line> <free line>'")
+        else:
+            for key, line in zip(("allocated", "freed"), printed[0]):
+                stack = (f.get(key) or {}).get("python", [])
+                user = next((x for x in stack if x.get("origin") == "user"), None)
+                if user is None or user["line"] != int(line):
+                    errs.append(f"freed.{key}: innermost user frame {user}, expected line {line}")
 
 
 def check_range(errs, want, h, lines, address):
@@ -192,6 +299,7 @@ def main():
         if got < n:
             errs.append(f"{got} {kind} nodes, expected at least {n} ({[g['instantiate']['nodes'] for g in graphs]})")
     check_hazards(errs, exp, report, graphs, stdout_path)
+    check_freed(errs, exp, procs, stdout_path)
     if "stdout_contains" in exp:
         try:
             out = open(stdout_path).read() if stdout_path else ""

@@ -208,3 +208,7 @@ pub fn check_bounded(
     let (built, bounds) = build_bounded(raw, snapshot, resolve);
     check_with_bounds(&built, bounds)
 }
+
+#[cfg(test)]
+#[path = "bounds_tests.rs"]
+mod tests;

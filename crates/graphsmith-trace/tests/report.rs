@@ -31,6 +31,8 @@ fn embedded(name: &str) -> &'static str {
         "hazards.txt" => include_str!("fixtures/hazards.txt"),
         "python.jsonl" => include_str!("fixtures/python.jsonl"),
         "python.txt" => include_str!("fixtures/python.txt"),
+        "memory.jsonl" => include_str!("fixtures/memory.jsonl"),
+        "memory.txt" => include_str!("fixtures/memory.txt"),
         _ => panic!("no fixture {name}"),
     }
 }
@@ -329,4 +331,25 @@ fn logs_without_python_fields_still_parse() {
     let r = report("failures.jsonl", false);
     let first = r.processes[0].captures[0].first.as_ref().unwrap();
     assert!(first.python.is_empty() && first.python_missing.is_none());
+}
+
+#[test]
+fn bounds_and_a_launch_on_freed_memory_render_as_the_snapshot() {
+    check("memory.jsonl", "memory.txt", false);
+    let r = report("memory.jsonl", false);
+    assert_eq!(r.freed_launches(), 1);
+    assert_eq!(
+        (r.errors(), r.warnings()),
+        (1, 1),
+        "the freed launch is an error"
+    );
+    let f = &r.processes[0].freed[0];
+    assert_eq!(
+        f.freed.line(),
+        "cudaFree (cuMemFree_v2) at serve.py:41 in unload"
+    );
+    assert_eq!(
+        f.allocated.as_ref().map(|s| s.line()).as_deref(),
+        Some("cudaMalloc (cuMemAlloc_v2) at serve.py:12 in load_lm_head")
+    );
 }

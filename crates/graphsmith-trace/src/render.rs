@@ -83,12 +83,20 @@ pub fn render(report: &Report) -> String {
         hazard_summary(report, graphs),
         plural(others, "failing call"),
     );
-    if report.freed_launches() > 0 {
-        let _ = writeln!(
-            out,
-            "error: {} on memory freed since instantiation (--freed)",
-            plural(report.freed_launches(), "graph launch")
-        );
+    match report.freed_launches() {
+        0 => {}
+        1 => {
+            let _ = writeln!(
+                out,
+                "error: 1 graph launch on memory freed since instantiation (--freed)"
+            );
+        }
+        n => {
+            let _ = writeln!(
+                out,
+                "error: {n} graph launches on memory freed since instantiation (--freed)"
+            );
+        }
     }
     out
 }

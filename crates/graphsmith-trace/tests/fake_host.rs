@@ -16,7 +16,9 @@
 //!
 //! The same stand-in, driven from a Python script through `ctypes`, begins two pretend captures
 //! (the GIL released, then held): each begin records the script's Python stack. That test needs
-//! `python3` (or `$PYTHON`) and fails, saying so, without it.
+//! `python3` (or `$PYTHON`) and fails, saying so, without it. A third script plays PyTorch for
+//! `--hazards` and `--freed`: a stand-in `torch` module whose `cuda.memory_snapshot()` splits
+//! the planted buffer into blocks, and a pretend allocation, instantiation, free and launch.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -115,12 +117,23 @@ fn trace_with(
     hazards: bool,
     cupti: PathBuf,
 ) -> (ExitCode, serde_json::Value) {
+    trace_full(dir, name, command, (hazards, false), cupti)
+}
+
+/// [`trace_with`] with `--hazards` and `--freed` as given.
+fn trace_full(
+    dir: &Path,
+    name: &str,
+    command: &[&str],
+    (hazards, freed): (bool, bool),
+    cupti: PathBuf,
+) -> (ExitCode, serde_json::Value) {
     let json = dir.join(format!("{name}.json"));
     let args = TraceArgs {
         json: Some(json.clone()),
         strict: false,
         hazards,
-        freed: false,
+        freed,
         events: Some(dir.join(format!("{name}.jsonl"))),
         lib: Some(lib()),
         cupti: Some(cupti),
@@ -313,5 +326,120 @@ fn a_python_process_gets_the_python_stack_at_capture_begin() {
         );
         assert_eq!(stack[2]["function"], "<module>", "{c:#}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The script of the allocator and freed-memory test: a stand-in `torch` (in `sys.modules`, so
+/// the tracer finds it) whose snapshot splits the planted buffer into two blocks; the weight is
+/// allocated with the GIL released, the graph instantiated, the weight freed with the GIL held,
+/// and the graph launched.
+const TORCH_SCRIPT: &str = r#"import ctypes, os, sys, types
+cuda = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+held = ctypes.PyDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+BUF = 0x7f0000000000
+SNAPSHOT = [{"address": BUF, "device": 0, "segment_pool_id": (0, 0), "total_size": 262144,
+             "blocks": [{"size": 131072, "state": "active_allocated"},
+                        {"size": 131072, "state": "inactive"}]}]
+torch = types.ModuleType("torch")
+torch.cuda = types.SimpleNamespace(is_initialized=lambda: True, memory_snapshot=lambda: SNAPSHOT)
+sys.modules["torch"] = torch
+ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).InitializeInjection()
+alloc, free, instantiate, launch = (int(a) for a in sys.argv[2:6])
+def load_weight():
+    cuda.fake_alloc(alloc, ctypes.c_uint64(BUF), ctypes.c_size_t(262144))  # line 14
+def unload():
+    held.fake_free(free, ctypes.c_uint64(BUF))  # line 16
+def decode():
+    cuda.fake_launch(launch, ctypes.c_uint64(0xe000))  # line 18
+load_weight()
+cuda.fake_instantiate(instantiate)
+unload()
+decode()
+decode()
+"#;
+
+#[test]
+fn pytorch_blocks_bound_the_check_and_a_launch_on_freed_memory_is_reported() {
+    use cudarc::cupti::sys::CUpti_driver_api_trace_cbid as D;
+    let dir = std::env::temp_dir().join(format!(
+        "graphsmith-trace-fake-torch-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cuda = fake_cuda(&dir);
+    let script = dir.join("serve.py");
+    std::fs::write(&script, TORCH_SCRIPT).unwrap();
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    assert!(
+        Command::new(&python).arg("--version").output().is_ok(),
+        "this test runs a Python script: `{python}` (set PYTHON to another) did not start"
+    );
+    let cbids = [
+        D::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+        D::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+        D::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags,
+        D::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    ]
+    .map(|c| (c as u32).to_string());
+    let mut command = vec![
+        python.as_str(),
+        script.to_str().unwrap(),
+        cuda.to_str().unwrap(),
+    ];
+    command.extend(cbids.iter().map(String::as_str));
+    let (code, report) = trace_full(&dir, "torch", &command, (true, true), cuda.clone());
+    assert_eq!(code, ExitCode::from(0), "{report:#}");
+    let p = &report["processes"][0];
+    assert_eq!(p["attached"]["state"], "yes", "{report:#}");
+
+    let c = &p["graphs"][0]["hazards"];
+    assert_eq!(c["state"], "checked", "{report:#}");
+    assert_eq!(c["bounds"]["kind"], "allocator_blocks", "{c:#}");
+    assert_eq!(
+        (&c["bounds"]["blocks"], &c["bounds"]["segments"]),
+        (&2.into(), &1.into())
+    );
+    assert_eq!(c["total"], 1, "{c:#}");
+    assert_eq!(
+        c["hazards"][0]["region"], "block 0x7f0000000000+131072 (segment 0x7f0000000000)",
+        "{c:#}"
+    );
+
+    let freed = p["freed"].as_array().expect("freed");
+    let mut nodes: Vec<u64> = freed.iter().map(|f| f["node"].as_u64().unwrap()).collect();
+    nodes.sort();
+    assert_eq!(
+        nodes,
+        [0, 1, 2, 3, 4],
+        "each node once, at the first launch: {report:#}"
+    );
+    let file = script.to_str().unwrap();
+    for f in freed {
+        assert_eq!((&f["exec"], &f["graph"]), (&0xe000.into(), &0x9000.into()));
+        assert_eq!(
+            (&f["freed_base"], &f["freed_bytes"]),
+            (&0x7f00_0000_0000_u64.into(), &262_144.into())
+        );
+        for (site, line, function, call) in [
+            ("allocated", 14, "load_weight", "cuMemAlloc_v2"),
+            ("freed", 16, "unload", "cuMemFree_v2"),
+            ("launch", 18, "decode", "cuGraphLaunch"),
+        ] {
+            let s = &f[site];
+            assert_eq!(s["call"], call, "{f:#}");
+            assert_eq!(s["python"][0]["file"], file, "{f:#}");
+            assert_eq!(
+                (&s["python"][0]["line"], &s["python"][0]["function"]),
+                (&line.into(), &function.into()),
+                "{f:#}"
+            );
+        }
+    }
+    let kernel = freed.iter().find(|f| f["node"] == 1).unwrap();
+    assert_eq!(
+        (&kernel["start"], &kernel["len"]),
+        (&0x7f00_0000_0000_u64.into(), &131_072.into()),
+        "the block bounds the pointer"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

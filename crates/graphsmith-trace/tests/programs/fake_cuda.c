@@ -250,3 +250,32 @@ int fake_begin(unsigned cbid) {
   call(cbid, "cuStreamBeginCapture_v2", &params, &result);
   return 0;
 }
+
+/* `--freed` (tests/fake_host.rs): a pretend allocation of `size` bytes at `ptr`
+ * (cuMemAlloc_v2's parameters: the out-pointer, the size), a pretend free of `ptr`
+ * (cuMemFree_v2), and a pretend launch of `exec` (cuGraphLaunch: the executable, the stream),
+ * each reported to the callback under the `cbid` the test passes in. */
+int fake_alloc(unsigned cbid, u64 ptr, size_t size) {
+  u64 out = ptr;
+  struct { u64* dptr; size_t bytesize; } params = {&out, size};
+  int result = 0;
+  if (!g_callback) return -1;
+  call(cbid, "cuMemAlloc_v2", &params, &result);
+  return 0;
+}
+
+int fake_free(unsigned cbid, u64 ptr) {
+  struct { u64 dptr; } params = {ptr};
+  int result = 0;
+  if (!g_callback) return -1;
+  call(cbid, "cuMemFree_v2", &params, &result);
+  return 0;
+}
+
+int fake_launch(unsigned cbid, u64 exec) {
+  struct { u64 exec; u64 stream; } params = {exec, 0x5000};
+  int result = 0;
+  if (!g_callback) return -1;
+  call(cbid, "cuGraphLaunch", &params, &result);
+  return 0;
+}

@@ -15,6 +15,7 @@
 //! takes its stacks only when it overlaps a watched range; a launch compares one counter until
 //! the first such free, then asks the tracker (one lock, no CUDA call under it).
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -391,6 +392,14 @@ impl Tracer {
             return;
         }
         let launch = LazySite::take(call_name(data), &LAUNCH_STACKS, true).site();
+        // One free's sites are shared by every node it hits: symbolised once.
+        let mut sites: HashMap<*const Vec<backtrace::Frame>, Site> = HashMap::new();
+        let mut site = |s: &LazySite| {
+            sites
+                .entry(Arc::as_ptr(&s.raw))
+                .or_insert_with(|| s.site())
+                .clone()
+        };
         for f in found {
             let seq = self.next_seq();
             let event = FreedLaunch {
@@ -405,8 +414,8 @@ impl Tracer {
                 len: f.len,
                 freed_base: f.freed.base,
                 freed_bytes: f.freed.size,
-                allocated: f.freed.allocated.as_ref().map(LazySite::site),
-                freed: f.freed.freed.site(),
+                allocated: f.freed.allocated.as_ref().map(&mut site),
+                freed: site(&f.freed.freed),
                 launch: launch.clone(),
             };
             super::super::emit(|pid| Event::Freed(FreedLaunch { pid, ..event }));

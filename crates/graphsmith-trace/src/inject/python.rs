@@ -23,10 +23,9 @@
 //! the failing call needs), [`MAX_FRAMES`] frames each.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use crate::event::{Origin, PyFrame, PyMissing};
 
@@ -370,117 +369,29 @@ pub(crate) fn capture(budget: &AtomicU64) -> Result<Vec<PyFrame>, PyMissing> {
     via_helper(api, mine)
 }
 
-/// What the helper hands back.
-enum Slot {
-    Waiting,
-    Done(Vec<PyFrame>),
-    NotRunning,
-    Withdrawn,
-}
-
-struct Request {
-    api: &'static Api,
-    /// The caller's thread state.
-    tstate: usize,
-    slot: Mutex<Slot>,
-    done: Condvar,
-}
-
 fn via_helper(api: &'static Api, tstate: Obj) -> Result<Vec<PyFrame>, PyMissing> {
-    let req = Arc::new(Request {
-        api,
-        tstate: tstate as usize,
-        slot: Mutex::new(Slot::Waiting),
-        done: Condvar::new(),
-    });
-    let raw = Arc::into_raw(Arc::clone(&req)).cast_mut().cast::<c_void>();
-    // SAFETY: helper_main is ABI-identical as "C" and "C-unwind"; only a forced unwind (the
-    // interpreter ending a thread) may leave it, which pthread_create's caller allows.
-    let start = unsafe {
-        std::mem::transmute::<
-            extern "C-unwind" fn(*mut c_void) -> *mut c_void,
-            extern "C" fn(*mut c_void) -> *mut c_void,
-        >(helper_main)
+    let tstate = tstate as usize;
+    // Exclusive: the caller cannot stop waiting while its frames are read.
+    let read = move || {
+        // SAFETY: run_with_gil runs this on the helper thread while it holds the GIL; the
+        // caller's thread is blocked waiting for the result (exclusive), inside a CUDA call: it
+        // runs no Python code, and its thread state lives.
+        unsafe { api.read(tstate as Obj) }
     };
-    // SAFETY: attr is initialised before use and destroyed after; the thread is detached, and
-    // owns the reference `raw` (released by it, or by us when it could not be started).
-    let started = unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        let mut ok = libc::pthread_attr_init(&mut attr) == 0;
-        if ok {
-            libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-            libc::pthread_attr_setstacksize(&mut attr, 512 * 1024);
-            let mut tid: libc::pthread_t = 0;
-            ok = libc::pthread_create(&mut tid, &attr, start, raw) == 0;
-            libc::pthread_attr_destroy(&mut attr);
-        }
-        if !ok {
-            drop(Arc::from_raw(raw.cast::<Request>()));
-        }
-        ok
-    };
-    if !started {
-        return Err(PyMissing::NoHelper);
-    }
-    let deadline = Instant::now() + WAIT;
-    let mut slot = req.slot.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        match std::mem::replace(&mut *slot, Slot::Waiting) {
-            Slot::Done(frames) => return Ok(frames),
-            Slot::NotRunning => return Err(PyMissing::NotRunning),
-            Slot::Waiting | Slot::Withdrawn => {}
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            *slot = Slot::Withdrawn;
+    match helper::run_with_gil(api, WAIT, true, read) {
+        helper::Outcome::Done(frames) => Ok(frames),
+        helper::Outcome::NotRunning => Err(PyMissing::NotRunning),
+        helper::Outcome::NoHelper => Err(PyMissing::NoHelper),
+        helper::Outcome::TimedOut => {
             GIVEUPS.fetch_add(1, Ordering::Relaxed);
-            return Err(PyMissing::GilBusy);
+            Err(PyMissing::GilBusy)
         }
-        slot = match req.done.wait_timeout(slot, deadline - now) {
-            Ok((s, _)) => s,
-            Err(e) => e.into_inner().0,
-        };
     }
 }
 
-/// The helper thread: takes the GIL, reads the caller's frames unless the request was
-/// withdrawn, releases the GIL. Until the GIL is held its frame holds no value with a
-/// destructor, so the interpreter may end the thread inside `PyGILState_Ensure`.
-extern "C-unwind" fn helper_main(arg: *mut c_void) -> *mut c_void {
-    let req = arg.cast_const().cast::<Request>();
-    // SAFETY: `arg` is the reference via_helper handed over; the Request is alive until it is
-    // released in serve().
-    let api: &'static Api = unsafe { (*req).api };
-    if !api.running() {
-        serve(req, false);
-        return std::ptr::null_mut();
-    }
-    // SAFETY: PyGILState_Ensure may be called from any thread once the interpreter runs.
-    let gil = unsafe { (api.gil_ensure)() };
-    serve(req, true);
-    // SAFETY: releases exactly the GIL state Ensure returned, on the same thread.
-    unsafe { (api.gil_release)(gil) };
-    std::ptr::null_mut()
-}
-
-fn serve(req: *const Request, has_gil: bool) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: takes back the reference via_helper handed to this thread.
-        let req = unsafe { Arc::from_raw(req) };
-        let mut slot = req.slot.lock().unwrap_or_else(|e| e.into_inner());
-        if !matches!(*slot, Slot::Waiting) {
-            return;
-        }
-        *slot = if has_gil {
-            // SAFETY: this thread holds the GIL; the caller's thread is blocked waiting on
-            // `slot` (it was not withdrawn), inside a CUDA call: it runs no Python code.
-            Slot::Done(unsafe { req.api.read(req.tstate as Obj) })
-        } else {
-            Slot::NotRunning
-        };
-        req.done.notify_one();
-    }));
-}
+/// The helper thread both readers use.
+#[path = "python_helper.rs"]
+mod helper;
 
 /// PyTorch's caching-allocator blocks, read through the same API (`--hazards`).
 #[path = "python_eval.rs"]

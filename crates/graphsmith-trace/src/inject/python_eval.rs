@@ -18,12 +18,11 @@
 //! (the caller still goes on after [`WAIT`]).
 
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
+use std::time::Duration;
 
-use super::{api, find, handles, Api, Obj};
+use super::{api, find, handles, helper, Api, Obj};
 
 /// How long an instantiation waits for the helper's snapshot.
 pub(crate) const WAIT: Duration = Duration::from_secs(2);
@@ -187,129 +186,25 @@ pub(crate) fn allocator_snapshot() -> Result<String, String> {
     via_helper(api, run)
 }
 
-enum Slot {
-    Waiting,
-    Running,
-    Done(Result<String, String>),
-    NotRunning,
-    Withdrawn,
-}
-
-struct Request {
-    api: &'static Api,
-    run: &'static Run,
-    slot: Mutex<Slot>,
-    done: Condvar,
-}
-
-fn lock(req: &Request) -> std::sync::MutexGuard<'_, Slot> {
-    req.slot.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn via_helper(api: &'static Api, run: &'static Run) -> Result<String, String> {
-    let req = Arc::new(Request {
-        api,
-        run,
-        slot: Mutex::new(Slot::Waiting),
-        done: Condvar::new(),
-    });
-    let raw = Arc::into_raw(Arc::clone(&req)).cast_mut().cast::<c_void>();
-    // SAFETY: helper_main is ABI-identical as "C" and "C-unwind"; only a forced unwind (the
-    // interpreter ending a thread) may leave it, which pthread_create's caller allows.
-    let start = unsafe {
-        std::mem::transmute::<
-            extern "C-unwind" fn(*mut c_void) -> *mut c_void,
-            extern "C" fn(*mut c_void) -> *mut c_void,
-        >(helper_main)
+    // Not exclusive: the caller may give up while the snapshot runs (it reads no state of the
+    // caller's), and goes on with the driver's allocations.
+    let snapshot = move || {
+        // SAFETY: run_with_gil runs this on the helper thread while it holds the GIL.
+        unsafe { run_snapshot(api, run) }
     };
-    // SAFETY: attr is initialised before use and destroyed after; the thread is detached and
-    // owns the reference `raw` (released by it, or here when it could not be started).
-    let started = unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        let mut ok = libc::pthread_attr_init(&mut attr) == 0;
-        if ok {
-            libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
-            libc::pthread_attr_setstacksize(&mut attr, 1024 * 1024);
-            let mut tid: libc::pthread_t = 0;
-            ok = libc::pthread_create(&mut tid, &attr, start, raw) == 0;
-            libc::pthread_attr_destroy(&mut attr);
+    match helper::run_with_gil(api, WAIT, false, snapshot) {
+        helper::Outcome::Done(result) => result,
+        helper::Outcome::NotRunning => Err("the interpreter was not running".to_string()),
+        helper::Outcome::NoHelper => {
+            Err("no helper thread could be started to take the GIL".to_string())
         }
-        if !ok {
-            drop(Arc::from_raw(raw.cast::<Request>()));
-        }
-        ok
-    };
-    if !started {
-        return Err("no helper thread could be started to take the GIL".to_string());
-    }
-    let deadline = Instant::now() + WAIT;
-    let mut slot = lock(&req);
-    loop {
-        match std::mem::replace(&mut *slot, Slot::Waiting) {
-            Slot::Done(result) => return result,
-            Slot::NotRunning => return Err("the interpreter was not running".to_string()),
-            Slot::Running => *slot = Slot::Running,
-            Slot::Waiting | Slot::Withdrawn => {}
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            *slot = Slot::Withdrawn;
+        helper::Outcome::TimedOut => {
             GIVEUPS.fetch_add(1, Ordering::Relaxed);
-            return Err(format!(
+            Err(format!(
                 "the thread does not hold the GIL and the snapshot was not read within {} s",
                 WAIT.as_secs()
-            ));
+            ))
         }
-        slot = match req.done.wait_timeout(slot, deadline - now) {
-            Ok((s, _)) => s,
-            Err(e) => e.into_inner().0,
-        };
     }
-}
-
-/// The helper thread: takes the GIL, runs the snippet unless the request was withdrawn,
-/// releases the GIL. Until the GIL is held its frame holds no value with a destructor, so the
-/// interpreter may end the thread inside `PyGILState_Ensure`.
-extern "C-unwind" fn helper_main(arg: *mut c_void) -> *mut c_void {
-    let req = arg.cast_const().cast::<Request>();
-    // SAFETY: `arg` is the reference via_helper handed over; the Request is alive until it is
-    // released in serve().
-    let api: &'static Api = unsafe { (*req).api };
-    if !api.running() {
-        serve(req, false);
-        return std::ptr::null_mut();
-    }
-    // SAFETY: PyGILState_Ensure may be called from any thread once the interpreter runs.
-    let gil = unsafe { (api.gil_ensure)() };
-    serve(req, true);
-    // SAFETY: releases exactly the GIL state Ensure returned, on the same thread.
-    unsafe { (api.gil_release)(gil) };
-    std::ptr::null_mut()
-}
-
-fn serve(req: *const Request, has_gil: bool) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: takes back the reference via_helper handed to this thread.
-        let req = unsafe { Arc::from_raw(req) };
-        {
-            let mut slot = lock(&req);
-            if !matches!(*slot, Slot::Waiting) {
-                return;
-            }
-            if !has_gil {
-                *slot = Slot::NotRunning;
-                req.done.notify_one();
-                return;
-            }
-            // Not held while the snippet runs: the caller must be free to give up.
-            *slot = Slot::Running;
-        }
-        // SAFETY: this thread holds the GIL.
-        let result = unsafe { run_snapshot(req.api, req.run) };
-        let mut slot = lock(&req);
-        if matches!(*slot, Slot::Running) {
-            *slot = Slot::Done(result);
-            req.done.notify_one();
-        }
-    }));
 }

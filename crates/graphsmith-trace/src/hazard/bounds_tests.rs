@@ -2,9 +2,8 @@
 //! (tests/programs/torch_hazards.py) as read-back data, checked with PyTorch's blocks and with
 //! the driver's segments.
 
-use graphsmith_model::{Dim3, KernelArg, KernelParams, NodeKind};
-
 use super::*;
+use crate::hazard::tests::{self, Arg};
 use crate::hazard::{resolver, HazardCheck, RawEdge, RawNode};
 
 /// One caching-allocator segment holding three tensors' blocks: `src`, `lo`, `hi`.
@@ -26,22 +25,8 @@ fn snapshot_text() -> String {
 }
 
 fn kernel(symbol: &str, pointers: &[u64]) -> RawNode {
-    let args = pointers
-        .iter()
-        .enumerate()
-        .map(|(i, p)| KernelArg {
-            offset: 8 * i as u32,
-            bytes: p.to_le_bytes().to_vec(),
-        })
-        .collect();
-    RawNode::plain(NodeKind::Kernel(KernelParams {
-        name: symbol.to_string(),
-        grid: Dim3::linear(256),
-        block: Dim3::linear(256),
-        shared_mem_bytes: 0,
-        args,
-        cluster: None,
-    }))
+    let args: Vec<Arg> = pointers.iter().map(|p| Arg::Ptr(*p)).collect();
+    tests::kernel(symbol, &args)
 }
 
 /// n0 and n1 (the two side streams) write `lo` and `hi` from `src`; n2 (the main stream) reads

@@ -9,12 +9,12 @@ const BUF_BYTES: u64 = 262_144;
 const OTHER: u64 = 0x7f00_1000_0000;
 
 /// An argument: a pointer (8 bytes) or an `int` (4 bytes).
-enum Arg {
+pub(super) enum Arg {
     Ptr(u64),
     Int(i32),
 }
 
-fn kernel(symbol: &str, args: &[Arg]) -> RawNode {
+pub(super) fn kernel(symbol: &str, args: &[Arg]) -> RawNode {
     let mut offset = 0;
     let args = args
         .iter()

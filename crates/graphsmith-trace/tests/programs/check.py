@@ -196,32 +196,36 @@ def check_freed(errs, exp, procs, stdout_path):
     check_site(errs, "freed.freed", f.get("freed"), want, "freed")
     check_site(errs, "freed.launch", f.get("launch"), want, "launch")
     lines = stdout_lines(errs, stdout_path)
-    prefix = want.get("range_from_stdout")
-    if prefix:
-        printed = [l[len(prefix):].split() for l in lines if l.startswith(prefix)]
-        if not printed or len(printed[0]) != 2:
-            errs.append(f"the command printed no line '{prefix}<address> <bytes>'")
-        else:
-            address, size = int(printed[0][0], 16), int(printed[0][1])
-            # The node's freed bytes lie in the program's buffer, which lies in the freed range.
-            if not (address <= f["start"] and f["start"] + f["len"] <= address + size):
-                errs.append(f"freed bytes {f['start']:#x}+{f['len']} outside the program's "
-                            f"buffer {address:#x}+{size}")
-            if not (f["freed_base"] <= address
-                    and address + size <= f["freed_base"] + f["freed_bytes"]):
-                errs.append(f"freed range {f['freed_base']:#x}+{f['freed_bytes']} does not hold "
-                            f"the program's buffer {address:#x}+{size}")
-    prefix = want.get("lines_from_stdout")
-    if prefix:
-        printed = [l[len(prefix):].split() for l in lines if l.startswith(prefix)]
-        if not printed or len(printed[0]) != 2:
-            errs.append(f"the command printed no line '{prefix}<alloc line> <free line>'")
-        else:
-            for key, line in zip(("allocated", "freed"), printed[0]):
-                stack = (f.get(key) or {}).get("python", [])
-                user = next((x for x in stack if x.get("origin") == "user"), None)
-                if user is None or user["line"] != int(line):
-                    errs.append(f"freed.{key}: innermost user frame {user}, expected line {line}")
+    weight = printed_fields(errs, lines, want.get("range_from_stdout"), "<address> <bytes>")
+    if weight:
+        address, size = int(weight[0], 16), int(weight[1])
+        # The node's freed bytes start in the program's buffer (a pointer reaches to the end of
+        # its allocation, which may outlast the buffer) and the freed range overlaps it.
+        if not address <= f["start"] < address + size:
+            errs.append(f"freed bytes {f['start']:#x}+{f['len']} do not start in the program's "
+                        f"buffer {address:#x}+{size}")
+        if not (f["freed_base"] < address + size
+                and address < f["freed_base"] + f["freed_bytes"]):
+            errs.append(f"freed range {f['freed_base']:#x}+{f['freed_bytes']} misses the "
+                        f"program's buffer {address:#x}+{size}")
+    made = printed_fields(errs, lines, want.get("lines_from_stdout"), "<alloc line> <free line>")
+    for key, line in zip(("allocated", "freed"), made or ()):
+        stack = (f.get(key) or {}).get("python", [])
+        user = next((x for x in stack if x.get("origin") == "user"), None)
+        if user is None or user["line"] != int(line):
+            errs.append(f"freed.{key}: innermost user frame {user}, expected line {line}")
+
+
+def printed_fields(errs, lines, prefix, shape):
+    """The two fields of the first stdout line starting with `prefix` (None when no prefix is
+    expected; an error when the line is missing)."""
+    if not prefix:
+        return None
+    printed = [l[len(prefix):].split() for l in lines if l.startswith(prefix)]
+    if not printed or len(printed[0]) != 2:
+        errs.append(f"the command printed no line '{prefix}{shape}'")
+        return None
+    return printed[0]
 
 
 def check_range(errs, want, h, lines, address):

@@ -86,7 +86,7 @@ static void print_weight(const float* w) {
   fflush(stdout);
 }
 
-__attribute__((noinline)) static int case_pool(cudaStream_t s, float* x, float* out) {
+__attribute__((noinline)) int case_pool(cudaStream_t s, float* x, float* out) {
   cudaMemPool_t pool;
   if (!ok(cudaDeviceGetDefaultMemPool(&pool, 0), "default pool")) return 1;
   uint64_t keep = UINT64_MAX;
@@ -107,7 +107,7 @@ __attribute__((noinline)) static int case_pool(cudaStream_t s, float* x, float* 
   return 0;
 }
 
-__attribute__((noinline)) static int case_free(cudaStream_t s, float* x, float* out) {
+__attribute__((noinline)) int case_free(cudaStream_t s, float* x, float* out) {
   float* w = nullptr;
   if (!ok(cudaMalloc((void**)&w, BYTES), "cudaMalloc weight")) return 1;
   fill_async(w, 3.0f, s);
@@ -124,7 +124,7 @@ __attribute__((noinline)) static int case_free(cudaStream_t s, float* x, float* 
   _exit(failures == 0 ? 0 : 1);
 }
 
-__attribute__((noinline)) static int case_clean(cudaStream_t s, float* x, float* out) {
+__attribute__((noinline)) int case_clean(cudaStream_t s, float* x, float* out) {
   float *w = nullptr, *scratch = nullptr;
   if (!ok(cudaMalloc((void**)&w, BYTES), "cudaMalloc weight")) return 1;
   if (!ok(cudaMalloc((void**)&scratch, BYTES), "cudaMalloc scratch")) return 1;

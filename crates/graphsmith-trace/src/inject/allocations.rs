@@ -11,7 +11,8 @@
 //! stream is a memory node of the graph, not a real one, and is left out.
 //!
 //! Cost: an allocation takes an unresolved native stack (instruction pointers; symbols are
-//! looked up only when reported) and, within a per-process budget, the Python stack; a free
+//! looked up only when reported; the first [`MAX_ALLOC_STACKS`] allocations of a process) and,
+//! within a per-process budget, the Python stack; a free
 //! takes its stacks only when it overlaps a watched range; a launch compares one counter until
 //! the first such free, then asks the tracker (one lock, no CUDA call under it).
 
@@ -27,6 +28,10 @@ use crate::event::{Call, Event, PyFrame, PyMissing, Thread, FREED_VAR};
 use crate::freed::{FreedLaunch, Site, Touch, Tracker};
 use crate::inject::{python, stack, thread};
 
+/// Allocations per process that take a native stack: a program that allocates in a loop
+/// (stream-ordered allocations each step) stops paying for stacks past it.
+const MAX_ALLOC_STACKS: u64 = 16_384;
+static ALLOC_NATIVE: AtomicU64 = AtomicU64::new(0);
 /// Python stacks read per process at allocations, at frees, at launches.
 static ALLOC_STACKS: AtomicU64 = AtomicU64::new(0);
 static FREE_STACKS: AtomicU64 = AtomicU64::new(0);
@@ -336,7 +341,8 @@ impl Tracer {
         match op {
             Op::Alloc => {
                 let Some(size) = mem.size else { return };
-                let site = LazySite::take(call_name(data), &ALLOC_STACKS, true);
+                let stacks = ALLOC_NATIVE.fetch_add(1, Ordering::Relaxed) < MAX_ALLOC_STACKS;
+                let site = LazySite::take(call_name(data), &ALLOC_STACKS, stacks);
                 lock(&m.tracker).allocated(mem.address, size, site);
             }
             Op::Free => {

@@ -1,0 +1,368 @@
+//! Weight streaming (docs/overlap.md): each layer's weights live in page-locked host memory; a
+//! copy stream copies layer `l + R` into a ring of `R` device slots while the compute stream runs
+//! layer `l` over its slot. Every copy and every layer is a graph: a copy graph waits (event wait
+//! node) until the layer that last used its slot has finished, copies, and records "weights
+//! ready"; a layer's graph waits for that record, runs its kernels and records "slot free".
+//!
+//! A layer is a chain of GEMVs over a Llama-shaped layer (q, k, v, o: `hidden x hidden`; gate,
+//! up: `ffn x hidden`; down: `hidden x ffn`), with the built-in `proj` kernel (one thread per
+//! row, summed in order) and `attention` (`q*k + v`, element-wise) joining them:
+//! `q, k, v = Wq x, Wk x, Wv x; a = q*k + v; o = Wo a; g, u = Wg o, Wu o; m = g*u + u;
+//! x' = Wd m`. Every weight is read, and the result is bit-exact against [`reference`].
+
+use graphsmith::{
+    args, Context, DeviceBuffer, Event, Exec, HostBuffer, Kernel, LaunchConfig, NodeRef, Result,
+    Stream,
+};
+
+use crate::{ATTENTION_KERNEL, PROJ_KERNEL};
+
+/// The sizes of one layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub hidden: usize,
+    pub ffn: usize,
+}
+
+/// The matrices of a layer, in their order in host memory and in a slot.
+pub const MATRICES: [&str; 7] = ["q", "k", "v", "o", "gate", "up", "down"];
+
+impl Shape {
+    /// A Llama-2 7B layer: hidden 4096, intermediate 11008 (202 M weights).
+    pub const LLAMA_7B: Shape = Shape {
+        hidden: 4096,
+        ffn: 11008,
+    };
+
+    /// (rows, columns) of each matrix of [`MATRICES`].
+    pub fn matrices(&self) -> [(usize, usize); 7] {
+        let (h, f) = (self.hidden, self.ffn);
+        [(h, h), (h, h), (h, h), (h, h), (f, h), (f, h), (h, f)]
+    }
+
+    /// Where each matrix starts, in elements.
+    pub fn offsets(&self) -> [usize; 7] {
+        let mut out = [0; 7];
+        let mut at = 0;
+        for (o, (r, c)) in out.iter_mut().zip(self.matrices()) {
+            *o = at;
+            at += r * c;
+        }
+        out
+    }
+
+    /// Weights per layer.
+    pub fn elements(&self) -> usize {
+        self.matrices().iter().map(|(r, c)| r * c).sum()
+    }
+
+    /// Bytes of one layer's weights (f32).
+    pub fn bytes(&self) -> usize {
+        self.elements() * 4
+    }
+}
+
+/// A deterministic value in `[-1, 1)` for element `i` of layer `layer` (a hash, never all zero).
+fn unit(layer: usize, i: usize) -> f32 {
+    let mut z = (i as u64) ^ ((layer as u64 + 1) << 40);
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+}
+
+/// Fills `out` with elements `start..start + out.len()` of layer `layer`'s weights: each matrix
+/// scaled by `1/sqrt(columns)`, so activations shrink a little from layer to layer instead of
+/// growing.
+pub fn weights_into(shape: &Shape, layer: usize, start: usize, out: &mut [f32]) {
+    let offsets = shape.offsets();
+    let dims = shape.matrices();
+    for (k, v) in out.iter_mut().enumerate() {
+        let i = start + k;
+        let m = offsets.iter().rposition(|&o| o <= i).unwrap_or(0);
+        *v = unit(layer, i) / (dims[m].1 as f32).sqrt();
+    }
+}
+
+/// The whole of layer `layer`'s weights (for host references on small shapes).
+pub fn weights(shape: &Shape, layer: usize) -> Vec<f32> {
+    let mut w = vec![0.0; shape.elements()];
+    weights_into(shape, layer, 0, &mut w);
+    w
+}
+
+/// The first layer's input: deterministic values in `[-2, 2)`.
+pub fn input(shape: &Shape) -> Vec<f32> {
+    (0..shape.hidden).map(|i| 2.0 * unit(usize::MAX >> 8, i)).collect()
+}
+
+/// `proj` on the host: `out[r] = sum_c w[r*cols + c] * x[c]`, summed in order, no FMA.
+fn proj(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    (0..rows)
+        .map(|r| {
+            let row = &w[r * cols..(r + 1) * cols];
+            row.iter().zip(x).fold(0.0f32, |acc, (&w, &x)| acc + w * x)
+        })
+        .collect()
+}
+
+/// `attention` on the host: `a*b + c`, two roundings.
+fn mul_add(a: &[f32], b: &[f32], c: &[f32]) -> Vec<f32> {
+    a.iter().zip(b).zip(c).map(|((&a, &b), &c)| a * b + c).collect()
+}
+
+/// One layer on the host, as the GPU computes it: the output for input `x`.
+pub fn reference_layer(shape: &Shape, w: &[f32], x: &[f32]) -> Vec<f32> {
+    let o = shape.offsets();
+    let d = shape.matrices();
+    let m = |k: usize| &w[o[k]..o[k] + d[k].0 * d[k].1];
+    let p = |k: usize, x: &[f32]| proj(m(k), x, d[k].0, d[k].1);
+    let (q, k, v) = (p(0, x), p(1, x), p(2, x));
+    let a = mul_add(&q, &k, &v);
+    let out = p(3, &a);
+    let (g, u) = (p(4, &out), p(5, &out));
+    let mm = mul_add(&g, &u, &u);
+    p(6, &mm)
+}
+
+/// Every layer's output on the host, from [`input`] (for small shapes).
+pub fn reference(shape: &Shape, layers: usize) -> Vec<Vec<f32>> {
+    let mut x = input(shape);
+    let mut outs = Vec::with_capacity(layers);
+    for l in 0..layers {
+        x = reference_layer(shape, &weights(shape, l), &x);
+        outs.push(x.clone());
+    }
+    outs
+}
+
+/// What a layer's kernels write besides its output.
+struct Scratch {
+    q: DeviceBuffer<f32>,
+    k: DeviceBuffer<f32>,
+    v: DeviceBuffer<f32>,
+    a: DeviceBuffer<f32>,
+    o: DeviceBuffer<f32>,
+    g: DeviceBuffer<f32>,
+    u: DeviceBuffer<f32>,
+    m: DeviceBuffer<f32>,
+}
+
+/// The streamed model: host weights, the ring, one copy graph and one layer graph per layer.
+pub struct WeightStream {
+    pub shape: Shape,
+    pub layers: usize,
+    pub ring: usize,
+    /// Times each layer's chain runs over its weights (more compute per byte copied).
+    pub repeat: usize,
+    host: Vec<HostBuffer<f32>>,
+    /// Each layer's output; layer `l` reads `outs[l - 1]` (layer 0 reads `x0`).
+    outs: Vec<DeviceBuffer<f32>>,
+    copies: Vec<Exec>,
+    computes: Vec<Exec>,
+    /// Kept for the graphs' events (the executables hold them too).
+    _events: Vec<Event>,
+}
+
+/// One layer's GEMV chain over `w` (a ring slot) from `x` into `out`, after `deps`; returns the
+/// last node.
+#[allow(clippy::too_many_arguments)]
+fn layer_nodes(
+    g: &mut graphsmith::Graph,
+    k: &(Kernel, Kernel),
+    shape: &Shape,
+    w: &DeviceBuffer<f32>,
+    x: &DeviceBuffer<f32>,
+    out: &mut DeviceBuffer<f32>,
+    s: &mut Scratch,
+    deps: &[&NodeRef],
+) -> Result<NodeRef> {
+    let (proj, att) = k;
+    let o = shape.offsets();
+    let d = shape.matrices();
+    let cfg = |rows: usize| LaunchConfig {
+        grid: graphsmith::model::Dim3::linear(rows.div_ceil(32) as u32),
+        block: graphsmith::model::Dim3::linear(32),
+        shared_mem_bytes: 0,
+    };
+    let wv = |m: usize| w.slice(o[m]..o[m] + d[m].0 * d[m].1);
+    let (h, f) = (shape.hidden as i32, shape.ffn as i32);
+    let ew = |n: i32| LaunchConfig::for_elements(n as u32);
+    let q = g.kernel("q", proj, cfg(d[0].0), args![x, wv(0), &mut s.q, h, h], deps)?;
+    let kk = g.kernel("k", proj, cfg(d[1].0), args![x, wv(1), &mut s.k, h, h], deps)?;
+    let v = g.kernel("v", proj, cfg(d[2].0), args![x, wv(2), &mut s.v, h, h], deps)?;
+    let a = g.kernel("qk+v", att, ew(h), args![&s.q, &s.k, &s.v, &mut s.a, h], &[&q, &kk, &v])?;
+    let po = g.kernel("o", proj, cfg(d[3].0), args![&s.a, wv(3), &mut s.o, h, h], &[&a])?;
+    let pg = g.kernel("gate", proj, cfg(d[4].0), args![&s.o, wv(4), &mut s.g, f, h], &[&po])?;
+    let pu = g.kernel("up", proj, cfg(d[5].0), args![&s.o, wv(5), &mut s.u, f, h], &[&po])?;
+    let m = g.kernel("gu+u", att, ew(f), args![&s.g, &s.u, &s.u, &mut s.m, f], &[&pg, &pu])?;
+    g.kernel("down", proj, cfg(d[6].0), args![&s.m, wv(6), out, h, f], &[&m])
+}
+
+impl WeightStream {
+    /// Allocates `layers` layers of page-locked weights (filled on the host), a ring of `ring`
+    /// device slots, and builds the graphs.
+    pub fn new(
+        ctx: &Context,
+        stream: &Stream,
+        shape: Shape,
+        layers: usize,
+        ring: usize,
+        repeat: usize,
+    ) -> Result<WeightStream> {
+        let layers = layers.max(1);
+        let ring = ring.clamp(1, layers);
+        let module = ctx.builtin_kernels()?;
+        let kernels = (module.kernel(PROJ_KERNEL)?, module.kernel(ATTENTION_KERNEL)?);
+        let n = shape.elements();
+        let mut host = Vec::with_capacity(layers);
+        let mut chunk = vec![0.0f32; n.min(1 << 24)];
+        for l in 0..layers {
+            let mut h = ctx.alloc_host::<f32>(&format!("layer-{l}-weights"), n)?;
+            let mut at = 0;
+            while at < n {
+                let len = chunk.len().min(n - at);
+                weights_into(&shape, l, at, &mut chunk[..len]);
+                h.write(at, &chunk[..len])?;
+                at += len;
+            }
+            host.push(h);
+        }
+        let mut slots = (0..ring)
+            .map(|s| ctx.alloc::<f32>(&format!("slot-{s}"), n))
+            .collect::<Result<Vec<_>>>()?;
+        let mut x0 = ctx.alloc::<f32>("x0", shape.hidden)?;
+        stream.upload(&mut x0, &input(&shape))?;
+        let mut outs = (0..layers)
+            .map(|l| ctx.alloc::<f32>(&format!("layer-{l}-out"), shape.hidden))
+            .collect::<Result<Vec<_>>>()?;
+        let (hd, fd) = (shape.hidden, shape.ffn);
+        let buf = |name: &str, len: usize| ctx.alloc::<f32>(name, len);
+        let mut scratch = Scratch {
+            q: buf("q", hd)?,
+            k: buf("k", hd)?,
+            v: buf("v", hd)?,
+            a: buf("a", hd)?,
+            o: buf("o", hd)?,
+            g: buf("g", fd)?,
+            u: buf("u", fd)?,
+            m: buf("m", fd)?,
+        };
+        let event = |name: String| ctx.event(&name, false);
+        let ready = (0..layers)
+            .map(|l| event(format!("layer-{l}-weights-ready")))
+            .collect::<Result<Vec<_>>>()?;
+        let free = (0..layers)
+            .map(|l| event(format!("layer-{l}-slot-free")))
+            .collect::<Result<Vec<_>>>()?;
+        let mut copies = Vec::with_capacity(layers);
+        let mut computes = Vec::with_capacity(layers);
+        for l in 0..layers {
+            let s = l % ring;
+            // The copy waits for the last layer that read its slot: layer l - R of this pass,
+            // or, for the first R layers, layer L - R + l of the pass before (a wait on an event
+            // never recorded, in the first pass, waits for nothing).
+            let reader = (l + layers - ring) % layers;
+            let mut g = ctx.graph(&format!("copy-layer-{l}"))?;
+            let wait = g.event_wait("wait-slot-free", &free[reader], &[])?;
+            let copy = g.memcpy_from_host(
+                &format!("load-layer-{l}"),
+                &mut slots[s],
+                &host[l],
+                &[&wait],
+            )?;
+            g.event_record("weights-ready", &ready[l], &[&copy])?;
+            copies.push(g.instantiate()?);
+
+            let mut g = ctx.graph(&format!("layer-{l}"))?;
+            let mut last = g.event_wait("wait-weights", &ready[l], &[])?;
+            let (before, rest) = outs.split_at_mut(l);
+            let x = if l == 0 { &x0 } else { &before[l - 1] };
+            for _ in 0..repeat.max(1) {
+                last = layer_nodes(
+                    &mut g,
+                    &kernels,
+                    &shape,
+                    &slots[s],
+                    x,
+                    &mut rest[0],
+                    &mut scratch,
+                    &[&last],
+                )?;
+            }
+            g.event_record("slot-free", &free[l], &[&last])?;
+            computes.push(g.instantiate()?);
+        }
+        let mut events = ready;
+        events.extend(free);
+        Ok(WeightStream {
+            shape,
+            layers,
+            ring,
+            repeat: repeat.max(1),
+            host,
+            outs,
+            copies,
+            computes,
+            _events: events,
+        })
+    }
+
+    /// One pass, overlapped: the first `R` copies on `copy`, then each layer on `compute`
+    /// followed by the copy into the slot it frees, on `copy`. `copy` first waits for
+    /// everything issued to `compute` so far (a pass starts after the one before it).
+    pub fn run_overlapped(&mut self, compute: &Stream, copy: &Stream) -> Result<()> {
+        copy.join(compute)?;
+        for c in self.copies.iter_mut().take(self.ring) {
+            c.launch(copy)?;
+        }
+        for l in 0..self.layers {
+            self.computes[l].launch(compute)?;
+            if let Some(c) = self.copies.get_mut(l + self.ring) {
+                c.launch(copy)?;
+            }
+        }
+        // The last layer waited for the last copy: `compute` holds the whole pass.
+        Ok(())
+    }
+
+    /// One pass, serialized on one stream: copy layer l, run it, copy layer l + 1, ...
+    pub fn run_serialized(&mut self, stream: &Stream) -> Result<()> {
+        for (c, k) in self.copies.iter_mut().zip(self.computes.iter_mut()) {
+            c.launch(stream)?;
+            k.launch(stream)?;
+        }
+        Ok(())
+    }
+
+    /// Only the copies of one pass, on one stream.
+    pub fn run_copies(&mut self, stream: &Stream) -> Result<()> {
+        self.copies.iter_mut().try_for_each(|c| c.launch(stream))
+    }
+
+    /// Only the layers of one pass (over whatever the slots hold), on one stream.
+    pub fn run_computes(&mut self, stream: &Stream) -> Result<()> {
+        self.computes.iter_mut().try_for_each(|c| c.launch(stream))
+    }
+
+    /// Each layer's output buffer.
+    pub fn outputs(&self) -> &[DeviceBuffer<f32>] {
+        &self.outs
+    }
+
+    /// Each layer's outputs buffer, for poisoning before a run.
+    pub fn outputs_mut(&mut self) -> &mut [DeviceBuffer<f32>] {
+        &mut self.outs
+    }
+
+    /// Bytes of weights one pass copies.
+    pub fn pass_bytes(&self) -> usize {
+        self.shape.bytes() * self.layers
+    }
+
+    /// The page-locked weights of layer `l`.
+    pub fn host_weights(&self, l: usize) -> Option<&HostBuffer<f32>> {
+        self.host.get(l)
+    }
+}

@@ -366,3 +366,44 @@ impl WeightStream {
         self.host.get(l)
     }
 }
+
+/// The device attributes that say how the GPU reaches host memory: copy engines
+/// (`CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT`), its PCI address, and whether it reads host page
+/// tables and has native host atomics (both 1 over NVLink-C2C, as on Grace Hopper). The PCIe
+/// generation and width are not among the driver's attributes: the measured bandwidth stands
+/// for the link.
+pub fn link_facts(ctx: &Context) -> Result<Vec<(&'static str, i32)>> {
+    use graphsmith::sys::CUdevice_attribute as A;
+    let wanted = [
+        ("async_engine_count", A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT),
+        ("concurrent_kernels", A::CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS),
+        ("pci_domain_id", A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+        ("pci_bus_id", A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+        ("pci_device_id", A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
+        ("integrated", A::CU_DEVICE_ATTRIBUTE_INTEGRATED),
+        (
+            "pageable_memory_access_uses_host_page_tables",
+            A::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
+        ),
+        (
+            "host_native_atomic_supported",
+            A::CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED,
+        ),
+        (
+            "gpu_direct_rdma_supported",
+            A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+        ),
+    ];
+    let device = ctx.device();
+    let mut out = Vec::with_capacity(wanted.len());
+    for (name, attribute) in wanted {
+        let mut value = 0;
+        // SAFETY: `device` is the context's device (from cuDeviceGet) and `value` a live local
+        // the driver writes one int into.
+        ctx.interop(name, || unsafe {
+            graphsmith::sys::cuDeviceGetAttribute(&mut value, attribute, device)
+        })?;
+        out.push((name, value));
+    }
+    Ok(out)
+}

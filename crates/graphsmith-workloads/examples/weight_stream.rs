@@ -181,17 +181,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("| run | device ms | weights GB/s |");
         println!("|---|---:|---:|");
         for (i, what) in CONTENDERS.iter().enumerate() {
-            let bytes = if i == 4 { layer_bytes } else if i == 3 { 0 } else { ws.pass_bytes() };
-            let rate = if bytes == 0 { "-".to_string() } else { format!("{:.1}", gbps(bytes, med[i])) };
+            let bytes = if i == 4 {
+                layer_bytes
+            } else if i == 3 {
+                0
+            } else {
+                ws.pass_bytes()
+            };
+            let rate = if bytes == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1}", gbps(bytes, med[i]))
+            };
             println!("| {what} | {:.3} | {rate} |", med[i]);
         }
         println!();
-        println!("host-to-device bandwidth (one pinned copy of {:.0} MB): {h2d_gbps:.1} GB/s", layer_bytes as f64 / 1e6);
+        println!(
+            "host-to-device bandwidth (one pinned copy of {:.0} MB): {h2d_gbps:.1} GB/s",
+            layer_bytes as f64 / 1e6
+        );
         println!("overlap saves {saved:.3} ms of the {hideable:.3} ms that could hide ({:.0}%); ideal max(copies, layers) = {:.3} ms",
             100.0 * saved / hideable, copies.max(layers));
         let attrs: Vec<String> = facts.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("device attributes: {}", attrs.join(", "));
-        println!("overlapped and serialized outputs bit-identical: {}", if identical { "yes" } else { "NO" });
+        println!(
+            "overlapped and serialized outputs bit-identical: {}",
+            if identical { "yes" } else { "NO" }
+        );
         match host_ok {
             Some(true) => println!("host reference: matches bit for bit"),
             Some(false) => println!("host reference: DIFFERS"),

@@ -2,6 +2,7 @@
 //! crate.
 
 pub mod bench;
+pub mod ordering;
 pub mod overlap;
 
 use std::time::Instant;

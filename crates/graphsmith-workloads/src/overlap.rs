@@ -94,7 +94,9 @@ pub fn weights(shape: &Shape, layer: usize) -> Vec<f32> {
 
 /// The first layer's input: deterministic values in `[-2, 2)`.
 pub fn input(shape: &Shape) -> Vec<f32> {
-    (0..shape.hidden).map(|i| 2.0 * unit(usize::MAX >> 8, i)).collect()
+    (0..shape.hidden)
+        .map(|i| 2.0 * unit(usize::MAX >> 8, i))
+        .collect()
 }
 
 /// `proj` on the host: `out[r] = sum_c w[r*cols + c] * x[c]`, summed in order, no FMA.
@@ -109,7 +111,11 @@ fn proj(w: &[f32], x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 
 /// `attention` on the host: `a*b + c`, two roundings.
 fn mul_add(a: &[f32], b: &[f32], c: &[f32]) -> Vec<f32> {
-    a.iter().zip(b).zip(c).map(|((&a, &b), &c)| a * b + c).collect()
+    a.iter()
+        .zip(b)
+        .zip(c)
+        .map(|((&a, &b), &c)| a * b + c)
+        .collect()
 }
 
 /// One layer on the host, as the GPU computes it: the output for input `x`.
@@ -189,15 +195,69 @@ fn layer_nodes(
     let wv = |m: usize| w.slice(o[m]..o[m] + d[m].0 * d[m].1);
     let (h, f) = (shape.hidden as i32, shape.ffn as i32);
     let ew = |n: i32| LaunchConfig::for_elements(n as u32);
-    let q = g.kernel("q", proj, cfg(d[0].0), args![x, wv(0), &mut s.q, h, h], deps)?;
-    let kk = g.kernel("k", proj, cfg(d[1].0), args![x, wv(1), &mut s.k, h, h], deps)?;
-    let v = g.kernel("v", proj, cfg(d[2].0), args![x, wv(2), &mut s.v, h, h], deps)?;
-    let a = g.kernel("qk+v", att, ew(h), args![&s.q, &s.k, &s.v, &mut s.a, h], &[&q, &kk, &v])?;
-    let po = g.kernel("o", proj, cfg(d[3].0), args![&s.a, wv(3), &mut s.o, h, h], &[&a])?;
-    let pg = g.kernel("gate", proj, cfg(d[4].0), args![&s.o, wv(4), &mut s.g, f, h], &[&po])?;
-    let pu = g.kernel("up", proj, cfg(d[5].0), args![&s.o, wv(5), &mut s.u, f, h], &[&po])?;
-    let m = g.kernel("gu+u", att, ew(f), args![&s.g, &s.u, &s.u, &mut s.m, f], &[&pg, &pu])?;
-    g.kernel("down", proj, cfg(d[6].0), args![&s.m, wv(6), out, h, f], &[&m])
+    let q = g.kernel(
+        "q",
+        proj,
+        cfg(d[0].0),
+        args![x, wv(0), &mut s.q, h, h],
+        deps,
+    )?;
+    let kk = g.kernel(
+        "k",
+        proj,
+        cfg(d[1].0),
+        args![x, wv(1), &mut s.k, h, h],
+        deps,
+    )?;
+    let v = g.kernel(
+        "v",
+        proj,
+        cfg(d[2].0),
+        args![x, wv(2), &mut s.v, h, h],
+        deps,
+    )?;
+    let a = g.kernel(
+        "qk+v",
+        att,
+        ew(h),
+        args![&s.q, &s.k, &s.v, &mut s.a, h],
+        &[&q, &kk, &v],
+    )?;
+    let po = g.kernel(
+        "o",
+        proj,
+        cfg(d[3].0),
+        args![&s.a, wv(3), &mut s.o, h, h],
+        &[&a],
+    )?;
+    let pg = g.kernel(
+        "gate",
+        proj,
+        cfg(d[4].0),
+        args![&s.o, wv(4), &mut s.g, f, h],
+        &[&po],
+    )?;
+    let pu = g.kernel(
+        "up",
+        proj,
+        cfg(d[5].0),
+        args![&s.o, wv(5), &mut s.u, f, h],
+        &[&po],
+    )?;
+    let m = g.kernel(
+        "gu+u",
+        att,
+        ew(f),
+        args![&s.g, &s.u, &s.u, &mut s.m, f],
+        &[&pg, &pu],
+    )?;
+    g.kernel(
+        "down",
+        proj,
+        cfg(d[6].0),
+        args![&s.m, wv(6), out, h, f],
+        &[&m],
+    )
 }
 
 impl WeightStream {
@@ -214,7 +274,10 @@ impl WeightStream {
         let layers = layers.max(1);
         let ring = ring.clamp(1, layers);
         let module = ctx.builtin_kernels()?;
-        let kernels = (module.kernel(PROJ_KERNEL)?, module.kernel(ATTENTION_KERNEL)?);
+        let kernels = (
+            module.kernel(PROJ_KERNEL)?,
+            module.kernel(ATTENTION_KERNEL)?,
+        );
         let n = shape.elements();
         let mut host = Vec::with_capacity(layers);
         let mut chunk = vec![0.0f32; n.min(1 << 24)];
@@ -375,8 +438,14 @@ impl WeightStream {
 pub fn link_facts(ctx: &Context) -> Result<Vec<(&'static str, i32)>> {
     use graphsmith::sys::CUdevice_attribute as A;
     let wanted = [
-        ("async_engine_count", A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT),
-        ("concurrent_kernels", A::CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS),
+        (
+            "async_engine_count",
+            A::CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT,
+        ),
+        (
+            "concurrent_kernels",
+            A::CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS,
+        ),
         ("pci_domain_id", A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
         ("pci_bus_id", A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
         ("pci_device_id", A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),

@@ -84,3 +84,21 @@ fn overlapped_and_serialized_passes_match_the_host_bit_for_bit() {
     }
     assert!(ctx.drop_failures().is_empty(), "{:?}", ctx.drop_failures());
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_ordering_of_the_trunk_after_the_branch_gives_the_host_reference() {
+    let ctx = Context::new(0).expect("a CUDA GPU is needed for this test");
+    for nodes in [1, 10, 100] {
+        let rows = graphsmith_workloads::ordering::measure(&ctx, nodes, 1, 3).unwrap();
+        assert_eq!(rows.len(), graphsmith_workloads::ordering::CONTENDERS.len());
+        for r in &rows {
+            assert!(r.correct, "{} at {nodes} nodes: wrong result", r.contender);
+            assert!(
+                r.end_to_end_us > 0.0,
+                "{} at {nodes} nodes: {r:?}",
+                r.contender
+            );
+        }
+    }
+}

@@ -74,8 +74,8 @@ pub use graphsmith_analysis::{
 };
 pub use graphsmith_analysis::{update_compatibility, Family, Incompatibility};
 pub use graphsmith_model as model;
-pub use memory::{DeviceBuffer, Element, View, ViewMut};
 pub use memory::HostBuffer;
+pub use memory::{DeviceBuffer, Element, View, ViewMut};
 pub use module::{Args, BeforeWait, Kernel, KernelArg, LaunchConfig, Module, ReadThenWrite};
 pub use ranges::{current_ranges, range, RangeGuard};
 pub use stream::{read, read_write, write, Event, LibraryAccess, Stream};

@@ -54,7 +54,13 @@ fn built_graph_copies_host_data_in_and_out() {
         .kernel("half", &scale, cfg, args![&mut x, 0.5f32, N as u32], &[&up])
         .unwrap();
     let plus = g
-        .kernel("plus", &add, cfg, args![&mut x, 0.25f32, N as u32], &[&half])
+        .kernel(
+            "plus",
+            &add,
+            cfg,
+            args![&mut x, 0.25f32, N as u32],
+            &[&half],
+        )
         .unwrap();
     g.memcpy_to_host("down", &mut dst, &x, &[&plus]).unwrap();
     assert_eq!(

@@ -141,7 +141,13 @@ impl<T: Element> HostBuffer<T> {
         self.read(0, self.len)
     }
 
-    fn check_range(&self, offset: usize, len: usize, op: &'static str, at: SourceLine) -> Result<()> {
+    fn check_range(
+        &self,
+        offset: usize,
+        len: usize,
+        op: &'static str,
+        at: SourceLine,
+    ) -> Result<()> {
         match range_error(self.label(), self.len, offset, len) {
             None => Ok(()),
             Some(reason) => Err(Error::new(

@@ -10,7 +10,7 @@ use graphsmith_model::{Access, AccessMode};
 use crate::context::Context;
 use crate::driver::{self, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
-use crate::memory::{DeviceBuffer, Element};
+use crate::memory::{checked_bytes, DeviceBuffer, Element};
 
 /// One page-locked host allocation (`cuMemHostAlloc`). Shared (`Arc`) between a [`HostBuffer`]
 /// and every graph, capture and executable that copies from or into it; freed when the last of
@@ -181,19 +181,7 @@ impl Context {
         let at = SourceLine::caller();
         let op = "Context::alloc_host";
         let me = ObjectRef::new(ObjectKind::Buffer, label);
-        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidInput {
-                    reason: format!(
-                        "{len} elements of {} overflow usize",
-                        std::any::type_name::<T>()
-                    ),
-                },
-                me.clone(),
-                op,
-                at,
-            )
-        })?;
+        let bytes = checked_bytes::<T>(len, &me, op, at)?;
         let fail = |f: Failure| f.on(me.clone(), op, at);
         self.bind().map_err(fail)?;
         let mut ptr = std::ptr::null_mut();

@@ -176,19 +176,6 @@ impl Work {
         }
     }
 
-    /// The host reference of one run from `branch0` and `trunk0`: (branch, trunk).
-    fn expected(&self, branch0: f32, trunk0: f32) -> (f32, f32) {
-        let mut b = branch0;
-        for _ in 0..self.nodes {
-            b += STEP;
-        }
-        let mut t = A * b + trunk0;
-        for _ in 1..self.nodes {
-            t += STEP;
-        }
-        (b, t)
-    }
-
     /// Runs contender `which` once from known values and checks both buffers on the host.
     fn check(&mut self, which: usize, b: &Stream, t: &Stream) -> Result<bool> {
         let (b0, t0) = (1.0 + which as f32, -3.0 - which as f32);
@@ -197,12 +184,26 @@ impl Work {
         self.run(which, b, t)?;
         t.synchronize()?;
         b.synchronize()?;
-        let (want_b, want_t) = self.expected(b0, t0);
+        let (want_b, want_t) = expected(self.nodes, b0, t0);
         let got_b = b.download(&self.branch)?;
         let got_t = b.download(&self.trunk)?;
         Ok(got_b.iter().all(|v| v.to_bits() == want_b.to_bits())
             && got_t.iter().all(|v| v.to_bits() == want_t.to_bits()))
     }
+}
+
+/// The host reference of one run of `nodes` kernels per branch from `branch0` and `trunk0`:
+/// (branch, trunk), in the GPU's order of roundings.
+fn expected(nodes: usize, branch0: f32, trunk0: f32) -> (f32, f32) {
+    let mut b = branch0;
+    for _ in 0..nodes {
+        b += STEP;
+    }
+    let mut t = A * b + trunk0;
+    for _ in 1..nodes {
+        t += STEP;
+    }
+    (b, t)
 }
 
 /// Device microseconds from `start` recorded on `first` to `end` recorded on `last` around
@@ -284,4 +285,36 @@ pub fn markdown(rows: &[Row]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_trunk_reads_the_finished_branch() {
+        // Branch: 1 + 3 * 0.5 = 2.5; trunk: 0.25 * 2.5 - 3 = -2.375, then + 2 * 0.5.
+        assert_eq!(expected(3, 1.0, -3.0), (2.5, -1.375));
+        assert_eq!(expected(1, 2.0, -4.0), (2.5, -3.375));
+    }
+
+    #[test]
+    fn the_table_has_one_row_per_contender() {
+        let row = |i: usize| Row {
+            nodes: 10,
+            contender: CONTENDERS[i],
+            end_to_end_us: 20.0 + i as f64,
+            idle_us: 1.25,
+            added_us: i as f64 - 1.0,
+            correct: i != 4,
+        };
+        let rows: Vec<Row> = (0..2).map(row).collect();
+        assert_eq!(
+            markdown(&rows),
+            "| nodes per branch | ordering | end-to-end µs | GPU idle µs | added vs one graph µs | correct |\n\
+             |---:|---|---:|---:|---:|---|\n\
+             | 10 | event nodes | 20.0 | 1.2 | -1.0 | yes |\n\
+             | 10 | one graph | 21.0 | 1.2 | +0.0 | yes |\n"
+        );
+    }
 }

@@ -76,12 +76,19 @@ fn unit(layer: usize, i: usize) -> f32 {
 /// scaled by `1/sqrt(columns)`, so activations shrink a little from layer to layer instead of
 /// growing.
 pub fn weights_into(shape: &Shape, layer: usize, start: usize, out: &mut [f32]) {
-    let offsets = shape.offsets();
-    let dims = shape.matrices();
-    for (k, v) in out.iter_mut().enumerate() {
-        let i = start + k;
-        let m = offsets.iter().rposition(|&o| o <= i).unwrap_or(0);
-        *v = unit(layer, i) / (dims[m].1 as f32).sqrt();
+    let end = start + out.len();
+    for ((o, (rows, cols)), next) in shape.offsets().into_iter().zip(shape.matrices()).zip(
+        shape
+            .offsets()
+            .into_iter()
+            .skip(1)
+            .chain([shape.elements()]),
+    ) {
+        debug_assert_eq!(o + rows * cols, next);
+        let scale = 1.0 / (cols as f32).sqrt();
+        for i in o.max(start)..next.min(end) {
+            out[i - start] = unit(layer, i) * scale;
+        }
     }
 }
 
@@ -475,4 +482,62 @@ pub fn link_facts(ctx: &Context) -> Result<Vec<(&'static str, i32)>> {
         out.push((name, value));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_7b_layer_holds_its_seven_matrices_back_to_back() {
+        let s = Shape::LLAMA_7B;
+        assert_eq!(s.elements(), 4 * 4096 * 4096 + 3 * 4096 * 11008);
+        assert_eq!(s.bytes(), 809_500_672);
+        let o = s.offsets();
+        assert_eq!(o[0], 0);
+        assert_eq!(o[4], 4 * 4096 * 4096);
+        assert_eq!(o[6], 4 * 4096 * 4096 + 2 * 11008 * 4096);
+    }
+
+    #[test]
+    fn weights_written_in_chunks_are_the_whole_weights() {
+        let s = Shape { hidden: 6, ffn: 10 };
+        let whole = weights(&s, 3);
+        let mut pieces = vec![0.0; s.elements()];
+        for (i, chunk) in pieces.chunks_mut(7).enumerate() {
+            weights_into(&s, 3, i * 7, chunk);
+        }
+        assert_eq!(whole, pieces);
+        assert_ne!(whole, weights(&s, 4), "layers differ");
+        // Each matrix is scaled by 1/sqrt(columns): |w| < 1/sqrt(cols).
+        let (o, d) = (s.offsets(), s.matrices());
+        for m in 0..7 {
+            let bound = 1.0 / (d[m].1 as f32).sqrt();
+            let part = &whole[o[m]..o[m] + d[m].0 * d[m].1];
+            assert!(
+                part.iter().all(|w| w.abs() <= bound && *w != 0.0),
+                "matrix {m}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_layer_of_one_element_is_the_chain_by_hand() {
+        let s = Shape { hidden: 1, ffn: 1 };
+        let w = [2.0, 3.0, 0.5, -1.0, 4.0, 0.25, 2.0];
+        // q, k, v = 2, 3, 0.5; a = 6.5; o = -6.5; g, u = -26, -1.625; m = 40.625; x' = 81.25.
+        assert_eq!(reference_layer(&s, &w, &[1.0]), [81.25]);
+    }
+
+    #[test]
+    fn the_test_shape_stays_finite_and_non_zero_over_layers() {
+        let s = Shape {
+            hidden: 200,
+            ffn: 536,
+        };
+        let outs = reference(&s, 5);
+        assert_eq!(outs.len(), 5);
+        assert!(outs.iter().flatten().all(|v| v.is_finite() && *v != 0.0));
+        assert_ne!(outs[0], outs[1]);
+    }
 }

@@ -174,6 +174,8 @@ pub struct WeightStream {
     outs: Vec<DeviceBuffer<f32>>,
     copies: Vec<Exec>,
     computes: Vec<Exec>,
+    /// The whole pass as one graph: the copies a path beside the layers, slots guarded by edges.
+    pass: Exec,
     /// Kept for the graphs' events (the executables hold them too).
     _events: Vec<Event>,
 }
@@ -265,6 +267,56 @@ fn layer_nodes(
         args![&s.m, wv(6), out, h, f],
         &[&m],
     )
+}
+
+/// The whole pass as one graph: copy `l` after copy `l - 1` and after layer `l - R` (the last
+/// reader of its slot), layer `l` after copy `l` and layer `l - 1`. The driver runs the copies,
+/// a path of their own, beside the layers.
+#[allow(clippy::too_many_arguments)]
+fn one_graph(
+    ctx: &Context,
+    shape: &Shape,
+    kernels: &(Kernel, Kernel),
+    host: &[HostBuffer<f32>],
+    slots: &mut [DeviceBuffer<f32>],
+    x0: &DeviceBuffer<f32>,
+    outs: &mut [DeviceBuffer<f32>],
+    scratch: &mut Scratch,
+    repeat: usize,
+) -> Result<Exec> {
+    let ring = slots.len();
+    let mut g = ctx.graph("weight-stream-pass")?;
+    let mut copies: Vec<NodeRef> = Vec::with_capacity(host.len());
+    let mut lasts: Vec<NodeRef> = Vec::with_capacity(host.len());
+    for (l, weights) in host.iter().enumerate() {
+        let mut deps: Vec<&NodeRef> = copies.last().into_iter().collect();
+        deps.extend(l.checked_sub(ring).map(|r| &lasts[r]));
+        let label = format!("load-layer-{l}");
+        let copy = g.memcpy_from_host(&label, &mut slots[l % ring], weights, &deps)?;
+        let (before, rest) = outs.split_at_mut(l);
+        let x = if l == 0 { x0 } else { &before[l - 1] };
+        let mut last = copy.clone();
+        for i in 0..repeat.max(1) {
+            let mut deps = vec![&last];
+            if i == 0 {
+                deps.extend(lasts.last());
+            }
+            let node = layer_nodes(
+                &mut g,
+                kernels,
+                shape,
+                &slots[l % ring],
+                x,
+                &mut rest[0],
+                scratch,
+                &deps,
+            )?;
+            last = node;
+        }
+        copies.push(copy);
+        lasts.push(last);
+    }
+    g.instantiate()
 }
 
 impl WeightStream {
@@ -364,6 +416,17 @@ impl WeightStream {
             g.event_record("slot-free", &free[l], &[&last])?;
             computes.push(g.instantiate()?);
         }
+        let pass = one_graph(
+            ctx,
+            &shape,
+            &kernels,
+            &host,
+            &mut slots,
+            &x0,
+            &mut outs,
+            &mut scratch,
+            repeat,
+        )?;
         let mut events = ready;
         events.extend(free);
         Ok(WeightStream {
@@ -375,6 +438,7 @@ impl WeightStream {
             outs,
             copies,
             computes,
+            pass,
             _events: events,
         })
     }
@@ -395,6 +459,11 @@ impl WeightStream {
         }
         // The last layer waited for the last copy: `compute` holds the whole pass.
         Ok(())
+    }
+
+    /// One pass as one graph on `stream` (see [`WeightStream::new`]).
+    pub fn run_one_graph(&mut self, stream: &Stream) -> Result<()> {
+        self.pass.launch(stream)
     }
 
     /// One pass, serialized on one stream: copy layer l, run it, copy layer l + 1, ...

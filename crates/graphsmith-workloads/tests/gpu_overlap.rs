@@ -1,5 +1,5 @@
 //! GPU tests: weight streaming (`overlap.rs`) gives the host reference bit for bit, overlapped
-//! on two streams and serialized on one, ring after ring, pass after pass.
+//! on two streams, as one graph and serialized on one stream, ring after ring, pass after pass.
 
 use graphsmith::{Context, Stream};
 use graphsmith_workloads::overlap::{reference, Shape, WeightStream};
@@ -66,6 +66,13 @@ fn overlapped_and_serialized_passes_match_the_host_bit_for_bit() {
             ws.run_overlapped(&compute, &copy).unwrap();
             same_bits(
                 &format!("overlapped, ring {ring}, pass {pass}"),
+                &outputs(&ws, &compute),
+                &want,
+            );
+            poisoned_outputs(&mut ws, &compute);
+            ws.run_one_graph(&compute).unwrap();
+            same_bits(
+                &format!("one graph, ring {ring}, pass {pass}"),
                 &outputs(&ws, &compute),
                 &want,
             );

@@ -4,7 +4,7 @@
 //! events, warm-up first, medians). Every contender's result is checked against the host first.
 //! Prints a Markdown table, or one JSON object with `--json`; exits 1 when a check fails.
 //!
-//! `ordering [--nodes 10,1000] [--reps 200] [--warmup 20] [--json]`
+//! `ordering_cost [--nodes 10,1000] [--reps 200] [--warmup 20] [--json]`
 
 use clap::Parser;
 use graphsmith::Context;

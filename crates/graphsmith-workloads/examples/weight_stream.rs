@@ -1,5 +1,5 @@
 //! Weights streamed from page-locked host memory while the GPU computes (docs/overlap.md): the
-//! layers of a Llama-shaped model (7B by default: 202 M f32 weights, 808 MB, per layer) copied
+//! layers of a Llama-shaped model (7B by default: 202 M f32 weights, 810 MB, per layer) copied
 //! into a ring of device slots on a copy stream, each layer's GEMV chain on the compute stream,
 //! every copy and layer a graph guarded by event record and wait nodes
 //! (`graphsmith_workloads::overlap`).

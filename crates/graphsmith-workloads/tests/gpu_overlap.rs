@@ -1,4 +1,4 @@
-//! GPU tests: weight streaming (`overlap.rs`) gives the host reference bit for bit, overlapped
+//! GPU tests: weight streaming (`src/overlap/`) gives the host reference bit for bit, overlapped
 //! on two streams, as one graph and serialized on one stream, ring after ring, pass after pass.
 
 use graphsmith::{Context, Stream};

@@ -470,12 +470,13 @@ fn launches_of(log: &Log, inst: &Instantiate, call: Option<&GraphCall>, one: &mu
 fn attribute_allocations(log: &Log, rows: &mut [Row]) -> (u64, u64) {
     let (mut others, mut other_bytes) = (0, 0);
     for a in &log.allocs {
-        let mut own = false;
+        let (mut own, mut during) = (false, false);
         for r in rows.iter_mut() {
             let Some((from, to)) = r.window else { continue };
             if !(from < a.seq && a.seq < to) {
                 continue;
             }
+            during = true;
             if r.cost.thread == a.thread {
                 own = true;
                 r.cost.memory.allocations += 1;
@@ -485,7 +486,7 @@ fn attribute_allocations(log: &Log, rows: &mut [Row]) -> (u64, u64) {
                 r.cost.memory.other_thread_bytes += a.bytes;
             }
         }
-        if !own {
+        if during && !own {
             others += 1;
             other_bytes += a.bytes;
         }

@@ -110,7 +110,7 @@ fn process(out: &mut String, p: &ProcessCosts) {
         out,
         "  {:>4}  {:<18} {:<36} {:>9} {:>11} {:>9} {:>9} {:>6} {:>10} {:>8} {:>11}",
         "rank",
-        "graph",
+        "made by",
         "began at",
         "capture",
         "instantiate",
@@ -165,7 +165,7 @@ fn process(out: &mut String, p: &ProcessCosts) {
     if p.other_thread_allocations > 0 || others > 0 {
         let _ = writeln!(
             out,
-            "  note: {} driver allocation{} ({}) made by other threads while a capture ran are not counted in any graph's memory",
+            "  note: {} driver allocation{} ({}) by other threads while a capture ran: not counted in any graph's memory",
             p.other_thread_allocations,
             if p.other_thread_allocations == 1 { "" } else { "s" },
             bytes(p.other_thread_bytes)

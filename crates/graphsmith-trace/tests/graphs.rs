@@ -19,7 +19,9 @@ fn costs() -> GraphCosts {
 }
 
 fn by_number(g: &[GraphCost], number: usize) -> &GraphCost {
-    g.iter().find(|g| g.number == number).expect("graph by number")
+    g.iter()
+        .find(|g| g.number == number)
+        .expect("graph by number")
 }
 
 #[test]
@@ -69,9 +71,18 @@ fn replays_follow_the_instantiation_when_handles_are_reused() {
     let (first, third) = (by_number(&p.graphs, 1), by_number(&p.graphs, 3));
     assert_eq!(first.replays, 100);
     assert_eq!(first.device_mean_ns, Some(50_000));
-    assert_eq!(third.replays, 7, "the reused executable counts from its own instantiation");
+    assert_eq!(
+        third.replays, 7,
+        "the reused executable counts from its own instantiation"
+    );
     assert_eq!(third.instantiations.len(), 1);
-    assert_eq!(third.made, Made::Capture { capture: 3, ended: true });
+    assert_eq!(
+        third.made,
+        Made::Capture {
+            capture: 3,
+            ended: true
+        }
+    );
     let built = by_number(&p.graphs, 4);
     assert_eq!(built.made, Made::Built);
     assert_eq!(built.capture_ns, None);
@@ -96,7 +107,11 @@ fn a_native_process_gets_its_frame_and_no_device_time_after_a_crash() {
     assert_eq!(g.memory.allocated_bytes, 512 * 1024);
     assert_eq!(g.replays, 0);
     assert!(!p.launches_recorded);
-    assert!(p.device_time_off.as_deref().unwrap().contains("did not exit normally"));
+    assert!(p
+        .device_time_off
+        .as_deref()
+        .unwrap()
+        .contains("did not exit normally"));
 }
 
 #[test]
@@ -104,11 +119,18 @@ fn the_text_is_the_snapshot() {
     let text = render_costs(&costs());
     let same = text == SNAPSHOT;
     if std::env::var_os("GRAPHSMITH_BLESS").is_some() && !same {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/graphs.txt");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/graphs.txt");
         std::fs::write(&path, &text).expect("GRAPHSMITH_BLESS: rewrite the snapshot");
-        panic!("rewrote {}; run again without GRAPHSMITH_BLESS", path.display());
+        panic!(
+            "rewrote {}; run again without GRAPHSMITH_BLESS",
+            path.display()
+        );
     }
-    assert!(same, "tests/fixtures/graphs.txt differs (GRAPHSMITH_BLESS=1 rewrites it):\n{text}");
+    assert!(
+        same,
+        "tests/fixtures/graphs.txt differs (GRAPHSMITH_BLESS=1 rewrites it):\n{text}"
+    );
 }
 
 /// Tags open and close in order (the SVG is well-formed as far as its elements go).
@@ -148,13 +170,20 @@ fn balanced(svg: &str) -> Result<usize, String> {
 fn the_plot_is_a_well_formed_svg_with_a_bar_per_graph_and_part() {
     let c = costs();
     let svg = plot::svg(&c).expect("drawn");
-    assert!(svg.trim_start().starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
+    assert!(
+        svg.trim_start().starts_with("<svg"),
+        "{}",
+        &svg[..80.min(svg.len())]
+    );
     assert!(svg.trim_end().ends_with("</svg>"));
     let elements = balanced(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
     assert!(elements > 20, "{elements} elements");
     // 4 graphs x (capture, instantiate, upload) + 4 memory bars + legend, background, frames.
     assert!(svg.matches("<rect").count() >= 16, "{svg}");
-    assert!(svg.contains("process 4242"), "the process with the most graphs");
+    assert!(
+        svg.contains("process 4242"),
+        "the process with the most graphs"
+    );
     let dir = std::env::temp_dir().join(format!("gs-graphs-plot-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = plot_path(None, Some(&dir.join("r.json"))).unwrap();
@@ -169,13 +198,30 @@ fn the_json_schema_holds_its_documented_fields() {
     let v = serde_json::to_value(costs()).unwrap();
     let g = &v["processes"][0]["graphs"][0];
     for key in [
-        "rank", "number", "made", "graph", "thread", "began_at", "capture_ns", "instantiate_ns",
-        "upload_ns", "cost_ns", "instantiations", "nodes", "node_total", "memory", "replays",
-        "device", "device_mean_ns",
+        "rank",
+        "number",
+        "made",
+        "graph",
+        "thread",
+        "began_at",
+        "capture_ns",
+        "instantiate_ns",
+        "upload_ns",
+        "cost_ns",
+        "instantiations",
+        "nodes",
+        "node_total",
+        "memory",
+        "replays",
+        "device",
+        "device_mean_ns",
     ] {
         assert!(g.get(key).is_some(), "graph lacks {key}: {g}");
     }
-    assert_eq!(g["made"], serde_json::json!({"by": "capture", "capture": 1, "ended": true}));
+    assert_eq!(
+        g["made"],
+        serde_json::json!({"by": "capture", "capture": 1, "ended": true})
+    );
     assert_eq!(g["memory"]["total_bytes"], 2 * MIB);
     assert!(v["processes"][0]["totals"]["span_ns"].is_u64());
 }

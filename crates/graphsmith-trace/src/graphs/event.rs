@@ -63,6 +63,11 @@ pub struct GraphCall {
     pub start_ns: u64,
     /// Entry to exit, in ns.
     pub dur_ns: u64,
+    /// The tracer's own time in callbacks on this thread so far (a begin: at its exit; an end:
+    /// at its entry): the difference between a capture's end and begin is the tracer's time
+    /// inside the capture, left out of the capture time.
+    #[serde(default)]
+    pub spent_ns: u64,
     pub code: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<u64>,

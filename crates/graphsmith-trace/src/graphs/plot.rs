@@ -5,12 +5,15 @@
 
 use plotters::prelude::*;
 
-use super::report::{GraphCosts, ProcessCosts};
+use super::report::{GraphCost, GraphCosts, ProcessCosts};
 
 const CAPTURE: RGBColor = RGBColor(31, 119, 180);
 const INSTANTIATE: RGBColor = RGBColor(255, 127, 14);
 const UPLOAD: RGBColor = RGBColor(44, 160, 44);
 const MEMORY: RGBColor = RGBColor(148, 103, 189);
+
+/// Where one part of a graph's bar starts and ends, in ns.
+type Span = fn(&GraphCost) -> (u64, u64);
 
 /// The process plotted: the one with the most graphs (the first of those).
 pub fn plotted(costs: &GraphCosts) -> Option<&ProcessCosts> {
@@ -72,7 +75,7 @@ fn draw(text: &mut String, p: &ProcessCosts) -> Result<(), Box<dyn std::error::E
         let x = (i + 1) as f64;
         Rectangle::new([(x - 0.38, from), (x + 0.38, to)], color.filled())
     };
-    let parts: [(&str, RGBColor, fn(&super::report::GraphCost) -> (u64, u64)); 3] = [
+    let parts: [(&str, RGBColor, Span); 3] = [
         ("capture", CAPTURE, |g| (0, g.capture_ns.unwrap_or(0))),
         ("instantiate", INSTANTIATE, |g| {
             let c = g.capture_ns.unwrap_or(0);

@@ -64,12 +64,14 @@ impl Where {
         }
     }
 
-    /// The first native frame with a source line, else the first with a symbol.
+    /// The first native frame outside the C and C++ runtimes and CUDA's libraries with a source
+    /// line, else the first such frame with a symbol, else the first frame with a line.
     fn native(frames: &[Frame]) -> Option<Where> {
-        let f = frames
-            .iter()
+        let own = || frames.iter().filter(|f| !is_system(&f.module));
+        let f = own()
             .find(|f| f.file.is_some() && f.line.is_some())
-            .or_else(|| frames.iter().find(|f| !f.symbol.is_empty()))?;
+            .or_else(|| own().find(|f| !f.symbol.is_empty()))
+            .or_else(|| frames.iter().find(|f| f.line.is_some()))?;
         Some(Where {
             file: f.file.clone().unwrap_or_else(|| f.module.clone()),
             line: f.line,
@@ -77,6 +79,24 @@ impl Where {
             python: false,
         })
     }
+}
+
+/// Libraries that are never the line that began a graph.
+fn is_system(module: &str) -> bool {
+    [
+        "libc.so",
+        "libc-",
+        "ld-linux",
+        "libpthread",
+        "libstdc++",
+        "libgcc_s",
+        "libcudart",
+        "libcuda.so",
+        "libcupti",
+        "libgraphsmith_trace",
+    ]
+    .iter()
+    .any(|p| module.starts_with(p))
 }
 
 /// One instantiation of a graph.
@@ -122,8 +142,12 @@ pub struct GraphCost {
     /// The thread that began it.
     pub thread: u32,
     pub began_at: Option<Where>,
-    /// Begin entry to end exit (captures whose begin and end were both timed).
+    /// Begin entry to end exit (captures whose begin and end were both timed), less the
+    /// tracer's own time on the capturing thread during the capture (`tracer_ns`).
     pub capture_ns: Option<u64>,
+    /// The tracer's own time on the capturing thread between the begin and the end (Python
+    /// stacks, backtraces, bookkeeping), left out of `capture_ns`.
+    pub tracer_ns: Option<u64>,
     /// All its instantiations, and all uploads of their executables.
     pub instantiate_ns: u64,
     pub upload_ns: u64,
@@ -146,6 +170,8 @@ pub struct GraphCost {
 pub struct Totals {
     pub graphs: usize,
     pub capture_ns: u64,
+    /// The tracer's own time inside captures, left out of `capture_ns` (not of `span_ns`).
+    pub tracer_ns: u64,
     pub instantiate_ns: u64,
     pub upload_ns: u64,
     pub cost_ns: u64,
@@ -274,6 +300,7 @@ fn empty_cost(number: usize, made: Made, graph: Option<u64>, thread: u32) -> Gra
         thread,
         began_at: None,
         capture_ns: None,
+        tracer_ns: None,
         instantiate_ns: 0,
         upload_ns: 0,
         cost_ns: 0,
@@ -307,10 +334,12 @@ fn made_rows(log: &Log) -> Vec<Row> {
         cost.began_at = user_frame(&b.python)
             .map(Where::python)
             .or_else(|| begin_call.and_then(|c| Where::native(&c.backtrace)));
-        cost.capture_ns = match (begin_call, end_call) {
-            (Some(s), Some(e)) => Some(end_of(e).saturating_sub(s.start_ns)),
-            _ => None,
-        };
+        if let (Some(s), Some(e)) = (begin_call, end_call) {
+            let tracer = e.spent_ns.saturating_sub(s.spent_ns);
+            let wall = end_of(e).saturating_sub(s.start_ns);
+            cost.capture_ns = Some(wall.saturating_sub(tracer));
+            cost.tracer_ns = Some(tracer);
+        }
         let closed = end
             .map(|e| e.seq)
             .or(end_call.map(|c| c.seq))
@@ -552,6 +581,7 @@ fn process(pid: u32, events: &[&Event]) -> ProcessCosts {
     let totals = Totals {
         graphs: graphs.len(),
         capture_ns: graphs.iter().filter_map(|g| g.capture_ns).sum(),
+        tracer_ns: graphs.iter().filter_map(|g| g.tracer_ns).sum(),
         instantiate_ns: graphs.iter().map(|g| g.instantiate_ns).sum(),
         upload_ns: graphs.iter().map(|g| g.upload_ns).sum(),
         cost_ns: graphs.iter().map(|g| g.cost_ns).sum(),

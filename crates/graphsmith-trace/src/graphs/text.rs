@@ -97,6 +97,13 @@ fn process(out: &mut String, p: &ProcessCosts) {
         duration(t.cost_ns),
         duration(t.span_ns)
     );
+    if t.tracer_ns > 0 {
+        let _ = writeln!(
+            out,
+            "  the tracer's own time inside captures ({}: Python stacks, backtraces, bookkeeping) is left out of capture times",
+            duration(t.tracer_ns)
+        );
+    }
     let _ = writeln!(
         out,
         "  total: {} allocated while capturing ({} by driver allocations, {} in memory nodes), {} nodes, {} replays",

@@ -183,6 +183,11 @@ impl Tracer {
     /// Entry point for both domains, behind the reentrancy guard.
     pub(crate) fn on_callback(&self, domain: u32, cbid: u32, data: &CUpti_CallbackData) {
         let Some(_busy) = enter_busy() else { return };
+        // `--graphs`: the tracer's own time on this thread, taken out of capture times.
+        let _spent = self
+            .graphs
+            .as_ref()
+            .map(|_| super::graph_cost::Spent::start());
         match domain {
             1 => self.on_driver(cbid, data),
             2 => self.on_runtime(cbid, data),

@@ -325,10 +325,35 @@ struct Pending {
     cbid: u32,
     start_ns: u64,
     capture: Option<u64>,
+    /// [`spent`] at the entry.
+    spent_ns: u64,
 }
 
 thread_local! {
     static PENDING: Cell<Option<Pending>> = const { Cell::new(None) };
+    static SPENT: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Times one callback of the tracer: when dropped, adds the time since it was made to this
+/// thread's total ([`spent`]), which capture times leave out.
+pub(crate) struct Spent(u64);
+
+impl Spent {
+    pub(crate) fn start() -> Spent {
+        Spent(now_ns())
+    }
+}
+
+impl Drop for Spent {
+    fn drop(&mut self) {
+        let took = now_ns().saturating_sub(self.0);
+        let _ = SPENT.try_with(|s| s.set(s.get().saturating_add(took)));
+    }
+}
+
+/// The tracer's time in callbacks on this thread so far, in ns.
+fn spent() -> u64 {
+    SPENT.try_with(Cell::get).unwrap_or(0)
 }
 
 /// `CLOCK_MONOTONIC`, in ns.
@@ -396,6 +421,7 @@ impl GraphCost {
                         cbid,
                         start_ns,
                         capture,
+                        spent_ns: spent(),
                     }))
                 });
             }
@@ -478,6 +504,13 @@ impl GraphCost {
             return;
         };
         let dur_ns = now_ns().saturating_sub(pending.start_ns);
+        // A begin's, at its exit (the work the tracer does for it comes after); an end's, at
+        // its entry.
+        let spent_ns = if kind == GraphCallKind::End {
+            pending.spent_ns
+        } else {
+            spent()
+        };
         let a = Self::args(hook, data);
         let out = (code == 0 && !a.out.is_null()).then(|| {
             // SAFETY: on success the call wrote the handle (graph or executable) through
@@ -490,6 +523,7 @@ impl GraphCost {
             thread: thread::tid(),
             start_ns: pending.start_ns,
             dur_ns,
+            spent_ns,
             code,
             stream: a.stream,
             ..GraphCall::default()
@@ -618,4 +652,60 @@ fn cstr(p: *const std::ffi::c_char) -> String {
     unsafe { std::ffi::CStr::from_ptr(p) }
         .to_string_lossy()
         .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hook(id: D) -> Hook {
+        hooks()[id as usize].expect("hooked")
+    }
+
+    #[test]
+    fn allocations_read_their_size_and_where_the_address_goes() {
+        let h = hook(D::CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2);
+        assert!(h.what == What::Alloc(AllocKind::Pitched));
+        let mut ptr = 0u64;
+        let mut pitch = 0usize;
+        let p = cs::cuMemAllocPitch_v2_params_st {
+            dptr: &mut ptr,
+            pPitch: &mut pitch,
+            WidthInBytes: 1000,
+            Height: 7,
+            ElementSizeBytes: 4,
+        };
+        let a = (h.read)((&p as *const cs::cuMemAllocPitch_v2_params_st).cast());
+        assert_eq!(a.height, 7);
+        assert_eq!(a.pitch, &mut pitch as *mut usize);
+        assert_eq!(a.out, &mut ptr as *mut u64);
+
+        let h = hook(D::CUPTI_DRIVER_TRACE_CBID_cuMemCreate);
+        // SAFETY: an all-zero cuMemCreate_params_st is valid (pointers and integers).
+        let mut p: cs::cuMemCreate_params_st = unsafe { std::mem::zeroed() };
+        p.size = 2 << 20;
+        let a = (h.read)((&p as *const cs::cuMemCreate_params_st).cast());
+        assert_eq!(
+            (a.bytes, a.out.is_null()),
+            (2 << 20, true),
+            "a handle, no address"
+        );
+    }
+
+    #[test]
+    fn per_thread_variants_resolve_a_null_stream() {
+        let h = hook(D::CUPTI_DRIVER_TRACE_CBID_cuGraphUpload_ptsz);
+        assert!(h.what == What::Timed(GraphCallKind::Upload) && h.per_thread);
+        let p = cs::cuGraphUpload_ptsz_params_st {
+            hGraphExec: 0xe000 as _,
+            hStream: std::ptr::null_mut(),
+        };
+        // SAFETY: CUpti_CallbackData is plain data; all-zero is a valid value.
+        let mut data: CUpti_CallbackData = unsafe { std::mem::zeroed() };
+        data.functionParams = (&p as *const cs::cuGraphUpload_ptsz_params_st).cast();
+        let a = GraphCost::args(&h, &data);
+        assert_eq!((a.exec, a.stream), (Some(0xe000), Some(PER_THREAD)));
+        let h = hook(D::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch);
+        assert!(h.what == What::Launch && !h.per_thread);
+    }
 }

@@ -5,7 +5,7 @@
 //! (`GRAPHSMITH_BLESS=1 cargo test -p graphsmith-trace --test graphs` rewrites it) and the SVG.
 
 use graphsmith_trace::event::read_events;
-use graphsmith_trace::graphs::report::{GraphCost, Made};
+use graphsmith_trace::graphs::cost::{GraphCost, Made};
 use graphsmith_trace::graphs::{plot, plot_path, render_costs, GraphCosts};
 
 const LOG: &str = include_str!("fixtures/graphs.jsonl");

@@ -2,15 +2,17 @@
 //!
 //! - [`event`]: what the injection library records for it (`src/inject/graph_cost.rs` and
 //!   `src/inject/graph_activity.rs` write it);
-//! - [`report`]: the costs per graph and per process, from the event log (no CUDA);
+//! - [`cost`]: what a graph and a process cost (the JSON schema of `graph_costs`);
+//! - [`report`]: those costs built from the event log (no CUDA);
 //! - [`text`]: the section of the human report; [`plot`]: the SVG.
 
+pub mod cost;
 pub mod event;
 pub mod plot;
 pub mod report;
 pub mod text;
 
-pub use report::GraphCosts;
+pub use cost::GraphCosts;
 pub use text::render_costs;
 
 /// The JSON report with `--graphs`: the report's own fields, and `graph_costs`.

@@ -5,7 +5,7 @@
 
 use plotters::prelude::*;
 
-use super::report::{GraphCost, GraphCosts, ProcessCosts};
+use super::cost::{GraphCost, GraphCosts, ProcessCosts};
 
 const CAPTURE: RGBColor = RGBColor(31, 119, 180);
 const INSTANTIATE: RGBColor = RGBColor(255, 127, 14);

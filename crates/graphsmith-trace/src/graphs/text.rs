@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::report::{GraphCost, GraphCosts, Made, ProcessCosts};
+use super::cost::{GraphCost, GraphCosts, Made, ProcessCosts};
 
 /// Rows shown per process in text (the JSON report and the plot have them all).
 pub const ROWS_SHOWN: usize = 40;

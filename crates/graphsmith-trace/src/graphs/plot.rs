@@ -36,6 +36,36 @@ pub fn write(path: &std::path::Path, costs: &GraphCosts) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+type Panel<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// One panel: graphs 1..=n along x, 0..max along y.
+fn panel<'a, 'b>(
+    area: &'a Area<'b>,
+    caption: String,
+    unit: &str,
+    n: f64,
+    max: f64,
+) -> Result<Panel<'a, 'b>, Box<dyn std::error::Error>> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.5..n + 0.5, 0.0..max)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("graph, in the order begun")
+        .y_desc(unit)
+        .draw()?;
+    Ok(chart)
+}
+
 fn draw(text: &mut String, p: &ProcessCosts) -> Result<(), Box<dyn std::error::Error>> {
     let mut graphs: Vec<_> = p.graphs.iter().collect();
     graphs.sort_by_key(|g| g.number);
@@ -51,26 +81,13 @@ fn draw(text: &mut String, p: &ProcessCosts) -> Result<(), Box<dyn std::error::E
         .fold(0.0f64, f64::max)
         .max(0.001)
         * 1.15;
-    let mut chart = ChartBuilder::on(&top)
-        .caption(
-            format!(
-                "host time per graph, process {} ({} graphs, {:.1} ms in all)",
-                p.pid,
-                graphs.len(),
-                ms(p.totals.cost_ns)
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.5..n + 0.5, 0.0..max_ms)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_desc("graph, in the order begun")
-        .y_desc("ms")
-        .draw()?;
+    let caption = format!(
+        "host time per graph, process {} ({} graphs, {:.1} ms in all)",
+        p.pid,
+        graphs.len(),
+        ms(p.totals.cost_ns)
+    );
+    let mut chart = panel(&top, caption, "ms", n, max_ms)?;
     let bar = |i: usize, from: f64, to: f64, color: RGBColor| {
         let x = (i + 1) as f64;
         Rectangle::new([(x - 0.38, from), (x + 0.38, to)], color.filled())
@@ -109,24 +126,11 @@ fn draw(text: &mut String, p: &ProcessCosts) -> Result<(), Box<dyn std::error::E
         .fold(0.0f64, f64::max)
         .max(1.0)
         * 1.15;
-    let mut chart = ChartBuilder::on(&bottom)
-        .caption(
-            format!(
-                "device memory allocated while captured ({:.1} MiB in all)",
-                mib(p.totals.total_bytes)
-            ),
-            ("sans-serif", 18),
-        )
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.5..n + 0.5, 0.0..max_mib)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_desc("graph, in the order begun")
-        .y_desc("MiB")
-        .draw()?;
+    let caption = format!(
+        "device memory allocated while captured ({:.1} MiB in all)",
+        mib(p.totals.total_bytes)
+    );
+    let mut chart = panel(&bottom, caption, "MiB", n, max_mib)?;
     chart.draw_series(
         graphs
             .iter()

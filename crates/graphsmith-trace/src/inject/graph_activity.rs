@@ -62,6 +62,21 @@ fn map<K, V>(m: &'static OnceLock<Mutex<HashMap<K, V>>>) -> &'static Mutex<HashM
     m.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// A lock taken at exit: waits up to about 200 ms for a thread that holds it (CUPTI's own, while
+/// it hands a buffer back), and gives up rather than hang on one that died holding it.
+pub(crate) fn lock_at_exit<T>(m: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    for _ in 0..200 {
+        match m.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_millis(1))
+            }
+        }
+    }
+    None
+}
+
 /// Whether the graph trace runs.
 pub(crate) fn on() -> bool {
     ON.load(Ordering::Relaxed)
@@ -246,10 +261,9 @@ pub(crate) fn finish() -> Measured {
     // SAFETY: flushing every activity buffer; CUPTI calls buffer_completed for each, on this
     // thread, before returning. No lock of this module is held here.
     let r = unsafe { (api.flush_all)(FLUSH_FORCED) };
-    // try_lock: a thread that died holding it must not hang the exit.
     let times = TIMES
         .get()
-        .and_then(|m| m.try_lock().ok().map(|t| t.clone()))
+        .and_then(|m| lock_at_exit(m).map(|t| t.clone()))
         .unwrap_or_default();
     Measured {
         times,

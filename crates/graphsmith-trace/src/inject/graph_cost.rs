@@ -604,13 +604,10 @@ impl GraphCost {
     /// At exit: every executable's launches, with their device time.
     pub(crate) fn at_exit(&self, seq: u64) -> Event {
         let device = graph_activity::finish();
-        // try_lock: a thread that died holding a lock must not hang the exit.
-        let mut execs: Vec<ExecLaunches> = self
-            .retired
-            .try_lock()
+        let mut execs: Vec<ExecLaunches> = graph_activity::lock_at_exit(&self.retired)
             .map(|r| r.clone())
             .unwrap_or_default();
-        if let Ok(counts) = self.counts.try_lock() {
+        if let Some(counts) = graph_activity::lock_at_exit(&self.counts) {
             execs.extend(counts.iter().map(|(exec, c)| ExecLaunches {
                 exec: *exec,
                 instantiated: c.instantiated,

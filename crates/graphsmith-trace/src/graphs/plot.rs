@@ -60,6 +60,14 @@ fn panel<'a, 'b>(
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .x_labels((n as usize).min(36))
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                format!("{}", x.round())
+            } else {
+                String::new()
+            }
+        })
         .x_desc("graph, in the order begun")
         .y_desc(unit)
         .draw()?;

@@ -164,11 +164,12 @@ EOF
   fi
 fi
 
-if [[ $has_torch == 1 && $# -eq 0 ]]; then
+if [[ $has_torch == 1 && ( $# -eq 0 || " $* " == *" torch-graphs "* ) ]]; then
   section "start-up: 35 graph captures (torch_graphs.py), untraced vs graphsmith trace --graphs"
-  # A measurement, not a test: the median of GRAPHS_RUNS (default 3) runs each way, turn by
-  # turn. It writes graphs-startup.md (the figures and the last traced run's report) and
-  # graphs-startup.svg (that run's plot) into $OUT.
+  # A measurement, not a test (run with every case, or with the torch-graphs case named): the
+  # median of GRAPHS_RUNS (default 3) runs each way, turn by turn. It writes graphs-startup.md
+  # (the figures and the last traced run's report) and graphs-startup.svg (that run's plot)
+  # into $OUT.
   if "$PY" - "$GS" "$PY" "$PROGRAMS/torch_graphs.py" "${GRAPHS_RUNS:-3}" "$OUT" <<'EOF'
 import re, statistics, subprocess, sys, time
 gs, py, prog, runs, out = sys.argv[1:6]

@@ -197,7 +197,10 @@ for i, what in ((0, "whole process (s)"), (1, "capturing 35 graphs (s)"),
     rows.append(f"| {what} | {p:.3f} | {t:.3f} | {t / p:.2f}x |")
     print(f"{what}: untraced {' '.join(f'{r[i]:.3f}' for r in plain)}; traced "
           f"{' '.join(f'{r[i]:.3f}' for r in traced)}; medians {p:.3f} / {t:.3f} = {t / p:.2f}x")
-gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+try:
+    gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+except OSError as e:
+    gpu = f"(nvidia-smi: {e})"
 with open(f"{out}/graphs-startup.md", "w") as f:
     f.write("# graphsmith trace --graphs: 35 batch sizes of a small decoder (torch_graphs.py)\n\n")
     f.write(f"Machine: {gpu}. Traced command: `graphsmith trace --graphs --json "

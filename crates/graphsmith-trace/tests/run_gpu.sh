@@ -207,7 +207,12 @@ with open(f"{out}/graphs-startup.md", "w") as f:
             f"graphs-startup.json -- python3 torch_graphs.py`, from `bash gpu-bin/trace/run_gpu.sh`"
             f" (median of {runs} runs each way, turn by turn). Plot: graphs-startup.svg.\n\n")
     f.write("| | untraced | traced (--graphs) | ratio |\n|---|---|---|---|\n")
-    f.write("\n".join(rows) + "\n\nThe last traced run's report:\n\n```\n" + traced[-1][3] + "```\n")
+    # The summary line and the graph costs (graphs-startup.log has the whole report).
+    lines = traced[-1][3].splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith("graph costs")), 0)
+    report = "\n".join([l for l in lines if l.startswith("summary:")] + lines[start:])
+    f.write("\n".join(rows) + "\n\nThe last traced run's report (its summary line and graph "
+            "costs):\n\n```\n" + report + "\n```\n")
 print(f"written: {out}/graphs-startup.md, {out}/graphs-startup.svg, {out}/graphs-startup.json")
 EOF
   then

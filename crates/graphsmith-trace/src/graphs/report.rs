@@ -280,9 +280,11 @@ fn instantiate_rows(log: &Log, rows: &mut Vec<Row>) {
 fn launches_of(log: &Log, inst: &Instantiate, call: Option<&GraphCall>, one: &mut Instantiation) {
     let Some(exec) = inst.exec else { return };
     if let Some(l) = log.launches {
+        // An instantiation that was not timed (a runtime call CUPTI reported without its driver
+        // call): its launches were counted from no instantiation (0).
         let hit = match call {
             Some(c) => l.execs.iter().find(|x| x.instantiated == c.seq),
-            None => None,
+            None => l.execs.iter().find(|x| x.instantiated == 0 && x.exec == exec),
         };
         if let Some(x) = hit.filter(|x| x.exec == exec) {
             one.launches = x.launches;

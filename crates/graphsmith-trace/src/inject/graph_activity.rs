@@ -213,9 +213,8 @@ fn read_records(api: &Api, buffer: *mut u8, valid: usize) {
         // CUpti_ActivityGraphTrace read here.
         let r = unsafe { record.cast::<CUpti_ActivityGraphTrace>().read_unaligned() };
         RECORDS.fetch_add(1, Ordering::Relaxed);
-        let owner = lock(map(&PENDING))
-            .remove(&r.correlationId)
-            .or_else(|| lock(map(&EXEC_IDS)).get(&r.graphId).copied());
+        let launch = lock(map(&PENDING)).remove(&r.correlationId);
+        let owner = launch.or_else(|| lock(map(&EXEC_IDS)).get(&r.graphId).copied());
         let Some(key) = owner else {
             UNMATCHED.fetch_add(1, Ordering::Relaxed);
             continue;

@@ -1,6 +1,6 @@
-//! `graphsmith trace [--json FILE] [--strict] [--hazards] [--graphs [--plot FILE]] -- <command>
-//! [args...]`: runs the
-//! command with the injection library, waits for it, and prints the report on stderr. The
+//! `graphsmith trace [--json FILE] [--strict] [--hazards] [--graphs [--plot FILE]] --
+//! <command> [args...]`: runs the command with the injection library, waits for it, and prints
+//! the report on stderr (with `--graphs`, what each graph cost after it). The
 //! command's stdin, stdout, stderr and exit code pass through unchanged (with `--strict`, a
 //! command that exited 0 but whose report holds an error makes `graphsmith trace` exit 1;
 //! hazards are warnings and never change the exit code).
@@ -209,6 +209,15 @@ mod tests {
         let a = parse(&["--hazards", "./faults", "race", "--hazards"]).unwrap();
         assert!(a.hazards && !a.strict);
         assert_eq!(a.command, ["./faults", "race", "--hazards"]);
+    }
+
+    #[test]
+    fn plot_needs_graphs() {
+        let a = parse(&["--graphs", "--plot", "g.svg", "--", "python3", "--graphs"]).unwrap();
+        assert!(a.graphs);
+        assert_eq!(a.plot, Some(PathBuf::from("g.svg")));
+        assert_eq!(a.command, ["python3", "--graphs"]);
+        assert!(parse(&["--plot", "g.svg", "--", "python3"]).is_err());
     }
 
     #[test]

@@ -284,7 +284,10 @@ fn launches_of(log: &Log, inst: &Instantiate, call: Option<&GraphCall>, one: &mu
         // call): its launches were counted from no instantiation (0).
         let hit = match call {
             Some(c) => l.execs.iter().find(|x| x.instantiated == c.seq),
-            None => l.execs.iter().find(|x| x.instantiated == 0 && x.exec == exec),
+            None => l
+                .execs
+                .iter()
+                .find(|x| x.instantiated == 0 && x.exec == exec),
         };
         if let Some(x) = hit.filter(|x| x.exec == exec) {
             one.launches = x.launches;

@@ -167,9 +167,10 @@ def check_graph_costs(errs, exp, report, report_path):
             errs.append(f"{what}: no device time (device_time_off: {off}, records: "
                         f"{[p.get('device_records') for p in procs]}, unmatched: "
                         f"{[p.get('device_unmatched') for p in procs]})")
-    costs_ns = [g["cost_ns"] for g in graphs]
-    if costs_ns != sorted(costs_ns, reverse=True):
-        errs.append(f"graphs not sorted by cost: {costs_ns[:10]}")
+    for p in procs:
+        costs_ns = [g["cost_ns"] for g in p["graphs"]]
+        if costs_ns != sorted(costs_ns, reverse=True):
+            errs.append(f"process {p['pid']}: graphs not sorted by cost: {costs_ns[:10]}")
     total = sum(p["totals"]["total_bytes"] for p in procs)
     if total < want.get("memory_min", 0):
         errs.append(f"{total} bytes allocated while capturing, expected at least {want['memory_min']}")

@@ -155,6 +155,8 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
                 checks.insert(h.instantiate, h.check.clone());
             }
             Event::Exit(x) => exit = Some(x.clone()),
+            // `--graphs`: read by crate::graphs::report.
+            Event::Graph(_) => {}
         }
     }
     failures.sort_by_key(|c| c.seq);

@@ -20,6 +20,10 @@ pub const OUT_VAR: &str = "GRAPHSMITH_TRACE_OUT";
 /// instantiated graph (`--hazards`): `1` to check, anything else not to.
 pub const HAZARDS_VAR: &str = "GRAPHSMITH_TRACE_HAZARDS";
 
+/// The environment variable that asks the injection library for what each graph costs
+/// (`--graphs`): `1` to record it, anything else not to.
+pub const GRAPHS_VAR: &str = "GRAPHSMITH_TRACE_GRAPHS";
+
 /// One line of the event log. Every variant carries the process id, so that the log of a command
 /// that starts several CUDA processes (a shell script, a launcher) stays readable.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -46,6 +50,8 @@ pub enum Event {
     Hazards(Hazards),
     /// The process is exiting (an `atexit` handler); missing when it crashed or called `_exit`.
     Exit(Exit),
+    /// What a graph cost (`--graphs`): timed graph calls, allocations during captures, launches.
+    Graph(crate::graphs::event::GraphEvent),
 }
 
 impl Event {
@@ -61,6 +67,7 @@ impl Event {
             Event::Instantiate(e) => e.pid,
             Event::Hazards(e) => e.pid,
             Event::Exit(e) => e.pid,
+            Event::Graph(e) => e.pid(),
         }
     }
 }

@@ -110,6 +110,8 @@ pub(crate) struct Request<'a> {
     pub cupti: Option<&'a Path>,
     /// Whether to check instantiated graphs for hazards (--hazards).
     pub hazards: bool,
+    /// Whether to record what each graph costs (--graphs).
+    pub graphs: bool,
     /// The command and its arguments.
     pub command: &'a [OsString],
 }
@@ -157,6 +159,10 @@ pub(crate) fn plan(args: &Request) -> Plan {
     plan.env.push((
         crate::event::HAZARDS_VAR.into(),
         if args.hazards { "1" } else { "0" }.into(),
+    ));
+    plan.env.push((
+        crate::event::GRAPHS_VAR.into(),
+        if args.graphs { "1" } else { "0" }.into(),
     ));
     let cupti = match args
         .cupti

@@ -24,6 +24,7 @@ pub mod analysis;
 pub mod cli;
 pub mod event;
 pub mod explain;
+pub mod graphs;
 pub mod hazard;
 #[cfg(target_os = "linux")]
 pub mod inject;

@@ -47,6 +47,8 @@ pub(crate) struct Tracer {
     pub launches: Mutex<std::collections::BTreeMap<u64, u64>>,
     /// `--hazards`: the read-back functions, or why they are missing; `None` when not asked.
     hazards: Option<Result<GraphApi, String>>,
+    /// `--graphs`: what each graph costs; `None` when not asked.
+    pub graphs: Option<super::graph_cost::GraphCost>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -157,10 +159,11 @@ impl Tracer {
             other_failures: AtomicU64::new(0),
             launches: Mutex::default(),
             hazards: (std::env::var(HAZARDS_VAR).as_deref() == Ok("1")).then(GraphApi::load),
+            graphs: super::graph_cost::GraphCost::load(),
         }
     }
 
-    fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -180,6 +183,11 @@ impl Tracer {
     /// Entry point for both domains, behind the reentrancy guard.
     pub(crate) fn on_callback(&self, domain: u32, cbid: u32, data: &CUpti_CallbackData) {
         let Some(_busy) = enter_busy() else { return };
+        // `--graphs`: the tracer's own time on this thread, taken out of capture times.
+        let _spent = self
+            .graphs
+            .as_ref()
+            .map(|_| super::graph_cost::Spent::start());
         match domain {
             1 => self.on_driver(cbid, data),
             2 => self.on_runtime(cbid, data),
@@ -202,6 +210,9 @@ impl Tracer {
             .unwrap_or(self.driver_specs[0]);
         if site_u32(data) == ENTER {
             self.driver_calls.fetch_add(1, Ordering::Relaxed);
+            if let Some(g) = &self.graphs {
+                g.enter(self, cbid, data);
+            }
             let _ = FRAMES.try_with(|f| {
                 if let Ok(mut f) = f.try_borrow_mut() {
                     if let Some(fr) = f.last_mut() {
@@ -219,6 +230,9 @@ impl Tracer {
         }
         let code = return_code(data);
         let active = self.active.load(Ordering::Relaxed);
+        if let Some(g) = &self.graphs {
+            g.exit(self, cbid, data, code, active > 0);
+        }
         if active == 0 && (code == 0 || code == NOT_READY) {
             match spec.kind {
                 Kind::Begin | Kind::Instantiate => {}

@@ -5,7 +5,7 @@
 //! the same edges; memcpy nodes keep their source and destination memory types; memsets stay
 //! one-dimensional; conditional and memory (alloc/free) nodes cannot change; child graphs follow
 //! the same rules recursively. One rule is not in the driver's documentation but was found by
-//! measurement (`bench/results/2026-12-02-llama-9.md`): a kernel node keeps its thread block
+//! measurement (docs/updates-and-cache.md says where): a kernel node keeps its thread block
 //! cluster shape through `cuGraphExecUpdate`, so a kernel compiled for another shape cannot take
 //! its place. The driver has the last word: when it refuses an update the
 //! pre-check allowed, its `errorNode` is mapped back to a label.

@@ -159,6 +159,8 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
             }
             Event::Exit(x) => exit = Some(x.clone()),
             Event::Freed(f) => freed.push(f.clone()),
+            // `--graphs`: read by crate::graphs::report.
+            Event::Graph(_) => {}
         }
     }
     failures.sort_by_key(|c| c.seq);

@@ -1,9 +1,9 @@
-//! `graphsmith trace [--json FILE] [--strict] [--hazards] [--freed] -- <command> [args...]`: runs the
-//! command with the injection library, waits for it, and prints the report on stderr. The
+//! `graphsmith trace [--json FILE] [--strict] [--hazards] [--freed] [--graphs [--plot FILE]] --
+//! <command> [args...]`: runs the command with the injection library, waits for it, and prints
+//! the report on stderr (with `--graphs`, what each graph cost after it). The
 //! command's stdin, stdout, stderr and exit code pass through unchanged (with `--strict`, a
-//! command that exited 0 but whose report holds an error makes `graphsmith trace` exit 1;
-//! hazards are warnings and never change the exit code; with `--freed`, so does a launch of a
-//! graph on freed memory).
+//! command that exited 0 but whose report holds an error, a launch on freed memory included,
+//! makes `graphsmith trace` exit 1; hazards are warnings and never change the exit code).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -12,6 +12,7 @@ use std::process::{Command, ExitCode};
 use crate::analysis::{Attached, CommandExit, Report};
 use crate::event::read_events;
 use crate::explain::{Builtin, Catalogue};
+use crate::graphs;
 use crate::launch;
 use crate::render::render;
 
@@ -35,6 +36,15 @@ pub struct TraceArgs {
     /// and where they were allocated and freed. Reported as errors.
     #[arg(long)]
     pub freed: bool,
+    /// Report what each graph cost: where it was begun, capture, instantiation and upload wall
+    /// times, nodes, device memory allocated while it was captured, replays and their device
+    /// time; most costly first. With --json, the JSON report gets `graph_costs`.
+    #[arg(long)]
+    pub graphs: bool,
+    /// With --graphs: draw capture time and memory per graph as SVG in FILE [default: beside
+    /// the --json file, with the extension .svg].
+    #[arg(long, value_name = "FILE", requires = "graphs")]
+    pub plot: Option<PathBuf>,
     /// Keep the raw event log (one JSON object per line) in FILE.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
@@ -70,6 +80,7 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
         cupti: args.cupti.as_deref(),
         hazards: args.hazards,
         freed: args.freed,
+        graphs: args.graphs,
         command: &args.command,
     });
     let mut notes = plan.notes.clone();
@@ -117,8 +128,18 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
     report.strict = args.strict;
     report.hazards_requested = args.hazards;
     eprint!("{}", render(&report));
+    let costs = args.graphs.then(|| graphs::GraphCosts::build(&events));
+    if let Some(costs) = &costs {
+        eprint!("{}", graphs::render_costs(costs));
+        if let Some(path) = graphs::plot_path(args.plot.as_deref(), args.json.as_deref()) {
+            match graphs::plot::write(&path, costs) {
+                Ok(()) => eprintln!("graph costs plotted in {}", path.display()),
+                Err(e) => eprintln!("graphsmith trace: no plot written: {e}"),
+            }
+        }
+    }
     if let Some(path) = &args.json {
-        if let Err(e) = write_json(path, &report) {
+        if let Err(e) = write_json(path, &report, costs.as_ref()) {
             eprintln!(
                 "graphsmith trace: cannot write the JSON report to {}: {e}",
                 path.display()
@@ -137,8 +158,19 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
     ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1))
 }
 
-fn write_json(path: &Path, report: &Report) -> std::io::Result<()> {
-    let text = serde_json::to_string_pretty(report).map_err(std::io::Error::other)?;
+fn write_json(
+    path: &Path,
+    report: &Report,
+    costs: Option<&graphs::GraphCosts>,
+) -> std::io::Result<()> {
+    let text = match costs {
+        None => serde_json::to_string_pretty(report),
+        Some(costs) => serde_json::to_string_pretty(&graphs::WithCosts {
+            report,
+            graph_costs: costs,
+        }),
+    }
+    .map_err(std::io::Error::other)?;
     std::fs::write(path, text + "\n")
 }
 
@@ -183,6 +215,15 @@ mod tests {
         let a = parse(&["--hazards", "./faults", "race", "--hazards"]).unwrap();
         assert!(a.hazards && !a.strict);
         assert_eq!(a.command, ["./faults", "race", "--hazards"]);
+    }
+
+    #[test]
+    fn plot_needs_graphs() {
+        let a = parse(&["--graphs", "--plot", "g.svg", "--", "python3", "--graphs"]).unwrap();
+        assert!(a.graphs);
+        assert_eq!(a.plot, Some(PathBuf::from("g.svg")));
+        assert_eq!(a.command, ["python3", "--graphs"]);
+        assert!(parse(&["--plot", "g.svg", "--", "python3"]).is_err());
     }
 
     #[test]

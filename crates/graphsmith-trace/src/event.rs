@@ -23,6 +23,9 @@ pub const HAZARDS_VAR: &str = "GRAPHSMITH_TRACE_HAZARDS";
 /// The environment variable that asks the injection library to report launches of graphs
 /// whose memory was freed since instantiation (`--freed`, [`crate::freed`]): `1` to watch.
 pub const FREED_VAR: &str = "GRAPHSMITH_TRACE_FREED";
+/// The environment variable that asks the injection library for what each graph costs
+/// (`--graphs`): `1` to record it, anything else not to.
+pub const GRAPHS_VAR: &str = "GRAPHSMITH_TRACE_GRAPHS";
 
 /// One line of the event log. Every variant carries the process id, so that the log of a command
 /// that starts several CUDA processes (a shell script, a launcher) stays readable.
@@ -52,6 +55,8 @@ pub enum Event {
     Exit(Exit),
     /// A graph about to be launched touches memory freed since its instantiation (`--freed`).
     Freed(crate::freed::FreedLaunch),
+    /// What a graph cost (`--graphs`): timed graph calls, allocations during captures, launches.
+    Graph(crate::graphs::event::GraphEvent),
 }
 
 impl Event {
@@ -68,6 +73,7 @@ impl Event {
             Event::Hazards(e) => e.pid,
             Event::Exit(e) => e.pid,
             Event::Freed(e) => e.pid,
+            Event::Graph(e) => e.pid(),
         }
     }
 }

@@ -112,6 +112,8 @@ pub(crate) struct Request<'a> {
     pub hazards: bool,
     /// Whether to report launches of graphs whose memory was freed (--freed).
     pub freed: bool,
+    /// Whether to record what each graph costs (--graphs).
+    pub graphs: bool,
     /// The command and its arguments.
     pub command: &'a [OsString],
 }
@@ -163,6 +165,10 @@ pub(crate) fn plan(args: &Request) -> Plan {
     plan.env.push((
         crate::event::FREED_VAR.into(),
         if args.freed { "1" } else { "0" }.into(),
+    ));
+    plan.env.push((
+        crate::event::GRAPHS_VAR.into(),
+        if args.graphs { "1" } else { "0" }.into(),
     ));
     let cupti = match args
         .cupti

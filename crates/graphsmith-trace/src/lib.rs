@@ -25,6 +25,7 @@ pub mod cli;
 pub mod event;
 pub mod explain;
 pub mod freed;
+pub mod graphs;
 pub mod hazard;
 #[cfg(target_os = "linux")]
 pub mod inject;

@@ -134,6 +134,8 @@ fn trace_full(
         strict: false,
         hazards,
         freed,
+        graphs: name.starts_with("graphs"),
+        plot: None,
         events: Some(dir.join(format!("{name}.jsonl"))),
         lib: Some(lib()),
         cupti: Some(cupti),
@@ -440,6 +442,69 @@ fn pytorch_blocks_bound_the_check_and_a_launch_on_freed_memory_is_reported() {
         (&kernel["start"], &kernel["len"]),
         (&0x7f00_0000_0000_u64.into(), &131_072.into()),
         "the block bounds the pointer"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn graph_costs_are_recorded_through_the_driver_callbacks() {
+    use cudarc::cupti::sys::CUpti_driver_api_trace_cbid as D;
+    let dir = std::env::temp_dir().join(format!("graphsmith-trace-graphs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (host, cuda) = (fake_host(&dir), fake_cuda(&dir));
+    let cbids = [
+        D::CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2,
+        D::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
+        D::CUPTI_DRIVER_TRACE_CBID_cuStreamEndCapture,
+        D::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags,
+        D::CUPTI_DRIVER_TRACE_CBID_cuGraphUpload,
+        D::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    ]
+    .map(|c| (c as u32).to_string())
+    .join(",");
+    let command = [
+        host.to_str().unwrap(),
+        "graphs",
+        cuda.to_str().unwrap(),
+        &cbids,
+    ];
+    let (code, report) = trace_with(&dir, "graphs", &command, false, cuda.clone());
+    assert_eq!(code, ExitCode::from(0));
+    let p = &report["processes"][0];
+    assert_eq!(p["attached"]["state"], "yes", "{report:#}");
+    assert_eq!(p["captures"][0]["outcome"], "captured", "{report:#}");
+    let costs = &report["graph_costs"]["processes"][0];
+    let g = &costs["graphs"][0];
+    assert_eq!(
+        g["made"],
+        serde_json::json!({"by": "capture", "capture": 1, "ended": true}),
+        "{costs:#}"
+    );
+    assert!(g["capture_ns"].as_u64().unwrap() > 0, "{g:#}");
+    assert!(
+        g["tracer_ns"].as_u64().unwrap() > 0,
+        "the begin's backtrace is the tracer's time, left out: {g:#}"
+    );
+    assert_eq!(
+        (&g["began_at"]["function"], &g["began_at"]["python"]),
+        (&serde_json::json!("main"), &serde_json::json!(false)),
+        "the first frame outside the C runtime and CUDA: {g:#}"
+    );
+    assert!(g["instantiations"][0]["ns"].is_u64(), "{g:#}");
+    assert_eq!(g["instantiations"][0]["exec"], 0xe000);
+    assert_eq!(g["instantiations"][0]["uploads"], 1);
+    assert_eq!(g["node_total"], 5);
+    assert_eq!(g["memory"]["allocations"], 1, "{g:#}");
+    assert_eq!(g["memory"]["allocated_bytes"], 1 << 20);
+    assert_eq!(g["replays"], 3, "{costs:#}");
+    let off = costs["device_time_off"].as_str().unwrap_or_default();
+    assert!(
+        off.contains("cuptiActivityRegisterCallbacks"),
+        "the stand-in has no activity API, and the report says so: {costs:#}"
+    );
+    assert!(
+        dir.join("graphs.svg").is_file(),
+        "the plot is written beside the JSON report"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

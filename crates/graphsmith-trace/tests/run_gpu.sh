@@ -4,7 +4,8 @@
 # ones with --freed) under `graphsmith trace --json`, checks
 # every report (and the command's stdout, for the planted race's buffer) with check.py against
 # programs/expect.json, reports the tracer's overhead on a PyTorch capture-and-replay program
-# (a measurement, not counted as a test), and ends with "N passed, N failed". A case that
+# and the start-up of 35 graph captures with and without `--graphs` (measurements, not counted
+# as tests), and ends with "N passed, N failed". A case that
 # cannot run here (no nvcc to build the C++ program, no PyTorch with CUDA for the PyTorch cases)
 # counts as failed, never as passed.
 #
@@ -15,7 +16,8 @@
 # runs it as part of the GPU suite):
 #   bash gpu-bin/trace/run_gpu.sh [case ...]    # all cases, or only those named
 # Environment: GRAPHSMITH (the graphsmith binary; default: ../graphsmith beside this folder),
-#   PYTHON (default python3), NVCC (default nvcc), BENCH_REPLAYS (default 2000), BENCH_RUNS (3).
+#   PYTHON (default python3), NVCC (default nvcc), BENCH_REPLAYS (default 2000), BENCH_RUNS (3),
+#   GRAPHS_RUNS (3).
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PROGRAMS="$HERE/programs"
@@ -172,6 +174,64 @@ EOF
     echo "REPORTED overhead (not counted)"
   else
     echo "FAIL overhead: the benchmark did not run"; fail=$((fail + 1)); failed+=(overhead)
+  fi
+fi
+
+if [[ $has_torch == 1 && ( $# -eq 0 || " $* " == *" torch-graphs "* ) ]]; then
+  section "start-up: 35 graph captures (torch_graphs.py), untraced vs graphsmith trace --graphs"
+  # A measurement, not a test (run with every case, or with the torch-graphs case named): the
+  # median of GRAPHS_RUNS (default 3) runs each way, turn by turn. It writes graphs-startup.md
+  # (the figures and the last traced run's report) and graphs-startup.svg (that run's plot)
+  # into $OUT.
+  if "$PY" - "$GS" "$PY" "$PROGRAMS/torch_graphs.py" "${GRAPHS_RUNS:-3}" "$OUT" <<'EOF'
+import re, statistics, subprocess, sys, time
+gs, py, prog, runs, out = sys.argv[1:6]
+log = open(f"{out}/graphs-startup.log", "w")
+pattern = re.compile(r"captured in ([0-9.]+) s; start-up ([0-9.]+) s")
+def run(cmd):
+    t = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    log.write(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}\n")
+    m = pattern.search(r.stdout)
+    if r.returncode != 0 or not m:
+        raise SystemExit(f"{cmd[0]} failed (exit {r.returncode}): {r.stderr[-2000:]}")
+    return wall, float(m.group(1)), float(m.group(2)), r.stderr
+traced_cmd = [gs, "trace", "--graphs", "--json", f"{out}/graphs-startup.json", "--", py, prog]
+run([py, prog, "--sizes", "3"])  # warm the file cache and the driver's caches
+plain, traced = [], []
+for _ in range(int(runs)):
+    plain.append(run([py, prog]))
+    traced.append(run(traced_cmd))
+rows = []
+for i, what in ((0, "whole process (s)"), (1, "capturing 35 graphs (s)"),
+                (2, "start-up: import to last capture (s)")):
+    p, t = statistics.median(r[i] for r in plain), statistics.median(r[i] for r in traced)
+    rows.append(f"| {what} | {p:.3f} | {t:.3f} | {t / p:.2f}x |")
+    print(f"{what}: untraced {' '.join(f'{r[i]:.3f}' for r in plain)}; traced "
+          f"{' '.join(f'{r[i]:.3f}' for r in traced)}; medians {p:.3f} / {t:.3f} = {t / p:.2f}x")
+try:
+    gpu = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip()
+except OSError as e:
+    gpu = f"(nvidia-smi: {e})"
+with open(f"{out}/graphs-startup.md", "w") as f:
+    f.write("# graphsmith trace --graphs: 35 batch sizes of a small decoder (torch_graphs.py)\n\n")
+    f.write(f"Machine: {gpu}. Traced command: `graphsmith trace --graphs --json "
+            f"graphs-startup.json -- python3 torch_graphs.py`, from `bash gpu-bin/trace/run_gpu.sh`"
+            f" (median of {runs} runs each way, turn by turn). Plot: graphs-startup.svg.\n\n")
+    f.write("| | untraced | traced (--graphs) | ratio |\n|---|---|---|---|\n")
+    # The summary line and the graph costs (graphs-startup.log has the whole report).
+    lines = traced[-1][3].splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith("graph costs")), 0)
+    report = "\n".join([l for l in lines if l.startswith("summary:")] + lines[start:])
+    f.write("\n".join(rows) + "\n\nThe last traced run's report (its summary line and graph "
+            "costs):\n\n```\n" + report + "\n```\n")
+print(f"written: {out}/graphs-startup.md, {out}/graphs-startup.svg, {out}/graphs-startup.json")
+EOF
+  then
+    echo "REPORTED start-up (not counted)"
+  else
+    echo "FAIL graphs-startup: the measurement did not run"; fail=$((fail + 1)); failed+=(graphs-startup)
   fi
 fi
 

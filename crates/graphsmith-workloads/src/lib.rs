@@ -2,6 +2,8 @@
 //! crate.
 
 pub mod bench;
+pub mod ordering;
+pub mod overlap;
 
 use std::time::Instant;
 

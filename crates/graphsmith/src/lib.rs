@@ -74,6 +74,7 @@ pub use graphsmith_analysis::{
 };
 pub use graphsmith_analysis::{update_compatibility, Family, Incompatibility};
 pub use graphsmith_model as model;
+pub use memory::HostBuffer;
 pub use memory::{DeviceBuffer, Element, View, ViewMut};
 pub use module::{Args, BeforeWait, Kernel, KernelArg, LaunchConfig, Module, ReadThenWrite};
 pub use ranges::{current_ranges, range, RangeGuard};

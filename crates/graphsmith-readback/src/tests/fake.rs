@@ -105,7 +105,12 @@ pub fn calls() -> Vec<&'static str> {
 }
 
 /// The host function every host node runs.
-pub extern "C" fn host_function(_: *mut c_void) {}
+extern "C" fn host_function(_: *mut c_void) {}
+
+/// The one pointer to [`host_function`] the fake hands out. Rust does not promise that two
+/// casts of a function name give the same address (an optimised build may give two), so the
+/// fake and the tests both read this one value.
+pub static HOST_FUNCTION: sys::CUhostFn = Some(host_function);
 
 /// Logs `call`, fails it when the test said so, else answers with `f`.
 pub(super) fn enter(call: &'static str, f: impl FnOnce(&mut Fake) -> Status) -> Status {

@@ -56,7 +56,7 @@ fn open(path: &str) -> Result<Library, String> {
     unsafe { Library::open(Some(path), RTLD_NOW) }.map_err(|e| format!("{path}: {e}"))
 }
 
-fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
+pub(crate) fn symbol<T: Copy>(lib: &Library, name: &str) -> Result<T, String> {
     // SAFETY: each call site names the symbol with the C signature T it has in cupti.h or
     // cuda.h; the pointer is copied out and used only while the library stays loaded.
     unsafe { lib.get::<T>(name.as_bytes()) }
@@ -101,6 +101,11 @@ impl Cupti {
         })
     }
 
+    /// Another function of the same libcupti (`--graphs` resolves its activity API with it).
+    pub(crate) fn symbol<T: Copy>(&self, name: &str) -> Result<T, String> {
+        symbol(&self._lib, name)
+    }
+
     /// CUPTI's text for a result.
     pub(crate) fn describe(&self, status: Status) -> String {
         let mut text: *const c_char = std::ptr::null();
@@ -132,7 +137,7 @@ type ErrorText = unsafe extern "C" fn(Status, *mut *const c_char) -> Status;
 
 /// The libcuda the process loaded, never loading one: the tracer runs once the driver has
 /// called `InitializeInjection`.
-fn loaded_libcuda() -> Result<Library, libloading::Error> {
+pub(crate) fn loaded_libcuda() -> Result<Library, libloading::Error> {
     // SAFETY: libcuda.so.1 is already loaded (the driver called InitializeInjection);
     // RTLD_NOLOAD only takes a reference to it, running no initialiser.
     unsafe { Library::open(Some("libcuda.so.1"), RTLD_LAZY | libc::RTLD_NOLOAD) }

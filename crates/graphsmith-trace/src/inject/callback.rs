@@ -54,6 +54,8 @@ pub(crate) struct Tracer {
     hazards: Option<Result<GraphApi, String>>,
     /// `--hazards`: the hazard check of each instantiated graph is recorded.
     check_hazards: bool,
+    /// `--graphs`: what each graph costs; `None` when not asked.
+    pub graphs: Option<super::graph_cost::GraphCost>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -166,10 +168,11 @@ impl Tracer {
             hazards: (std::env::var(HAZARDS_VAR).as_deref() == Ok("1") || allocations::enabled())
                 .then(GraphApi::load),
             check_hazards: std::env::var(HAZARDS_VAR).as_deref() == Ok("1"),
+            graphs: super::graph_cost::GraphCost::load(),
         }
     }
 
-    fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
 
@@ -189,6 +192,11 @@ impl Tracer {
     /// Entry point for both domains, behind the reentrancy guard.
     pub(crate) fn on_callback(&self, domain: u32, cbid: u32, data: &CUpti_CallbackData) {
         let Some(_busy) = enter_busy() else { return };
+        // `--graphs`: the tracer's own time on this thread, taken out of capture times.
+        let _spent = self
+            .graphs
+            .as_ref()
+            .map(|_| super::graph_cost::Spent::start());
         match domain {
             1 => self.on_driver(cbid, data),
             2 => self.on_runtime(cbid, data),
@@ -211,6 +219,9 @@ impl Tracer {
             .unwrap_or(self.driver_specs[0]);
         if site_u32(data) == ENTER {
             self.driver_calls.fetch_add(1, Ordering::Relaxed);
+            if let Some(g) = &self.graphs {
+                g.enter(self, cbid, data);
+            }
             let _ = FRAMES.try_with(|f| {
                 if let Ok(mut f) = f.try_borrow_mut() {
                     if let Some(fr) = f.last_mut() {
@@ -232,6 +243,9 @@ impl Tracer {
             self.track_memory(cbid, data);
         }
         let active = self.active.load(Ordering::Relaxed);
+        if let Some(g) = &self.graphs {
+            g.exit(self, cbid, data, code, active > 0);
+        }
         if active == 0 && (code == 0 || code == NOT_READY) {
             match spec.kind {
                 Kind::Begin | Kind::Instantiate => {}

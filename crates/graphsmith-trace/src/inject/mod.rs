@@ -15,6 +15,8 @@
 mod api;
 mod callback;
 mod cbid;
+mod graph_activity;
+mod graph_cost;
 mod nvtx;
 mod python;
 mod readback;
@@ -70,6 +72,10 @@ extern "C" fn at_exit() {
             ),
             None => Default::default(),
         };
+        // `--graphs`: launches and their device time (flushes CUPTI's activity buffers).
+        if let Some(g) = tracer().and_then(|t| t.graphs.as_ref()) {
+            sink.write(&g.at_exit(seq));
+        }
         sink.write(&Event::Exit(Exit {
             pid: std::process::id(),
             seq,
@@ -147,6 +153,10 @@ fn attach() {
                 format!("cuptiEnableDomain({domain:?}): {}", cupti.describe(r)),
             );
         }
+    }
+    if tracer.graphs.is_some() {
+        // `--graphs`: device time of graph launches (a reason is kept when it cannot start).
+        graph_activity::start(cupti);
     }
     let mut version = 0u32;
     // SAFETY: version is a local the call fills.

@@ -340,6 +340,11 @@ fn api() -> Result<&'static Api, PyMissing> {
     API.get_or_init(Api::load).as_ref().map_err(|m| *m)
 }
 
+/// Whether the process has CPython loaded (its stacks can be read).
+pub(crate) fn loaded() -> bool {
+    !matches!(api(), Err(PyMissing::NotPython))
+}
+
 /// The calling thread's Python stack, innermost first, or why there is none; `budget` counts
 /// the stacks read ([`BEGINS`] or [`CALLS`]).
 pub(crate) fn capture(budget: &AtomicU64) -> Result<Vec<PyFrame>, PyMissing> {

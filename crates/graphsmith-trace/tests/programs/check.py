@@ -245,6 +245,63 @@ def check_range(errs, want, h, lines, address):
                     f"predicts {want_range[0]}+{want_range[1]}")
 
 
+def check_graph_costs(errs, exp, report, report_path):
+    """--graphs: report["graph_costs"], as src/graphs/report.rs writes it."""
+    want = exp.get("graph_costs")
+    if want is None:
+        return
+    costs = report.get("graph_costs")
+    if costs is None:
+        errs.append("no graph_costs in the report (was --graphs given?)")
+        return
+    procs = costs["processes"]
+    graphs = [g for p in procs for g in p["graphs"]]
+    captured = [g for g in graphs if g["made"]["by"] == "capture" and g["made"]["ended"]]
+    if len(captured) < want.get("captured_min", 0):
+        errs.append(f"{len(captured)} captured graphs in graph_costs, expected at least "
+                    f"{want['captured_min']}")
+    for g in captured:
+        what = f"graph #{g['number']} (rank {g['rank']})"
+        if not (g["capture_ns"] or 0) > 0:
+            errs.append(f"{what}: capture time {g['capture_ns']}, expected > 0")
+        if not g["instantiate_ns"] > 0:
+            errs.append(f"{what}: instantiation time {g['instantiate_ns']}, expected > 0")
+        if not g["node_total"] > 0:
+            errs.append(f"{what}: {g['node_total']} nodes, expected > 0")
+        if g["replays"] < want.get("replays_each_min", 0):
+            errs.append(f"{what}: {g['replays']} replays, expected at least {want['replays_each_min']}")
+        at = g.get("began_at") or {}
+        if "began_at" in want and not str(at.get("file", "")).endswith(want["began_at"]):
+            errs.append(f"{what}: began at {at}, expected a line of {want['began_at']}")
+        if want.get("device_time") and not (g.get("device_mean_ns") or 0) > 0:
+            off = [p.get("device_time_off") for p in procs]
+            errs.append(f"{what}: no device time (device_time_off: {off}, records: "
+                        f"{[p.get('device_records') for p in procs]}, unmatched: "
+                        f"{[p.get('device_unmatched') for p in procs]})")
+    for p in procs:
+        costs_ns = [g["cost_ns"] for g in p["graphs"]]
+        if costs_ns != sorted(costs_ns, reverse=True):
+            errs.append(f"process {p['pid']}: graphs not sorted by cost: {costs_ns[:10]}")
+    total = sum(p["totals"]["total_bytes"] for p in procs)
+    if total < want.get("memory_min", 0):
+        errs.append(f"{total} bytes allocated while capturing, expected at least {want['memory_min']}")
+    if want.get("plot"):
+        svg = report_path.rsplit(".", 1)[0] + ".svg"
+        try:
+            text = open(svg).read()
+        except OSError as e:
+            errs.append(f"no plot beside the JSON report: {e}")
+        else:
+            if not (text.lstrip().startswith("<svg") and text.rstrip().endswith("</svg>")):
+                errs.append(f"{svg} is not an SVG document")
+    # Seconds, for the log.
+    if procs:
+        t = procs[0]["totals"]
+        print(f"  graph costs: {len(graphs)} graphs, capture {t['capture_ns'] / 1e9:.3f} s, "
+              f"instantiate {t['instantiate_ns'] / 1e9:.3f} s, upload {t['upload_ns'] / 1e9:.3f} s, "
+              f"{t['total_bytes'] / 2**20:.1f} MiB while capturing, {t['replays']} replays")
+
+
 def main():
     expect_all, case, report_path, exit_code = sys.argv[1:5]
     stdout_path = sys.argv[5] if len(sys.argv) > 5 else None
@@ -304,6 +361,7 @@ def main():
             errs.append(f"{got} {kind} nodes, expected at least {n} ({[g['instantiate']['nodes'] for g in graphs]})")
     check_hazards(errs, exp, report, graphs, stdout_path)
     check_freed(errs, exp, procs, stdout_path)
+    check_graph_costs(errs, exp, report, report_path)
     if "stdout_contains" in exp:
         try:
             out = open(stdout_path).read() if stdout_path else ""

@@ -13,6 +13,7 @@
  * tracer's own calls: the tracer must ignore it. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef unsigned long long u64;
@@ -277,5 +278,59 @@ int fake_launch(unsigned cbid, u64 exec) {
   int result = 0;
   if (!g_callback) return -1;
   call(cbid, "cuGraphLaunch", &params, &result);
+  return 0;
+}
+
+/* `--graphs` (tests/fake_host.rs): a pretend capture on STREAM, with the capture info the
+ * tracer asks the driver for while it runs. */
+#define STREAM 0x5000ULL
+#define CAPTURE_ID 77ULL
+static int g_capturing;
+
+int cuStreamGetCaptureInfo_v3(u64 stream, int* status, u64* id, void* graph, void* deps,
+                              void* edge_data, size_t* count) {
+  int active = g_capturing && stream == STREAM;
+  *status = active; /* CU_STREAM_CAPTURE_STATUS_ACTIVE or _NONE */
+  if (id) *id = active ? CAPTURE_ID : 0;
+  return 0;
+}
+
+/* Captures GRAPH with one cuMemAlloc_v2 (1 MiB) inside, instantiates it, uploads it and
+ * launches it three times, each call reported to the callback under the callback ids given as
+ * "begin_v2,alloc_v2,end,instantiate_with_flags,upload,launch" (passed in by the test). */
+int fake_graphs(const char* cbids) {
+  unsigned id[6];
+  if (!g_callback || sscanf(cbids, "%u,%u,%u,%u,%u,%u", &id[0], &id[1], &id[2], &id[3], &id[4],
+                            &id[5]) != 6)
+    return -1;
+  int result = 0;
+  struct callback_data d = {0, "cuStreamBeginCapture_v2", NULL, &result, NULL, (void*)0x7000, 1,
+                            NULL, 0};
+  struct { u64 stream; int mode; } begin = {STREAM, 0};
+  d.function_params = &begin;
+  g_callback(g_user, 1, id[0], &d);
+  g_capturing = 1;
+  d.site = 1;
+  g_callback(g_user, 1, id[0], &d);
+
+  u64 ptr = 0;
+  struct { u64* dptr; size_t bytes; } alloc = {&ptr, 1 << 20};
+  ptr = 0x7f0000100000ULL;
+  call(id[1], "cuMemAlloc_v2", &alloc, &result);
+
+  u64 graph = 0;
+  struct { u64 stream; u64* graph; } end = {STREAM, &graph};
+  d = (struct callback_data){0, "cuStreamEndCapture", &end, &result, NULL, (void*)0x7000, 1,
+                             NULL, 0};
+  g_callback(g_user, 1, id[2], &d);
+  g_capturing = 0;
+  graph = GRAPH;
+  d.site = 1;
+  g_callback(g_user, 1, id[2], &d);
+
+  if (fake_instantiate(id[3]) != 0) return -1;
+  struct { u64 exec; u64 stream; } launch = {0xe000, STREAM};
+  call(id[4], "cuGraphUpload", &launch, &result);
+  for (int i = 0; i < 3; ++i) call(id[5], "cuGraphLaunch", &launch, &result);
   return 0;
 }

@@ -3,7 +3,9 @@
  * NVTX3 instance (NVTX_INJECTION64_PATH, InitializeInjectionNvtx2 with an export table) do, pushes
  * a range through the table the library filled, then exits with argv[2] or crashes.
  * `fake_host graph LIBCUDA CBID` first loads LIBCUDA (programs/fake_cuda.c, a stand-in for the
- * driver and CUPTI) and, once the library attached, instantiates that stand-in's graph. */
+ * driver and CUPTI) and, once the library attached, instantiates that stand-in's graph.
+ * `fake_host graphs LIBCUDA CBIDS` captures, instantiates, uploads and launches it instead
+ * (fake_graphs in fake_cuda.c). */
 #include <dlfcn.h>
 #include <signal.h>
 #include <stddef.h>
@@ -40,7 +42,8 @@ int main(int argc, char** argv) {
       printf("fake_host: depths %d %d %d\n", a, b, c);
     }
   }
-  int graph = argc > 3 && !strcmp(argv[1], "graph");
+  int graphs = argc > 3 && !strcmp(argv[1], "graphs");
+  int graph = graphs || (argc > 3 && !strcmp(argv[1], "graph"));
   void* driver = NULL;
   if (graph) {
     driver = dlopen(argv[2], RTLD_NOW | RTLD_GLOBAL);
@@ -52,7 +55,10 @@ int main(int argc, char** argv) {
     int (*init)(void) = h ? (int (*)(void))dlsym(h, "InitializeInjection") : NULL;
     printf("fake_host: cuda init %d\n", init ? init() : -1);
   }
-  if (driver) {
+  if (driver && graphs) {
+    int (*run)(const char*) = (int (*)(const char*))dlsym(driver, "fake_graphs");
+    printf("fake_host: graphs %d\n", run ? run(argv[3]) : -2);
+  } else if (driver) {
     int (*instantiate)(unsigned) = (int (*)(unsigned))dlsym(driver, "fake_instantiate");
     printf("fake_host: instantiate %d\n", instantiate ? instantiate((unsigned)atoi(argv[3])) : -2);
   }

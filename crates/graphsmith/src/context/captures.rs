@@ -353,7 +353,7 @@ pub(crate) fn one_node_kind(op: &str) -> Option<&'static str> {
     match op {
         "Stream::launch" => Some("kernel"),
         "Stream::memset" => Some("memset"),
-        "Stream::copy" => Some("memcpy"),
+        "Stream::copy" | "Stream::copy_from_host" | "Stream::copy_to_host" => Some("memcpy"),
         _ => None,
     }
 }

@@ -13,6 +13,9 @@ use crate::error::ObjectRef;
 /// One driver object to destroy or free.
 pub(crate) enum Destroy {
     Free(sys::CUdeviceptr),
+    /// Page-locked host memory (`memory/host.rs`): the context is synchronised first, so that
+    /// no copy issued eagerly on any stream still reads or writes it.
+    FreeHost(*mut u8),
     Graph(sys::CUgraph),
     Event(sys::CUevent),
     Stream(sys::CUstream),
@@ -33,6 +36,9 @@ impl Destroy {
         unsafe {
             match self {
                 Destroy::Free(ptr) => driver::mem_free(ptr),
+                Destroy::FreeHost(ptr) => {
+                    driver::synchronize_context().and_then(|()| driver::mem_free_host(ptr))
+                }
                 Destroy::Graph(g) => driver::graph_destroy(g),
                 Destroy::Event(e) => driver::event_destroy(e),
                 Destroy::Stream(s) => driver::stream_destroy(s),

@@ -119,3 +119,74 @@ pub(crate) unsafe fn copy_to_host_async(
         "cuMemcpyDtoHAsync",
     )
 }
+
+/// Allocates `bytes` of page-locked host memory (`cuMemHostAlloc`, portable to every context),
+/// which copies to and from the device can read and write asynchronously.
+///
+/// # Safety
+/// A context must be current on this thread.
+pub(crate) unsafe fn mem_host_alloc(bytes: usize) -> Result<*mut u8, Failure> {
+    let mut ptr = std::ptr::null_mut();
+    // SAFETY: a context is current (contract); ptr is a local.
+    check(
+        unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) },
+        "cuMemHostAlloc",
+    )?;
+    Ok(ptr.cast())
+}
+
+/// Frees page-locked host memory (`cuMemFreeHost`).
+///
+/// # Safety
+/// `ptr` must come from [`mem_host_alloc`], be freed once, and no work (no copy on any stream,
+/// no graph that may still launch) may still use it.
+pub(crate) unsafe fn mem_free_host(ptr: *mut u8) -> Result<(), Failure> {
+    // SAFETY: forwarded contract.
+    check(unsafe { sys::cuMemFreeHost(ptr.cast()) }, "cuMemFreeHost")
+}
+
+/// The parameters of a 1-D copy of `bytes` between host memory `host` and device memory
+/// `device`: into the device when `to_device`, out of it otherwise (`CU_MEMORYTYPE_HOST` on the
+/// host side, `CU_MEMORYTYPE_DEVICE` on the other).
+pub(crate) fn memcpy_1d_host(
+    host: *mut u8,
+    device: sys::CUdeviceptr,
+    bytes: usize,
+    to_device: bool,
+) -> sys::CUDA_MEMCPY3D {
+    let mut p = super::memcpy_1d(0, 0, bytes);
+    let host_type = sys::CUmemorytype::CU_MEMORYTYPE_HOST;
+    if to_device {
+        p.srcMemoryType = host_type;
+        p.srcHost = host.cast_const().cast();
+        p.dstDevice = device;
+    } else {
+        p.srcDevice = device;
+        p.dstMemoryType = host_type;
+        p.dstHost = host.cast();
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_copy_parameters_name_the_host_side() {
+        let host = 0x7000_0000_usize as *mut u8;
+        let up = memcpy_1d_host(host, 0xd000, 64, true);
+        assert_eq!(up.srcMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_HOST);
+        assert_eq!(up.srcHost as usize, 0x7000_0000);
+        assert_eq!(up.dstMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
+        assert_eq!((up.dstDevice, up.srcDevice), (0xd000, 0));
+        assert!(up.dstHost.is_null());
+        let down = memcpy_1d_host(host, 0xd000, 64, false);
+        assert_eq!(down.srcMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_DEVICE);
+        assert_eq!((down.srcDevice, down.dstDevice), (0xd000, 0));
+        assert_eq!(down.dstMemoryType, sys::CUmemorytype::CU_MEMORYTYPE_HOST);
+        assert_eq!(down.dstHost as usize, 0x7000_0000);
+        assert!(down.srcHost.is_null());
+        assert_eq!((down.WidthInBytes, down.Height, down.Depth), (64, 1, 1));
+    }
+}

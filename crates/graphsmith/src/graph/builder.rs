@@ -14,6 +14,7 @@ use crate::driver::{self, memcpy_1d, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::graph::{Graph, NodeRef};
 use crate::memory::{access, memset_bits};
+use crate::memory::{check_host_copy_lengths, host_access, HostBuffer};
 use crate::memory::{DeviceBuffer, Element};
 use crate::module::{Args, Kernel, LaunchConfig};
 use crate::stream::Event;
@@ -235,6 +236,84 @@ impl Graph {
         let (graph, ctx) = (self.editable(op, at)?, self.ctx.raw());
         // SAFETY: graph and ctx are live; both pointers are live allocations of `bytes` bytes,
         // kept alive by `keep` for the graph's lifetime.
+        self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
+            driver::add_memcpy_node(graph, d, &p, ctx)
+        })
+    }
+
+    /// Adds a 1-D host-to-device copy node of all of page-locked `src` into `dst` (lengths must
+    /// match). The graph and its executables keep `src`'s allocation alive; each launch copies
+    /// what `src` holds when the node runs.
+    #[track_caller]
+    pub fn memcpy_from_host<T: Element>(
+        &mut self,
+        label: &str,
+        dst: &mut DeviceBuffer<T>,
+        src: &HostBuffer<T>,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
+        let at = SourceLine::caller();
+        self.host_memcpy(label, "Graph::memcpy_from_host", at, dst, src, true, deps)
+    }
+
+    /// Adds a 1-D device-to-host copy node of all of `src` into page-locked `dst` (lengths must
+    /// match). Read `dst` ([`HostBuffer::to_vec`]) once the launch's stream is synchronised.
+    #[track_caller]
+    pub fn memcpy_to_host<T: Element>(
+        &mut self,
+        label: &str,
+        dst: &mut HostBuffer<T>,
+        src: &DeviceBuffer<T>,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
+        let at = SourceLine::caller();
+        self.host_memcpy(label, "Graph::memcpy_to_host", at, src, dst, false, deps)
+    }
+
+    /// A copy node between all of `host` and all of `device`: into the device when
+    /// `to_device`, out of it otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn host_memcpy<T: Element>(
+        &mut self,
+        label: &str,
+        op: &'static str,
+        at: SourceLine,
+        device: &DeviceBuffer<T>,
+        host: &HostBuffer<T>,
+        to_device: bool,
+        deps: &[&NodeRef],
+    ) -> Result<NodeRef> {
+        let (read, write) = if to_device {
+            (AccessMode::Read, AccessMode::Write)
+        } else {
+            (AccessMode::Write, AccessMode::Read)
+        };
+        let accesses = vec![host_access(host, read), access(device, write)];
+        let node = || ObjectRef::new(ObjectKind::Node, label);
+        check_host_copy_lengths(host, device, to_device, node, op, at)?;
+        let bytes = device.bytes();
+        let p = driver::memcpy_1d_host(host.alloc.ptr, device.alloc.ptr, bytes, to_device);
+        let (h, d) = (
+            MemRef {
+                space: MemorySpace::Host,
+                address: host.alloc.ptr as u64,
+            },
+            MemRef {
+                space: MemorySpace::Device,
+                address: device.alloc.ptr,
+            },
+        );
+        let (src, dst) = if to_device { (h, d) } else { (d, h) };
+        let kind = NodeKind::Memcpy(MemcpyParams {
+            src,
+            dst,
+            bytes: bytes as u64,
+        });
+        let keep: Vec<Keep> = vec![host.alloc.clone(), device.alloc.clone()];
+        let (graph, ctx) = (self.editable(op, at)?, self.ctx.raw());
+        // SAFETY: graph and ctx are live; the device pointer is a live allocation and the host
+        // pointer live page-locked memory, both of `bytes` bytes (lengths checked), kept alive
+        // by `keep` for the graph's lifetime.
         self.add_node(label, op, at, kind, accesses, keep, deps, |d| unsafe {
             driver::add_memcpy_node(graph, d, &p, ctx)
         })

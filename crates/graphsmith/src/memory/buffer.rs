@@ -141,6 +141,28 @@ impl<T: Element> DeviceBuffer<T> {
     }
 }
 
+/// The bytes of `len` elements of `T`, or an error naming `object` when they overflow `usize`.
+pub(crate) fn checked_bytes<T: Element>(
+    len: usize,
+    object: &ObjectRef,
+    op: &'static str,
+    at: SourceLine,
+) -> Result<usize> {
+    len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidInput {
+                reason: format!(
+                    "{len} elements of {} overflow usize",
+                    std::any::type_name::<T>()
+                ),
+            },
+            object.clone(),
+            op,
+            at,
+        )
+    })
+}
+
 impl Context {
     /// Allocates `len` elements of device memory (`cuMemAlloc`). The contents are not
     /// initialised; fill them with [`crate::Stream::upload`] or a kernel.
@@ -148,19 +170,7 @@ impl Context {
     pub fn alloc<T: Element>(&self, label: &str, len: usize) -> Result<DeviceBuffer<T>> {
         let at = SourceLine::caller();
         let me = ObjectRef::new(ObjectKind::Buffer, label);
-        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-            Error::new(
-                ErrorKind::InvalidInput {
-                    reason: format!(
-                        "{len} elements of {} overflow usize",
-                        std::any::type_name::<T>()
-                    ),
-                },
-                me.clone(),
-                "Context::alloc",
-                at,
-            )
-        })?;
+        let bytes = checked_bytes::<T>(len, &me, "Context::alloc", at)?;
         let fail = |f: Failure| f.on(me.clone(), "Context::alloc", at);
         self.bind().map_err(fail)?;
         let mut ptr = 0;

@@ -16,6 +16,7 @@ use crate::context::{Kind, Op};
 use crate::driver::{self, check, Failure};
 use crate::error::{Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine};
 use crate::memory::access;
+use crate::memory::{check_host_copy_lengths, host_access, HostBuffer};
 use crate::memory::{DeviceBuffer, Element};
 use crate::module::{Args, Kernel, LaunchConfig, LaunchFootprint};
 
@@ -372,6 +373,75 @@ impl Stream {
         self.issue(journal, fail, || {
             // SAFETY: both allocations are live and at least `bytes` long (lengths checked).
             unsafe { driver::copy_device_async(d, s, bytes, self.raw()) }
+        })
+    }
+
+    /// Copies all of page-locked `src` into `dst` (`cuMemcpyHtoDAsync`) without waiting: the
+    /// copy runs on a copy engine, beside kernels on other streams. Lengths must match. While
+    /// the stream captures this becomes a copy node, and the graph keeps `src` alive; eagerly,
+    /// write `src` again only after the stream is synchronised.
+    #[track_caller]
+    pub fn copy_from_host<T: Element>(
+        &self,
+        label: &str,
+        dst: &mut DeviceBuffer<T>,
+        src: &HostBuffer<T>,
+    ) -> Result<()> {
+        self.host_copy(label, "Stream::copy_from_host", dst, src, true)
+    }
+
+    /// Copies all of `src` into page-locked `dst` (`cuMemcpyDtoHAsync`) without waiting; read
+    /// `dst` once the stream is synchronised. Lengths must match. While the stream captures this
+    /// becomes a copy node, and the graph keeps `dst` alive.
+    #[track_caller]
+    pub fn copy_to_host<T: Element>(
+        &self,
+        label: &str,
+        dst: &mut HostBuffer<T>,
+        src: &DeviceBuffer<T>,
+    ) -> Result<()> {
+        self.host_copy(label, "Stream::copy_to_host", src, dst, false)
+    }
+
+    /// An asynchronous copy between all of `host` and all of `device`: into the device when
+    /// `to_device`, out of it otherwise.
+    #[track_caller]
+    fn host_copy<T: Element>(
+        &self,
+        label: &str,
+        op: &'static str,
+        device: &DeviceBuffer<T>,
+        host: &HostBuffer<T>,
+        to_device: bool,
+    ) -> Result<()> {
+        let at = SourceLine::caller();
+        let node = || ObjectRef::new(ObjectKind::Node, label);
+        check_host_copy_lengths(host, device, to_device, node, op, at)?;
+        let fail = |f: Failure| f.on(node(), op, at);
+        self.ctx.bind().map_err(fail)?;
+        let (read, write) = if to_device {
+            (AccessMode::Read, AccessMode::Write)
+        } else {
+            (AccessMode::Write, AccessMode::Read)
+        };
+        let (h, d, bytes) = (host.alloc.ptr, device.alloc.ptr, device.bytes());
+        let journal = Op {
+            accesses: vec![host_access(host, read), access(device, write)],
+            keep: vec![host.alloc.clone() as Keep, device.alloc.clone() as Keep],
+            target: Some(if to_device { d } else { h as u64 }),
+            ..self.op(op, label, at, Kind::Work)
+        };
+        self.issue(journal, fail, || {
+            // SAFETY: both allocations are live (held by the borrowed buffers) and `bytes` long
+            // (lengths checked); a captured copy's graph keeps them alive, and an eager copy's
+            // host memory is freed only after the context is synchronised.
+            unsafe {
+                if to_device {
+                    driver::copy_to_device_async(d, h, bytes, self.raw())
+                } else {
+                    driver::copy_to_host_async(h, d, bytes, self.raw())
+                }
+            }
         })
     }
 

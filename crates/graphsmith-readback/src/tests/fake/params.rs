@@ -6,7 +6,7 @@ use std::ptr::addr_of_mut;
 
 use cudarc::driver::sys;
 
-use super::{enter, host_function, Args, Node, INVALID_HANDLE};
+use super::{enter, Args, Node, HOST_FUNCTION, INVALID_HANDLE};
 use crate::table::{Status, INVALID_VALUE, SUCCESS};
 
 /// A key of an `extra` list (`CU_LAUNCH_PARAM_*`): a number in a pointer.
@@ -215,7 +215,7 @@ pub(super) unsafe extern "C" fn host_params(
             return INVALID_HANDLE;
         };
         // SAFETY: p points to the reader's zeroed local.
-        unsafe { (*p).fn_ = Some(host_function) };
+        unsafe { (*p).fn_ = HOST_FUNCTION };
         SUCCESS
     })
 }

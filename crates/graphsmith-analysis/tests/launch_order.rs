@@ -269,6 +269,23 @@ fn signal_chains_order_transitively() {
 }
 
 #[test]
+fn more_nodes_on_one_buffer_are_one_race_with_a_count() {
+    let mut seq = producer_consumer(false, false);
+    let twice = node(
+        "scale",
+        "src/main.rs:12:5",
+        vec![access(X, "x", 0, 4096, AccessMode::ReadWrite)],
+    );
+    seq.graphs[0].nodes.push(twice);
+    let report = check(&seq);
+    assert_eq!(report.races.len(), 1, "{}", report.text());
+    assert_eq!(report.races[0].more_pairs, 1);
+    assert!(report
+        .text()
+        .contains("\n  and 1 more pair of nodes of these executables on this buffer\n"));
+}
+
+#[test]
 fn reads_and_disjoint_bytes_do_not_race() {
     let mut seq = producer_consumer(false, false);
     seq.graphs[0].nodes[0].accesses[0].mode = AccessMode::Read;

@@ -55,7 +55,7 @@ struct Launch {
 
 /// The sequence so far: clocks, signals, the latest launch of each executable on each stream
 /// (an earlier one on the same stream happens before it, so it races with nothing the latest
-/// does not), and the races already reported (each pair of nodes and buffer once).
+/// does not), and the races already reported (each pair of executables and buffer once).
 #[derive(Default)]
 pub struct Checker {
     stream_index: HashMap<u64, usize>,
@@ -68,7 +68,8 @@ pub struct Checker {
     graphs: HashMap<u64, Arc<Indexed>>,
     launched: usize,
     latest: BTreeMap<(u64, usize), Launch>,
-    seen: HashSet<(u64, usize, u64, usize, u64)>,
+    /// (smaller executable id, larger one, buffer) of each race reported.
+    seen: HashSet<(u64, u64, u64)>,
     races: Vec<Race>,
     notes: Vec<String>,
     graphs_launched: HashSet<u64>,
@@ -173,11 +174,7 @@ impl Checker {
         self.races_with_earlier(&new, &mut self.seen.clone())
     }
 
-    fn races_with_earlier(
-        &self,
-        new: &Launch,
-        seen: &mut HashSet<(u64, usize, u64, usize, u64)>,
-    ) -> Vec<Race> {
+    fn races_with_earlier(&self, new: &Launch, seen: &mut HashSet<(u64, u64, u64)>) -> Vec<Race> {
         let mut races = Vec::new();
         for (&(gid, _), old) in &self.latest {
             if gid == new.graph.info.id {
@@ -191,23 +188,30 @@ impl Checker {
                 let Some(news) = new.graph.by_buffer.get(buffer) else {
                     continue;
                 };
-                for (on, oa) in olds {
-                    for (nn, na) in news {
-                        if !oa.overlaps(na) || !(oa.mode.may_write() || na.mode.may_write()) {
-                            continue;
-                        }
-                        let (a, b) = ((gid, *on), (new.graph.info.id, *nn));
-                        let key = if a <= b {
-                            (a.0, a.1, b.0, b.1, *buffer)
-                        } else {
-                            (b.0, b.1, a.0, a.1, *buffer)
-                        };
-                        if !seen.insert(key) {
-                            continue;
-                        }
-                        races.push(self.race(old, *on, oa, new, *nn, na));
-                    }
+                let key = (
+                    gid.min(new.graph.info.id),
+                    gid.max(new.graph.info.id),
+                    *buffer,
+                );
+                if seen.contains(&key) {
+                    continue;
                 }
+                // Every pair of nodes that conflicts on this buffer: the first is named, the
+                // others counted (one missing wait orders them all).
+                let mut pairs = olds.iter().flat_map(|(on, oa)| {
+                    news.iter()
+                        .filter(move |(_, na)| {
+                            oa.overlaps(na) && (oa.mode.may_write() || na.mode.may_write())
+                        })
+                        .map(move |(nn, na)| (*on, oa, *nn, na))
+                });
+                let Some((on, oa, nn, na)) = pairs.next() else {
+                    continue;
+                };
+                seen.insert(key);
+                let mut race = self.race(old, on, oa, new, nn, na);
+                race.more_pairs = pairs.count();
+                races.push(race);
             }
         }
         races
@@ -264,12 +268,13 @@ impl Checker {
             buffer_label: label.clone(),
             offset: start,
             len: end.saturating_sub(start),
+            more_pairs: 0,
             missing_wait,
         }
     }
 
-    /// Applies one operation; returns the races a launch adds (each pair of nodes and buffer is
-    /// reported once over the whole sequence).
+    /// Applies one operation; returns the races a launch adds (each pair of executables and
+    /// buffer is reported once over the whole sequence).
     pub fn push(&mut self, op: &Op) -> Vec<Race> {
         match op {
             Op::Launch {

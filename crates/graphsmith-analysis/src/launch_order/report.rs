@@ -98,6 +98,10 @@ pub struct Race {
     /// Both directions known; otherwise one side's pointer has an unknown direction and the
     /// race is only possible.
     pub certain: bool,
+    /// Other pairs of nodes of the same two executables that conflict on this buffer (the
+    /// same missing wait orders them).
+    #[serde(default)]
+    pub more_pairs: usize,
     pub missing_wait: MissingWait,
 }
 
@@ -147,6 +151,14 @@ impl std::fmt::Display for Race {
         )?;
         writeln!(f, "  {}", side_text(&self.first))?;
         writeln!(f, "  {}", side_text(&self.second))?;
+        if self.more_pairs > 0 {
+            writeln!(
+                f,
+                "  and {} more pair{} of nodes of these executables on this buffer",
+                self.more_pairs,
+                if self.more_pairs == 1 { "" } else { "s" }
+            )?;
+        }
         write!(
             f,
             "  no signal, stream or host order between the launches; missing wait: {}",

@@ -105,7 +105,7 @@ pub enum ErrorKind {
     /// that made the wait and its line; `None` for a wait issued on a stream.
     UnrecordedSignal {
         signal: String,
-        waiter: Option<SignalWaiter>,
+        waiter: Option<Box<SignalWaiter>>,
     },
     /// In the runtime's launch log refusing mode ([`crate::RaceMode::Refuse`]): the launch
     /// would race with an earlier launch of another executable (both nodes, the buffer and

@@ -26,7 +26,7 @@ fn a_graph_wait_on_a_signal_nothing_records_names_the_node_and_line() {
     let e = error(
         ErrorKind::UnrecordedSignal {
             signal: "kv-ready".into(),
-            waiter: Some(SignalWaiter {
+            waiter: Some(Box::new(SignalWaiter {
                 node: "wait-kv".into(),
                 op: "Graph::wait_for",
                 at: SourceLine {
@@ -34,7 +34,7 @@ fn a_graph_wait_on_a_signal_nothing_records_names_the_node_and_line() {
                     line: 12,
                     column: 5,
                 },
-            }),
+            })),
         },
         ObjectRef::new(ObjectKind::Exec, "decode#exec"),
         "Exec::launch",

@@ -55,12 +55,13 @@ impl Exec {
                 return Err(Error::new(kind, self.object(), "Exec::launch", at));
             }
         }
+        // Launched into a capture, the executable becomes a node of the graph being captured:
+        // nothing is recorded now, and the launch is not in the host's order.
+        if stream.capturing_now() {
+            return Ok(None);
+        }
         if let Some(log) = &log {
-            // A stream that captures records nothing in the host's order: its launches are
-            // nodes of the graph being captured.
-            if stream.log().is_none() {
-                return Ok(Some(Launching { uses, log: None }));
-            }
+            stream.log();
             let version = self.stats.node_updates + self.stats.graph_updates;
             let version = version + self.stats.reinstantiations;
             if !log.knows_graph(self.id, version) {

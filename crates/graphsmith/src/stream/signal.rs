@@ -142,11 +142,11 @@ impl EventUse {
             !s.recorded.load(Ordering::Acquire) && s.recorders.load(Ordering::Acquire) == 0;
         orphan.then(|| ErrorKind::UnrecordedSignal {
             signal: s.event.label().to_string(),
-            waiter: Some(crate::error::SignalWaiter {
+            waiter: Some(Box::new(crate::error::SignalWaiter {
                 node: self.node.clone(),
                 op: self.op,
                 at: self.at,
-            }),
+            })),
         })
     }
 
@@ -184,7 +184,7 @@ impl Context {
 
 impl Stream {
     /// Whether this stream is capturing now (so an operation becomes a node, not work).
-    fn capturing_now(&self) -> bool {
+    pub(crate) fn capturing_now(&self) -> bool {
         // SAFETY: the stream is live (held by self).
         self.ctx.captures_active() && !unsafe { driver::stream_idle_for_capture(self.raw()) }
     }

@@ -231,7 +231,10 @@ impl Stream {
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.ctx.bind().map_err(fail)?;
         let capturing = self.capturing_now();
-        if !record && !capturing && !signal.was_recorded() {
+        // A wait on a signal recorded inside a running capture forks this stream into it.
+        let in_capture =
+            self.ctx.captures_active() && signal.inner.recorders.load(Ordering::Acquire) > 0;
+        if !record && !capturing && !in_capture && !signal.was_recorded() {
             return Err(Error::new(
                 ErrorKind::UnrecordedSignal {
                     signal: signal.label().to_string(),
@@ -243,7 +246,6 @@ impl Stream {
             ));
         }
         let ev = signal.inner.event.inner.raw;
-        let id = signal.inner.event.inner.id;
         let label = signal.label();
         let kind = if record {
             Kind::Record { event: ev as usize }
@@ -281,23 +283,7 @@ impl Stream {
         if record {
             signal.mark_recorded();
         }
-        if let Some(log) = self.log() {
-            log.name_signal(id, label);
-            let (stream, line) = (self.log_id(), Some(at.to_string()));
-            log.push(if record {
-                LogOp::Record {
-                    signal: id,
-                    stream,
-                    line,
-                }
-            } else {
-                LogOp::Wait {
-                    signal: id,
-                    stream,
-                    line,
-                }
-            });
-        }
+        self.log_event(&signal.inner.event, record, at);
         Ok(())
     }
 }

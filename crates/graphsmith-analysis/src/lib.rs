@@ -8,6 +8,9 @@
 //!   live read-back checked for its shape, hazards (certain and possible), redundant edges and
 //!   notes, reported as text and JSON, with the exit-code rule (certain hazards fail, possible
 //!   ones only when strict);
+//! - [`launch_order`]: races across graphs: a launch sequence (launches, signals, host
+//!   synchronisations) ordered with vector clocks, each race with both graphs, both nodes, the
+//!   buffer and the missing wait; its JSON file format (`graphsmith doctor --launches`);
 //! - [`diagnosis`]: the diagnosis of a failed capture from its journal ([`diagnose`]);
 //! - [`update_check`]: whether an executable can take a new graph's parameters in place;
 //! - [`readback`]: the one conversion of a graph read back from the driver ([`RawGraph`]) into
@@ -24,6 +27,7 @@ pub mod catalogue;
 pub mod cuda_code;
 pub mod diagnosis;
 pub mod doctor;
+pub mod launch_order;
 pub mod readback;
 pub mod source_line;
 pub mod update_check;

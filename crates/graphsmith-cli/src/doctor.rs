@@ -1,5 +1,6 @@
 //! `graphsmith doctor FILE`: reads a graph (graphsmith JSON, or a `cudaGraphDebugDotPrint`
-//! dump) and reports its shape, its hazards (nodes that race) and its redundant edges. The
+//! dump) and reports its shape, its hazards (nodes that race) and its redundant edges; with
+//! `--launches`, reads a launch sequence and reports races across graphs. The
 //! analysis and the report are `graphsmith_analysis::doctor`'s, the same as the Python
 //! package's; this file adds the DOT and SVG files and the exit code.
 //!
@@ -15,6 +16,8 @@ use graphsmith::analysis::doctor;
 /// What `doctor` was asked to do.
 pub(crate) struct Options {
     pub file: PathBuf,
+    /// `file` is a launch sequence (races across graphs), not a graph.
+    pub launches: bool,
     pub json: bool,
     pub strict: bool,
     pub svg: Option<PathBuf>,
@@ -22,6 +25,9 @@ pub(crate) struct Options {
 }
 
 pub(crate) fn run(options: Options) -> ExitCode {
+    if options.launches {
+        return run_launches(&options);
+    }
     let shown = options.file.display().to_string();
     let findings = match doctor::analyse_file(&options.file) {
         Ok(f) => f,
@@ -57,6 +63,29 @@ pub(crate) fn run(options: Options) -> ExitCode {
         print!("{}", findings.text(&shown, &notes, options.strict));
     }
     ExitCode::from(findings.exit_code(options.strict))
+}
+
+/// `doctor --launches FILE`: the analysis crate's doctor over a launch sequence.
+fn run_launches(options: &Options) -> ExitCode {
+    if options.svg.is_some() || options.dot.is_some() {
+        eprintln!("error: --svg and --dot draw a graph, and a launch sequence is none: leave them out with --launches");
+        return ExitCode::from(2);
+    }
+    let shown = options.file.display().to_string();
+    match doctor::analyse_launches_file(&options.file) {
+        Ok(findings) => {
+            if options.json {
+                println!("{}", findings.json(&shown, options.strict));
+            } else {
+                print!("{}", findings.text(&shown, options.strict));
+            }
+            ExitCode::from(findings.exit_code(options.strict))
+        }
+        Err(error) => {
+            eprintln!("error: {shown}: {error}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// Runs Graphviz `dot -Tsvg`; without Graphviz, writes the DOT beside the SVG's path instead.

@@ -81,8 +81,14 @@ enum Command {
     /// Exit code: 0 no certain hazard, 1 certain hazards found (with --strict, possible ones
     /// too), 2 unreadable input.
     Doctor {
-        /// The graph: graphsmith JSON (starts with `{`) or DOT (starts with `digraph`).
+        /// The graph: graphsmith JSON (starts with `{`) or DOT (starts with `digraph`); with
+        /// --launches, a launch sequence.
         file: std::path::PathBuf,
+        /// FILE is a launch sequence (`graphsmith-launches` JSON, as the runtime's launch log
+        /// writes it): report races between launches of different executables that nothing
+        /// orders (docs/ordering.md). Same exit codes.
+        #[arg(long)]
+        launches: bool,
         /// Print a JSON report instead of text.
         #[arg(long)]
         json: bool,
@@ -148,12 +154,14 @@ fn main() -> ExitCode {
         Command::Trace(args) => trace::run(args),
         Command::Doctor {
             file,
+            launches,
             json,
             strict,
             svg,
             dot,
         } => doctor::run(doctor::Options {
             file,
+            launches,
             json,
             strict,
             svg,

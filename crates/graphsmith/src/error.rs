@@ -100,6 +100,25 @@ pub enum ErrorKind {
     CaptureFailed(Box<graphsmith_analysis::Diagnosis>),
     /// Work that would run outside the running capture, refused in strict mode.
     CaptureEscape(Box<graphsmith_analysis::Escape>),
+    /// A wait on a signal that was never recorded and that nothing alive will record
+    /// (docs/ordering.md): the wait would order nothing. `waiter` is the waiting node, the call
+    /// that made the wait and its line; `None` for a wait issued on a stream.
+    UnrecordedSignal {
+        signal: String,
+        waiter: Option<Box<SignalWaiter>>,
+    },
+    /// In the runtime's launch log refusing mode ([`crate::RaceMode::Refuse`]): the launch
+    /// would race with an earlier launch of another executable (both nodes, the buffer and
+    /// the missing wait); it was not submitted.
+    CrossGraphRace(Box<graphsmith_analysis::launch_order::Race>),
+}
+
+/// The node that waits on a signal, and the call and line that made the wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignalWaiter {
+    pub node: String,
+    pub op: &'static str,
+    pub at: SourceLine,
 }
 
 impl fmt::Display for ErrorKind {
@@ -140,6 +159,21 @@ impl fmt::Display for ErrorKind {
             }
             ErrorKind::CaptureFailed(diagnosis) => write!(f, "{diagnosis}"),
             ErrorKind::CaptureEscape(escape) => write!(f, "refused in strict mode: {escape}"),
+            ErrorKind::UnrecordedSignal { signal, waiter } => match waiter {
+                Some(w) => write!(
+                    f,
+                    "node '{}' waits on signal '{signal}' (made by {} at {}), which was never \
+                     recorded and which no live graph, executable or stream records: the wait \
+                     would order nothing",
+                    w.node, w.op, w.at
+                ),
+                None => write!(
+                    f,
+                    "the stream would wait on signal '{signal}', which was never recorded: the \
+                     wait would order nothing"
+                ),
+            },
+            ErrorKind::CrossGraphRace(race) => write!(f, "the launch would race: {race}"),
         }
     }
 }
@@ -196,6 +230,8 @@ impl Error {
             ErrorKind::FeatureUnsupported(_) => "run without the feature on this device (graphsmith probe lists what the device and driver support)",
             ErrorKind::UpdateImpossible { .. } => "rebuild the graph with the executable's topology, or update with UpdatePolicy::Reinstantiate to rebuild the executable (counted in Exec::stats)",
             ErrorKind::CaptureFailed(diagnosis) => diagnosis.fix(),
+            ErrorKind::UnrecordedSignal { .. } => "record the signal before the wait is launched: launch the executable whose graph records it (Graph::signal) or call Stream::signal on the producing stream first, and keep that graph or executable alive",
+            ErrorKind::CrossGraphRace(_) => "order the two launches: record a signal after the earlier one (Stream::signal, or a Graph::signal node) and wait on it before the later one (Stream::wait_for, or a Graph::wait_for node)",
             ErrorKind::CaptureEscape(escape) => graphsmith_analysis::catalogue::classify(escape.op.op, None)
                 .map_or("issue the work on a stream of the capture", |e| e.fix),
             // A capture code at the offending call itself: the catalogue knows the fix.

@@ -57,8 +57,10 @@ pub use cache::{
 pub use context::CaptureMode;
 pub use context::CaptureOptions;
 pub use context::{gpu_available, Context, DropFailure};
+pub use context::{LaunchLog, RaceMode};
 pub use error::{
-    CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SourceLine, Unsupported,
+    CudaCode, Error, ErrorKind, ObjectKind, ObjectRef, Result, SignalWaiter, SourceLine,
+    Unsupported,
 };
 pub use exec::{Exec, ExecStats};
 pub use exec::{Relocated, Relocation};
@@ -78,7 +80,7 @@ pub use memory::HostBuffer;
 pub use memory::{DeviceBuffer, Element, View, ViewMut};
 pub use module::{Args, BeforeWait, Kernel, KernelArg, LaunchConfig, Module, ReadThenWrite};
 pub use ranges::{current_ranges, range, RangeGuard};
-pub use stream::{read, read_write, write, Event, LibraryAccess, Stream};
+pub use stream::{read, read_write, write, Event, LibraryAccess, Signal, Stream};
 
 /// Re-export of the raw driver bindings graphsmith uses, for interop with other CUDA code.
 pub use cudarc::driver::sys;

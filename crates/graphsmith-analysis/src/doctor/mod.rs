@@ -7,9 +7,12 @@
 //! - [`analyse_file`] / [`analyse_text`] read a file or its text (format detected from the first
 //!   word); [`analyse_graph`] takes a graph already in the model (a live read-back);
 //! - [`Findings`] holds everything found; [`Findings::text`] and [`Findings::json`] render it;
-//! - [`Findings::exit_code`]: `1` only on certain hazards, or on possible ones too when strict.
+//! - [`Findings::exit_code`]: `1` only on certain hazards, or on possible ones too when strict;
+//! - [`analyse_launches_file`]: a launch sequence (`graphsmith doctor --launches`) checked for
+//!   races across graphs ([`LaunchFindings`], the same exit-code rule).
 
 mod json;
+mod launches;
 mod notes;
 mod text;
 
@@ -17,6 +20,7 @@ use std::path::Path;
 
 use graphsmith_model::{Edge, Graph, HazardOptions, HazardReport, NodeId, Summary};
 
+pub use launches::{analyse_launches_file, analyse_launches_text, LaunchFindings};
 pub use notes::dropped_regions;
 
 /// Where a graph came from.

@@ -1,7 +1,7 @@
 //! The CUDA context: one device's primary context, retained for as long as any graphsmith object
 //! made from it lives.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
@@ -48,6 +48,10 @@ pub(crate) struct ContextInner {
     pub deferred: Mutex<Vec<crate::context::Deferred>>,
     /// Running captures by the driver's capture id.
     pub captures: Mutex<Records>,
+    /// The launch log, while launches are recorded (`launch_log.rs`); `logging` says so
+    /// without the lock.
+    pub launch_log: Mutex<Option<crate::context::LaunchLog>>,
+    pub logging: AtomicBool,
 }
 
 // SAFETY: CUcontext and CUdevice are plain handles; the driver API is thread-safe for contexts
@@ -186,6 +190,8 @@ impl Context {
                 active_captures: AtomicUsize::new(0),
                 deferred: Mutex::new(Vec::new()),
                 captures: Mutex::new(Records::default()),
+                launch_log: Mutex::new(None),
+                logging: AtomicBool::new(false),
             }),
         };
         ctx.bind().map_err(fail)?;
@@ -265,7 +271,13 @@ impl Context {
         let fail = |f: Failure| f.on(self.object(), "Context::synchronize", at);
         self.bind().map_err(fail)?;
         // SAFETY: the context is current on this thread (bind).
-        unsafe { driver::synchronize_context() }.map_err(fail)
+        unsafe { driver::synchronize_context() }.map_err(fail)?;
+        if let Some(log) = self.launch_log() {
+            log.push(graphsmith_analysis::launch_order::Op::SyncContext {
+                line: Some(at.to_string()),
+            });
+        }
+        Ok(())
     }
 
     /// Free and total device memory in bytes (`cuMemGetInfo`).

@@ -349,3 +349,39 @@ pub(crate) unsafe fn event_elapsed_ms(
     )?;
     Ok(ms)
 }
+
+/// Records `event` on `stream` as a node of the stream's running capture
+/// (`cuEventRecordWithFlags` with `CU_EVENT_RECORD_EXTERNAL`): the captured graph gets an
+/// event record node, which records the event at every launch.
+///
+/// # Safety
+/// Both must be live and of one context.
+pub(crate) unsafe fn event_record_external(
+    event: sys::CUevent,
+    stream: sys::CUstream,
+) -> Result<(), Failure> {
+    let flags = sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
+    // SAFETY: forwarded contract.
+    check(
+        unsafe { sys::cuEventRecordWithFlags(event, stream, flags) },
+        "cuEventRecordWithFlags",
+    )
+}
+
+/// Makes `stream`'s running capture wait for `event` as a node (`cuStreamWaitEvent` with
+/// `CU_EVENT_WAIT_EXTERNAL`): the captured graph gets an event wait node, which waits for the
+/// event's latest record at every launch.
+///
+/// # Safety
+/// Both must be live and of one context.
+pub(crate) unsafe fn stream_wait_event_external(
+    stream: sys::CUstream,
+    event: sys::CUevent,
+) -> Result<(), Failure> {
+    let flags = sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL as u32;
+    // SAFETY: forwarded contract.
+    check(
+        unsafe { sys::cuStreamWaitEvent(stream, event, flags) },
+        "cuStreamWaitEvent",
+    )
+}

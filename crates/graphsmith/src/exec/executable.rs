@@ -102,6 +102,8 @@ pub struct Exec {
     pub(crate) stale: Vec<bool>,
     pub(crate) any_stale: bool,
     pub(crate) stats: ExecStats,
+    /// Unique in the process: the executable's id in launch logs (`exec/ordering.rs`).
+    pub(crate) id: u64,
     /// The streams this executable was launched or uploaded on since it last waited: waiting
     /// for them waits for its work (a context-wide synchronisation would invalidate captures
     /// on other threads). Holding them keeps the streams alive.
@@ -189,6 +191,7 @@ impl Exec {
             stale: Vec::new(),
             any_stale: false,
             stats: ExecStats::default(),
+            id: crate::exec::next_exec_id(),
             launched_on: Vec::new(),
         }
     }
@@ -439,9 +442,14 @@ impl Exec {
     #[track_caller]
     pub fn launch(&mut self, stream: &Stream) -> Result<()> {
         let at = SourceLine::caller();
+        // Signals waited on must be recordable; the launch log checks for races.
+        let launching = self.before_launch(stream, at)?;
         match self.launch_raw(stream) {
             Ok(()) => {
                 self.stats.launches += 1;
+                if let Some(launching) = launching {
+                    self.after_launch(stream, launching, at);
+                }
                 Ok(())
             }
             Err(f) => Err(f.on(self.object(), "Exec::launch", at)),

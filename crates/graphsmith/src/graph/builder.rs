@@ -17,7 +17,7 @@ use crate::memory::{access, memset_bits};
 use crate::memory::{check_host_copy_lengths, host_access, HostBuffer};
 use crate::memory::{DeviceBuffer, Element};
 use crate::module::{Args, Kernel, LaunchConfig};
-use crate::stream::Event;
+use crate::stream::{Event, EventUse, Signal};
 
 /// A host function kept alive by the graphs that call it.
 struct HostFn {
@@ -399,38 +399,66 @@ impl Graph {
         event: &Event,
         deps: &[&NodeRef],
     ) -> Result<NodeRef> {
-        self.event_node(label, event, deps, true, SourceLine::caller())
+        self.event_node(label, event, None, deps, true, SourceLine::caller())
     }
 
     /// Adds a node that waits for `event`.
     #[track_caller]
     pub fn event_wait(&mut self, label: &str, event: &Event, deps: &[&NodeRef]) -> Result<NodeRef> {
-        self.event_node(label, event, deps, false, SourceLine::caller())
+        self.event_node(label, event, None, deps, false, SourceLine::caller())
     }
 
-    /// An event record (`record`) or wait node; the event is kept with the graph.
+    /// Adds a node that records `signal` once its dependencies are done, at each launch of an
+    /// executable of this graph; other graphs and streams wait on it (docs/ordering.md).
+    #[track_caller]
+    pub fn signal(&mut self, label: &str, signal: &Signal, deps: &[&NodeRef]) -> Result<NodeRef> {
+        let event = &signal.inner.event;
+        self.event_node(label, event, Some(signal), deps, true, SourceLine::caller())
+    }
+
+    /// Adds a node that waits for `signal`'s latest record before its dependents run. When an
+    /// executable of this graph is launched while the signal was never recorded and no live
+    /// graph, executable or stream records it, the launch is refused naming this node and line.
+    #[track_caller]
+    pub fn wait_for(&mut self, label: &str, signal: &Signal, deps: &[&NodeRef]) -> Result<NodeRef> {
+        let event = &signal.inner.event;
+        self.event_node(
+            label,
+            event,
+            Some(signal),
+            deps,
+            false,
+            SourceLine::caller(),
+        )
+    }
+
+    /// An event record (`record`) or wait node; the event is kept with the graph, with the use
+    /// that names the node for launch checks and launch logs.
     fn event_node(
         &mut self,
         label: &str,
         event: &Event,
+        signal: Option<&Signal>,
         deps: &[&NodeRef],
         record: bool,
         at: SourceLine,
     ) -> Result<NodeRef> {
         let (graph, raw) = (self.editable("Graph::event_node", at)?, event.inner.raw);
         let name = event.label().to_string();
-        let (kind, op) = if record {
-            (NodeKind::EventRecord { event: name }, "Graph::event_record")
-        } else {
-            (NodeKind::EventWait { event: name }, "Graph::event_wait")
+        let (kind, op) = match (record, signal.is_some()) {
+            (true, false) => (NodeKind::EventRecord { event: name }, "Graph::event_record"),
+            (false, false) => (NodeKind::EventWait { event: name }, "Graph::event_wait"),
+            (true, true) => (NodeKind::EventRecord { event: name }, "Graph::signal"),
+            (false, true) => (NodeKind::EventWait { event: name }, "Graph::wait_for"),
         };
+        let used = EventUse::keep(event, signal, record, label, op, at);
         self.add_node(
             label,
             op,
             at,
             kind,
             Vec::new(),
-            vec![event.inner.clone() as Keep],
+            vec![event.inner.clone() as Keep, used],
             deps,
             // SAFETY: graph and event are live; the event is kept with the graph.
             |d| unsafe { driver::add_event_node(graph, d, raw, record) },

@@ -14,6 +14,8 @@ use crate::error::{ObjectKind, ObjectRef, Result, SourceLine};
 
 pub(crate) struct EventInner {
     pub raw: sys::CUevent,
+    /// Unique in the process (never reused, unlike `raw`): the event's id in launch logs.
+    pub id: u64,
     pub label: String,
     pub ctx: Context,
 }
@@ -73,7 +75,10 @@ impl Event {
     /// Blocks until the event has completed (`cuEventSynchronize`).
     #[track_caller]
     pub fn synchronize(&self) -> Result<()> {
-        let at = SourceLine::caller();
+        self.synchronize_at(SourceLine::caller())
+    }
+
+    pub(crate) fn synchronize_at(&self, at: SourceLine) -> Result<()> {
         let op = "Event::synchronize";
         let fail = |f: Failure| f.on(self.object(), op, at);
         self.inner.ctx.bind().map_err(fail)?;
@@ -124,6 +129,7 @@ impl Context {
         Ok(Event {
             inner: Arc::new(EventInner {
                 raw,
+                id: crate::stream::next_event_id(),
                 label: label.to_string(),
                 ctx: self.clone(),
             }),

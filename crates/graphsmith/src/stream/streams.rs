@@ -47,6 +47,7 @@ impl Context {
         Ok(Stream {
             handle: Arc::new(StreamHandle {
                 raw: LEGACY as sys::CUstream,
+                id: crate::stream::next_stream_id(),
                 ctx: self.clone(),
                 label: "legacy".into(),
                 owned: false,
@@ -85,6 +86,7 @@ impl Context {
         Ok(Stream {
             handle: Arc::new(StreamHandle {
                 raw,
+                id: crate::stream::next_stream_id(),
                 ctx: self.clone(),
                 label: label.to_string(),
                 owned: true,
@@ -127,6 +129,8 @@ pub struct Stream {
 /// The driver stream behind a [`Stream`], destroyed when the last holder lets go.
 pub(crate) struct StreamHandle {
     pub(crate) raw: sys::CUstream,
+    /// Unique in the process (never reused, unlike `raw`): the stream's id in launch logs.
+    pub(crate) id: u64,
     ctx: Context,
     label: String,
     /// Whether graphsmith created the stream (and destroys it); not for the legacy stream.
@@ -483,7 +487,9 @@ impl Stream {
                 driver::copy_to_device_async(ptr, src.as_ptr().cast(), bytes, self.raw())?;
                 driver::stream_synchronize(self.raw())
             }
-        })
+        })?;
+        self.log_sync(at);
+        Ok(())
     }
 
     /// Waits for the stream, then copies `src` to a new host vector. Refused while the stream
@@ -512,6 +518,7 @@ impl Stream {
             }
             Ok(())
         })?;
+        self.log_sync(at);
         Ok(out)
     }
 
@@ -526,7 +533,9 @@ impl Stream {
         self.issue(self.op(op, &self.label, at, Kind::Other), fail, || {
             // SAFETY: the stream is live.
             unsafe { driver::stream_synchronize(self.raw()) }
-        })
+        })?;
+        self.log_sync(at);
+        Ok(())
     }
 
     /// Records `event` on this stream.
@@ -541,7 +550,9 @@ impl Stream {
         self.issue(self.op(op, event.label(), at, kind), fail, || {
             // SAFETY: stream and event are live and of the same context.
             unsafe { driver::event_record(ev, self.raw()) }
-        })
+        })?;
+        self.log_event(event, true, at);
+        Ok(())
     }
 
     /// Makes later work on this stream wait for `event`. During a capture, waiting on an event
@@ -559,7 +570,9 @@ impl Stream {
         self.issue(self.op(op, event.label(), at, kind), fail, || {
             // SAFETY: stream and event are live.
             unsafe { driver::stream_wait_event(self.raw(), ev) }
-        })
+        })?;
+        self.log_event(event, false, at);
+        Ok(())
     }
 
     /// Makes later work on this stream wait for all work submitted to `other` so far. During a
@@ -591,7 +604,10 @@ impl Stream {
                 driver::event_record(m, other.raw())?;
                 driver::stream_wait_event(self.raw(), m)
             }
-        })
+        })?;
+        other.log_event(marker, true, at);
+        self.log_event(marker, false, at);
+        Ok(())
     }
 
     /// Runs raw driver or library calls on this stream's handle as one graphsmith operation,

@@ -4,6 +4,7 @@
 use graphsmith::{Context, Kernel, Module};
 
 use super::geometry::GEMV_ROWS;
+use super::prefill::PrefillKernels;
 use crate::error::Result;
 
 /// PTX of the decoder's kernels (`kernels/llama_kernels.cu`), compiled ahead of time.
@@ -76,6 +77,8 @@ pub struct Kernels {
     pub gemv_async_norm: Kernel,
     pub gemv_async_norm_swiglu: Kernel,
     pub gemv_async_res: Kernel,
+    /// The prefill's kernels (`kernels/prefill.rs`).
+    pub prefill: PrefillKernels,
     _module: Module,
 }
 
@@ -118,6 +121,7 @@ impl Kernels {
             gemv_async_norm: module.kernel("ll_gemv_async_norm")?.triggers_after_wait(),
             gemv_async_norm_swiglu: module.kernel("ll_gemv_async_norm_swiglu")?,
             gemv_async_res: module.kernel("ll_gemv_async_res")?,
+            prefill: PrefillKernels::load(&module)?,
             _module: module,
         })
     }
@@ -185,6 +189,7 @@ impl Kernels {
             gemv_async_norm: self.gemv_async_norm.clone().programmatic()?,
             gemv_async_norm_swiglu: self.gemv_async_norm_swiglu.clone().programmatic()?,
             gemv_async_res: self.gemv_async_res.clone().programmatic()?,
+            prefill: self.prefill.programmatic()?,
             _module: self._module.clone(),
         })
     }

@@ -6,7 +6,8 @@ use graphsmith::{args, BeforeWait, DeviceBuffer, Kernel, Stream};
 use super::Decoder;
 use crate::kernels::cublas::{operand, output};
 use crate::kernels::geometry::{
-    grid, grid3, AttentionLaunch, GemvGrid, GEMV_ASYNC_BLOCKS_PER_SM, QKV_WARPS_PER_COLUMN,
+    grid, grid3, AttentionLaunch, GemvGrid, ARGMAX_CHUNK, ARGMAX_THREADS, GEMV_ASYNC_BLOCKS_PER_SM,
+    QKV_WARPS_PER_COLUMN,
 };
 use crate::kernels::launch::{gemv, gemv_async, gemv_head};
 use crate::kernels::ptx::GemvKernels;
@@ -106,8 +107,8 @@ impl Decoder {
     }
 
     /// Five kernels per layer: q/k/v with the input norm, attention, o with the residual,
-    /// gate/up with the post-attention norm and SwiGLU, down with the residual; then lm_head
-    /// with the final norm and the argmax. At one row the projections run on the ring GEMV
+    /// gate/up with the post-attention norm and SwiGLU, down with the residual (lm_head is
+    /// [`Decoder::issue_head`]). At one row the projections run on the ring GEMV
     /// where its rule (or the tuning) says so, on the register GEMV otherwise.
     pub(super) fn issue_layers_gemv(
         &mut self,
@@ -185,21 +186,68 @@ impl Decoder {
             )?;
             drop(range);
         }
+        Ok(())
+    }
+
+    /// lm_head of the first `rows` rows of `hidden`, each row's argmax folded into `best`: on
+    /// the GEMV kernel with the final norm and the argmax fused, or (cuBLAS) the final norm, the
+    /// GEMM and `ll_argmax`. The end of a step, and of a prefill.
+    pub(super) fn issue_head(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
+        let c = &self.config;
+        let (h, v, eps) = (c.hidden_size, c.vocab_size, c.rms_norm_eps);
         let w = &self.weights;
-        gemv_head(
+        if self.uses_gemv(rows) {
+            let grid = GemvGrid {
+                sm_count: self.sm_count,
+                max_rows: self.gemv_max_rows,
+                warps_per_column: self.options.tuning.warps_per_column[4],
+                blocks_per_sm: self.options.tuning.gemv_blocks_per_sm,
+            };
+            return gemv_head(
+                stream,
+                "gemv lm_head + final norm + argmax",
+                &self.kernels.gemv_head,
+                grid,
+                (&self.hidden, &w.final_norm, w.head()),
+                &mut self.logits,
+                &mut self.best,
+                (rows, v, h),
+                eps,
+            );
+        }
+        stream.launch(
+            "final norm",
+            &self.kernels.rmsnorm,
+            grid(rows as u32, 1, 256, 0),
+            args![&self.hidden, &w.final_norm, &mut self.xn, h as i32, eps],
+        )?;
+        self.cublas.gemm(
             stream,
-            "gemv lm_head + final norm + argmax",
-            &self.kernels.gemv_head,
-            sms(4),
-            (&self.hidden, &w.final_norm, w.head()),
-            &mut self.logits,
-            &mut self.best,
-            (rows, c.vocab_size, h),
-            eps,
+            "gemm lm_head",
+            operand(&self.xn),
+            operand(w.head()),
+            output(&mut self.logits, false),
+            rows,
+            v,
+            h,
+            false,
+            true,
+        )?;
+        stream.launch(
+            "argmax",
+            &self.kernels.argmax,
+            grid(
+                (v as u32).div_ceil(ARGMAX_CHUNK),
+                rows as u32,
+                ARGMAX_THREADS,
+                0,
+            ),
+            args![&mut self.logits, &mut self.best, v as i32],
         )
     }
 
-    /// The cuBLAS path: norm kernels, cuBLAS GEMMs (residual added by beta = 1), SwiGLU.
+    /// The cuBLAS path: norm kernels, cuBLAS GEMMs (residual added by beta = 1), SwiGLU
+    /// (lm_head is [`Decoder::issue_head`]).
     pub(super) fn issue_layers_cublas(
         &mut self,
         stream: &Stream,
@@ -283,25 +331,7 @@ impl Decoder {
             )?;
             drop(range);
         }
-        let w = &self.weights;
-        stream.launch(
-            "final norm",
-            &self.kernels.rmsnorm,
-            grid(r, 1, 256, 0),
-            args![&self.hidden, &w.final_norm, &mut self.xn, h, eps],
-        )?;
-        self.cublas.gemm(
-            stream,
-            "gemm lm_head",
-            operand(&self.xn),
-            operand(w.head()),
-            output(&mut self.logits, false),
-            rows,
-            c.vocab_size,
-            c.hidden_size,
-            false,
-            true,
-        )
+        Ok(())
     }
 }
 

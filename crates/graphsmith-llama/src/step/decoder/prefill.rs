@@ -304,6 +304,15 @@ impl Decoder {
         )
     }
 
+    /// Layer `l`'s K and V caches (`[rows, n_kv, max_ctx, head_dim]` bf16), to read or
+    /// overwrite (tests).
+    pub(crate) fn kv_cache_mut(
+        &mut self,
+        l: usize,
+    ) -> Option<(&mut DeviceBuffer<u16>, &mut DeviceBuffer<u16>)> {
+        self.kcache.get_mut(l).zip(self.vcache.get_mut(l))
+    }
+
     /// The end of a prefill for the first `rows` decode rows, whose positions and tokens
     /// [`Decoder::write_rows`] set to each sequence's last prompt token: lm_head over the rows
     /// the chunks gathered, the argmax, and the advance (each row's next token, and its

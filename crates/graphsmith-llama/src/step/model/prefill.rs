@@ -214,6 +214,31 @@ impl Model {
         Ok(out)
     }
 
+    /// Layer `layer`'s K and V caches as bf16 bits, `[rows, n_kv, max_ctx, head_dim]` each (rows:
+    /// the decoder's, at least 64 in graphs mode).
+    pub fn kv_cache(&mut self, layer: usize) -> Result<(Vec<u16>, Vec<u16>)> {
+        let (stream, work) = self.stream_and_decoder();
+        let Some((k, v)) = work.kv_cache_mut(layer) else {
+            return Err(LlamaError::Input(format!("no layer {layer}")));
+        };
+        Ok((stream.download(k)?, stream.download(v)?))
+    }
+
+    /// Fills every layer's K and V caches with bf16 NaN (tests poison them, so that a position
+    /// nothing wrote cannot pass for one written).
+    pub fn poison_kv_cache(&mut self) -> Result<()> {
+        let layers = self.config().num_hidden_layers;
+        let (stream, work) = self.stream_and_decoder();
+        for l in 0..layers {
+            if let Some((k, v)) = work.kv_cache_mut(l) {
+                let nan = vec![0x7fc0u16; k.len()];
+                stream.upload(k, &nan)?;
+                stream.upload(v, &nan)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Kernel and library nodes in the prefill graph of `bucket` (graphs mode, once captured).
     pub fn prefill_node_count(&self, bucket: usize) -> Option<usize> {
         self.prefill

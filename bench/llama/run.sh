@@ -15,7 +15,7 @@
 # BENCH_TUNE (empty; 1: inductor's coordinate-descent tuning for the compiled contenders),
 # BENCH_RUST (1; 0: skip graphsmith-llama bench, e.g. when only re-running a PyTorch contender),
 # BENCH_PDL (auto,off: graphsmith with and without programmatic dependent launch),
-# BENCH_TTFT (512,2048: prompt lengths of graphsmith's time to first token, ttft-CONFIG.jsonl),
+# BENCH_TTFT (512,2048: prompt lengths of graphsmith's time to first token, in the report),
 # CHECK_TOLERANCE (empty: graphsmith-llama's default).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -189,13 +189,10 @@ open(path, "w").writelines(keep)' "$rows" "$@"
         --warmup "$warmup" --mode eager,graphs --pdl "${BENCH_PDL:-auto,off}" --ttft "${BENCH_TTFT:-512,2048}" \
         --json >"$rows.gs" || fail "graphsmith-llama bench $cfg"
       # The report keys rows on the config's name; the Rust bench may print the folder instead.
-      # Time-to-first-token lines (`"kind": "ttft"`) go to ttft-CONFIG.jsonl.
-      : >"$out/ttft-$cfg.jsonl"
+      # Its time-to-first-token lines (`"kind": "ttft"`) stay beside the decode lines.
       grep '^{' "$rows.gs" | "$py" -c 'import json,sys
-ttft = open(sys.argv[2], "w")
 for line in sys.stdin:
-    row = json.loads(line); row["config"] = sys.argv[1]
-    print(json.dumps(row), file=ttft if row.get("kind") == "ttft" else sys.stdout)' "$cfg" "$out/ttft-$cfg.jsonl" >>"$rows"
+    row = json.loads(line); row["config"] = sys.argv[1]; print(json.dumps(row))' "$cfg" >>"$rows"
       rm -f "$rows.gs"
     else
       say "no $gs: graphsmith-llama bench not run"

@@ -1512,13 +1512,8 @@ __device__ __forceinline__ void prefill_attention(const unsigned short* qkv,
 #pragma unroll
         for (int u = 0; u < ATT_U; ++u) {
             if (t0 + u * nw >= len) break;  // warp-uniform
-#pragma unroll
-            for (int j = 0; j < G; ++j) {
-                if (j >= group) break;
-                float d = 0.0f;
-#pragma unroll
-                for (int e = 0; e < E; ++e) d += q[j][e] * kf[u][e];
-                for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            // Head j's score d (the same in every lane) into its online softmax.
+            auto take = [&](int j, float d) {
                 d *= scale;
                 float mn = fmaxf(m[j], d);
                 float corr = __expf(m[j] - mn);
@@ -1527,6 +1522,36 @@ __device__ __forceinline__ void prefill_attention(const unsigned short* qkv,
 #pragma unroll
                 for (int e = 0; e < E; ++e) acc[j][e] = acc[j][e] * corr + pe * vf[u][e];
                 m[j] = mn;
+            };
+            if constexpr (G <= 4) {
+                // The heads' scores summed together (warp_sum_many), then shared out to every
+                // lane, as the decode attention does; a head past the group has a zero query.
+                float d[G];
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+                    d[j] = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < E; ++e) d[j] += q[j][e] * kf[u][e];
+                }
+                warp_sum_many<G>(d, lane);
+                float sum = d[0];
+#pragma unroll
+                for (int j = 0; j < G; ++j) d[j] = __shfl_sync(0xffffffffu, sum, j * (32 / G));
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+                    if (j >= group) break;
+                    take(j, d[j]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+                    if (j >= group) break;
+                    float d = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < E; ++e) d += q[j][e] * kf[u][e];
+                    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                    take(j, d);
+                }
             }
         }
     }

@@ -4,6 +4,7 @@
 use graphsmith::Context;
 use serde::Serialize;
 
+use super::median;
 use super::prefill::{bench_ttft, TtftBench, TtftLine};
 use crate::error::Result;
 use crate::run::{bar, bench_prompt, build_model, check_request, load_host, Source};
@@ -38,11 +39,6 @@ pub struct BenchLine {
     /// attention's counters (0 when every launch combined its partials).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
-}
-
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Device-to-device copy bandwidth in TB/s (bytes read plus bytes written, per second).

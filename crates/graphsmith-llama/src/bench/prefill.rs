@@ -5,7 +5,7 @@
 use graphsmith::Context;
 use serde::Serialize;
 
-use super::decode::median;
+use super::median;
 use crate::error::Result;
 use crate::load::checkpoint::HostWeights;
 use crate::load::config::Config;

@@ -18,3 +18,14 @@ pub use geometry::{
 pub use launch::{allow_smem, gemv, gemv_async, gemv_head};
 pub use prefill::{prefill_attention_smem, PrefillKernels};
 pub use ptx::{GemvKernels, Kernels, LLAMA_PTX};
+
+/// Each of `ks` opted into programmatic dependent launch.
+pub(crate) fn all_programmatic<const N: usize>(
+    ks: &[graphsmith::Kernel; N],
+) -> graphsmith::Result<[graphsmith::Kernel; N]> {
+    let mut out = ks.clone();
+    for k in &mut out {
+        *k = k.clone().programmatic()?;
+    }
+    Ok(out)
+}

@@ -4,6 +4,7 @@
 
 use graphsmith::{Kernel, Module};
 
+use super::all_programmatic;
 use crate::error::Result;
 
 /// Threads of an `ll_prefill_attention_*` block (4 warps).
@@ -53,19 +54,10 @@ impl PrefillKernels {
     /// The same kernels opted into programmatic dependent launch (each waits for its
     /// predecessor before reading anything).
     pub(crate) fn programmatic(&self) -> graphsmith::Result<PrefillKernels> {
-        let all = |ks: &[Kernel; 4]| -> graphsmith::Result<[Kernel; 4]> {
-            let [a, b, c, d] = ks;
-            Ok([
-                a.clone().programmatic()?,
-                b.clone().programmatic()?,
-                c.clone().programmatic()?,
-                d.clone().programmatic()?,
-            ])
-        };
         Ok(PrefillKernels {
             rope: self.rope.clone().programmatic()?,
-            attention: all(&self.attention)?,
-            attention_g4: all(&self.attention_g4)?,
+            attention: all_programmatic(&self.attention)?,
+            attention_g4: all_programmatic(&self.attention_g4)?,
             gather: self.gather.clone().programmatic()?,
         })
     }

@@ -7,9 +7,9 @@
 
 use graphsmith::{args, sys, Context, DeviceBuffer, Stream};
 
+use super::layers::CublasLayer;
 use super::Decoder;
 use crate::error::{LlamaError, Result};
-use crate::kernels::cublas::{operand, output};
 use crate::kernels::geometry::{grid, DEFAULT_SMEM};
 use crate::kernels::launch::{allow_smem, device_attribute};
 use crate::kernels::prefill::{
@@ -151,9 +151,10 @@ impl Decoder {
     }
 
     /// Issues one prefill chunk of `rows` rows (a bucket: rows past the chunk's are padding):
-    /// embedding; per layer the input norm, q/k/v GEMM, RoPE with the K/V write
-    /// (`ll_prefill_rope`), attention (`ll_prefill_attention_*`), o GEMM with the residual, the
-    /// post-attention norm, gate/up GEMM, SwiGLU, down GEMM with the residual; then each
+    /// embedding; per layer the input norm and q/k/v GEMM, RoPE with the K/V write
+    /// (`ll_prefill_rope`), attention (`ll_prefill_attention_*`), then the o GEMM with the
+    /// residual, the post-attention norm, gate/up GEMM, SwiGLU and down GEMM with the residual
+    /// (the cuBLAS layer of a step, [`CublasLayer`], on the chunk's buffers); then each
     /// sequence whose last prompt token is in the chunk has that row's hidden state copied into
     /// its decode row (`ll_gather_rows`).
     pub(crate) fn issue_prefill_chunk(
@@ -164,11 +165,7 @@ impl Decoder {
     ) -> graphsmith::Result<()> {
         let rows = rows.min(bufs.rows);
         let c = self.config.clone();
-        let (h, f, v) = (
-            c.hidden_size as i32,
-            c.intermediate_size as i32,
-            c.vocab_size as i32,
-        );
+        let (h, v) = (c.hidden_size as i32, c.vocab_size as i32);
         let (nq, nkv, hd) = (
             c.num_attention_heads as i32,
             c.num_key_value_heads as i32,
@@ -178,7 +175,6 @@ impl Decoder {
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let (max_ctx, slots) = (self.max_ctx as i32, self.capacity as i32);
         let smem = prefill_attention_smem(PREFILL_ATTENTION_THREADS, group, c.head_dim) as u32;
-        let eps = c.rms_norm_eps;
         let r = rows as u32;
         stream.launch(
             "prefill embed",
@@ -188,28 +184,19 @@ impl Decoder {
         )?;
         for l in 0..c.num_hidden_layers {
             let range = graphsmith::range(format!("prefill layer {l}"));
-            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            stream.launch(
-                "prefill input norm",
-                &k.rmsnorm,
-                grid(r, 1, 256, 0),
-                args![&bufs.hidden, &lw.input_norm, &mut bufs.xn, h, eps],
-            )?;
-            self.cublas.gemm(
+            let layer = CublasLayer {
                 stream,
-                "prefill gemm q/k/v",
-                operand(&bufs.xn),
-                operand(&lw.qkv),
-                output(&mut bufs.qkv, false),
+                cublas: &self.cublas,
+                kernels: &self.kernels,
+                weights: &self.weights.layers[l],
+                config: &self.config,
                 rows,
-                c.qkv_dim(),
-                c.hidden_size,
-                false,
-                false,
-            )?;
+            };
+            layer.before_attention(&bufs.hidden, &mut bufs.xn, &mut bufs.qkv)?;
+            let k = &self.kernels.prefill;
             stream.launch(
                 "prefill rope + kv write",
-                &k.prefill.rope,
+                &k.rope,
                 grid(r, 1, PREFILL_ROW_THREADS, 0),
                 args![
                     &mut bufs.qkv,
@@ -228,7 +215,7 @@ impl Decoder {
             )?;
             stream.launch(
                 "prefill attention",
-                k.prefill.attention_for(c.head_dim, group),
+                k.attention_for(c.head_dim, group),
                 grid(r, nkv as u32, PREFILL_ATTENTION_THREADS, smem),
                 args![
                     &bufs.qkv,
@@ -245,55 +232,16 @@ impl Decoder {
                     scale
                 ],
             )?;
-            self.cublas.gemm(
+            let layer = CublasLayer {
                 stream,
-                "prefill gemm o + residual",
-                operand(&bufs.attn),
-                operand(&lw.o),
-                output(&mut bufs.hidden, true),
+                cublas: &self.cublas,
+                kernels: &self.kernels,
+                weights: &self.weights.layers[l],
+                config: &self.config,
                 rows,
-                c.hidden_size,
-                c.q_dim(),
-                true,
-                false,
-            )?;
-            stream.launch(
-                "prefill post-attention norm",
-                &k.rmsnorm,
-                grid(r, 1, 256, 0),
-                args![&bufs.hidden, &lw.post_norm, &mut bufs.xn, h, eps],
-            )?;
-            self.cublas.gemm(
-                stream,
-                "prefill gemm gate/up",
-                operand(&bufs.xn),
-                operand(&lw.gate_up),
-                output(&mut bufs.gate_up, false),
-                rows,
-                2 * c.intermediate_size,
-                c.hidden_size,
-                false,
-                false,
-            )?;
-            let total = rows as i32 * f;
-            stream.launch(
-                "prefill swiglu",
-                &k.swiglu,
-                grid((total as u32).div_ceil(256).min(4096), 1, 256, 0),
-                args![&bufs.gate_up, &mut bufs.act, f, total],
-            )?;
-            self.cublas.gemm(
-                stream,
-                "prefill gemm down + residual",
-                operand(&bufs.act),
-                operand(&lw.down),
-                output(&mut bufs.hidden, true),
-                rows,
-                c.hidden_size,
-                c.intermediate_size,
-                true,
-                false,
-            )?;
+            };
+            let acts = (&mut bufs.xn, &mut bufs.gate_up, &mut bufs.act);
+            layer.after_attention(&bufs.attn, &mut bufs.hidden, acts)?;
             drop(range);
         }
         stream.launch(

@@ -232,14 +232,6 @@ impl Decoder {
                     scale
                 ],
             )?;
-            let layer = CublasLayer {
-                stream,
-                cublas: &self.cublas,
-                kernels: &self.kernels,
-                weights: &self.weights.layers[l],
-                config: &self.config,
-                rows,
-            };
             let acts = (&mut bufs.xn, &mut bufs.gate_up, &mut bufs.act);
             layer.after_attention(&bufs.attn, &mut bufs.hidden, acts)?;
             drop(range);

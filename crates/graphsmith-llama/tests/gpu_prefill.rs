@@ -12,7 +12,9 @@
 mod common;
 
 use graphsmith::Context;
-use graphsmith_llama::{random_weights, top2, Config, HostWeights, Mode, Model, Tolerance};
+use graphsmith_llama::{
+    generate_with, random_weights, top2, Config, HostWeights, Mode, Model, PrefillMode, Tolerance,
+};
 
 fn gpu() -> Context {
     Context::new(0).expect("these tests need a CUDA GPU (Context::new(0) failed)")
@@ -362,4 +364,33 @@ fn bad_prefill_requests_are_refused_with_their_reason() {
         err(&mut m, &[&[1, 9999]], 16),
         "bad input: token id 9999 of prefill row 1 is outside the vocabulary of 512"
     );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn generate_reports_the_time_to_first_token_both_ways() {
+    let ctx = gpu();
+    let (c, w) = config("tiny", 4);
+    let prompt = &prompts(&[300], c.vocab_size)[0];
+    for mode in [Mode::Eager, Mode::Graphs] {
+        let mut chunked = common::model(&ctx, &c, &w, (1, 340), mode);
+        let g = generate_with(&mut chunked, prompt, 8, PrefillMode::Chunks(128)).unwrap();
+        let mut stepped = common::model(&ctx, &c, &w, (1, 340), mode);
+        let s = generate_with(&mut stepped, prompt, 8, PrefillMode::Steps).unwrap();
+        for (what, t) in [("chunks", g.ttft), ("steps", s.ttft)] {
+            assert!(
+                t.device_ms.is_finite() && t.device_ms > 0.0 && t.wall_ms >= t.device_ms * 0.5,
+                "{mode:?} {what}: {t:?}"
+            );
+        }
+        // 300 rows in chunks of 128: buckets 128 and 64, captured before the timing.
+        let captured = if mode == Mode::Graphs { 2 } else { 0 };
+        assert_eq!(g.ttft.graphs_captured, captured, "{mode:?}");
+        assert_eq!((g.tokens.len(), s.tokens.len()), (8, 8));
+        assert_eq!(g.prefill, PrefillMode::Chunks(128));
+        println!(
+            "{mode:?}: time to first token of 300 tokens {:.3} ms device / {:.3} ms wall in chunks of 128, {:.3} / {:.3} ms step by step",
+            g.ttft.device_ms, g.ttft.wall_ms, s.ttft.device_ms, s.ttft.wall_ms
+        );
+    }
 }

@@ -299,5 +299,9 @@ mod tests {
         );
         assert_eq!(PrefillMode::default(), PrefillMode::Chunks(512));
         assert_eq!(PrefillMode::Chunks(64).to_string(), "chunks of 64");
+        // As `--json` writes it (bench/llama/report.py reads it).
+        let json = |m: PrefillMode| serde_json::to_string(&m).unwrap();
+        assert_eq!(json(PrefillMode::Chunks(512)), r#"{"chunks":512}"#);
+        assert_eq!(json(PrefillMode::Steps), r#""steps""#);
     }
 }

@@ -1392,3 +1392,233 @@ __device__ __forceinline__ void gemv_async(const unsigned short* x, const unsign
 LL_GEMV_ASYNC(ll_gemv_async_norm, 1, 0, true, GEMV_RING)
 LL_GEMV_ASYNC(ll_gemv_async_norm_swiglu, 1, 3, false, GEMV_RING)
 LL_GEMV_ASYNC(ll_gemv_async_res, 0, 1, false, GEMV_RING)
+
+// ---- Prefill: the prompt's rows in chunks, one forward per chunk (cuBLAS GEMMs over the
+// chunk's rows between these kernels).
+//
+// Row r of a chunk belongs to a sequence: pos[r] is its position (< 0: padding) and slot[r] the
+// row of the decode batch whose KV cache the sequence fills (its cache slot). A chunk may hold
+// rows of several sequences. ll_prefill_rope ropes every row's queries in place and writes its
+// roped K and V into the cache at (slot, pos); then ll_prefill_attention computes each row's
+// causal attention over positions 0..=pos of its slot, every one of which is in the cache by
+// then (earlier chunks, or this chunk's ll_prefill_rope). The decode attention cannot serve
+// here: its blocks take their cache from the grid row (one cache per row), and each appends its
+// own position within the launch, where the chunk's later rows would read it.
+//
+// Both wait for the kernel before them at once (programmatic dependent launch): they read only
+// what earlier work wrote.
+
+// Grid (rows), blockDim a multiple of 32. qkv rows: [q heads | k heads | v heads] x hd; cache
+// per layer: [slots, n_kv, max_ctx, hd]. Each thread ropes pairs (i, i + hd / 2) of a head from
+// the values before roping (as rope_at, HF's bf16 arithmetic), so the queries are roped in
+// place without a race; the roped values are bf16 exactly.
+extern "C" __global__ void ll_prefill_rope(unsigned short* qkv, unsigned short* kcache,
+                                           unsigned short* vcache, const int* pos,
+                                           const int* slot, const float* cos_t,
+                                           const float* sin_t, int nq, int nkv, int hd,
+                                           int max_ctx, int slots) {
+    pdl_trigger();
+    pdl_wait();
+    int r = blockIdx.x;
+    int p = pos[r], sl = slot[r];
+    if (p < 0 || p >= max_ctx || sl < 0 || sl >= slots) return;
+    int half = hd / 2;
+    const float* c = cos_t + (size_t)p * half;
+    const float* s = sin_t + (size_t)p * half;
+    unsigned short* row = qkv + (size_t)r * (nq + 2 * nkv) * hd;
+    for (int idx = threadIdx.x; idx < (nq + nkv) * half; idx += blockDim.x) {
+        int h = idx / half, i = idx % half;
+        unsigned short* x = row + (size_t)h * hd;
+        float a = bf2f(x[i]), b = bf2f(x[i + half]);
+        unsigned short lo = f2bf(rbf(rbf(a * c[i]) + rbf(-b * s[i])));
+        unsigned short hi = f2bf(rbf(rbf(b * c[i]) + rbf(a * s[i])));
+        if (h < nq) {
+            x[i] = lo;
+            x[i + half] = hi;
+        } else {
+            size_t at = (((size_t)sl * nkv + (h - nq)) * max_ctx + p) * hd;
+            kcache[at + i] = lo;
+            kcache[at + i + half] = hi;
+        }
+    }
+    const unsigned short* v = row + (size_t)(nq + nkv) * hd;
+    for (int idx = threadIdx.x; idx < nkv * hd; idx += blockDim.x) {
+        int h = idx / hd, i = idx % hd;
+        vcache[(((size_t)sl * nkv + h) * max_ctx + p) * hd + i] = v[idx];
+    }
+}
+
+// Grid (rows, n_kv_heads), W warps. Block (r, kvh) serves the `group` query heads of key/value
+// head kvh for row r (queries roped by ll_prefill_rope) over positions 0..=pos[r] of slot[r]'s
+// cache: warp w takes positions w + W * (ATT_U * i + u), u < ATT_U, their K and V loads issued
+// together; the lanes split head_dim (lane holds elements lane + 32e, e < E); each warp keeps an
+// online softmax (max m, sum l, weighted V sum) per query head; the warps' partials are combined
+// in shared memory into the output row, bf16. A padding row's output is zeros.
+// Dynamic shared memory: (W * group * hd + 2 * W * group) floats
+// (crates/graphsmith-llama/src/kernels/prefill.rs, prefill_attention_smem).
+template <int E, int G>
+__device__ __forceinline__ void prefill_attention(const unsigned short* qkv,
+                                                  const unsigned short* kcache,
+                                                  const unsigned short* vcache, const int* pos,
+                                                  const int* slot, unsigned short* out, int nq,
+                                                  int nkv, int hd, int max_ctx, int slots,
+                                                  float scale) {
+    extern __shared__ float smem[];
+    const float NEG_INF = __int_as_float(0xff800000);
+    pdl_trigger();
+    pdl_wait();
+    int r = blockIdx.x, kvh = blockIdx.y;
+    int group = nq / nkv;
+    int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float* pacc = smem;                   // nw * group * hd
+    float* pm = pacc + nw * group * hd;   // nw * group: each warp's max
+    float* pl = pm + nw * group;          // nw * group: each warp's sum
+    unsigned short* orow = out + (size_t)r * nq * hd + (size_t)kvh * group * hd;
+    int p = pos[r], sl = slot[r];
+    if (p < 0 || p >= max_ctx || sl < 0 || sl >= slots) {
+        for (int i = threadIdx.x; i < group * hd; i += blockDim.x) orow[i] = 0;
+        return;
+    }
+    int len = p + 1;
+    size_t base = ((size_t)sl * nkv + kvh) * (size_t)max_ctx * hd;
+    const unsigned short* kc = kcache + base;
+    const unsigned short* vc = vcache + base;
+    const unsigned short* qrow = qkv + (size_t)r * (nq + 2 * nkv) * hd + (size_t)kvh * group * hd;
+    float q[G][E], acc[G][E], m[G], l[G];
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            int i = lane + 32 * e;
+            q[j][e] = (j < group && i < hd) ? bf2f(qrow[(size_t)j * hd + i]) : 0.0f;
+            acc[j][e] = 0.0f;
+        }
+        m[j] = NEG_INF;
+        l[j] = 0.0f;
+    }
+    float kf[ATT_U][E], vf[ATT_U][E];
+    for (int t0 = warp; t0 < len; t0 += ATT_U * nw) {
+#pragma unroll
+        for (int u = 0; u < ATT_U; ++u) {
+            int t = t0 + u * nw;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                int i = lane + 32 * e;
+                bool ok = t < len && i < hd;
+                kf[u][e] = ld_bf_if(kc + (size_t)t * hd + i, ok);
+                vf[u][e] = ld_bf_if(vc + (size_t)t * hd + i, ok);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_U; ++u) {
+            if (t0 + u * nw >= len) break;  // warp-uniform
+            // Head j's score d (the same in every lane) into its online softmax.
+            auto take = [&](int j, float d) {
+                d *= scale;
+                float mn = fmaxf(m[j], d);
+                float corr = __expf(m[j] - mn);
+                float pe = __expf(d - mn);
+                l[j] = l[j] * corr + pe;
+#pragma unroll
+                for (int e = 0; e < E; ++e) acc[j][e] = acc[j][e] * corr + pe * vf[u][e];
+                m[j] = mn;
+            };
+            if constexpr (G <= 4) {
+                // The heads' scores summed together (warp_sum_many), then shared out to every
+                // lane, as the decode attention does; a head past the group has a zero query.
+                float d[G];
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+                    d[j] = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < E; ++e) d[j] += q[j][e] * kf[u][e];
+                }
+                warp_sum_many<G>(d, lane);
+                float sum = d[0];
+#pragma unroll
+                for (int j = 0; j < G; ++j) d[j] = __shfl_sync(0xffffffffu, sum, j * (32 / G));
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+                    if (j >= group) break;
+                    take(j, d[j]);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < G; ++j) {
+                    if (j >= group) break;
+                    float d = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < E; ++e) d += q[j][e] * kf[u][e];
+                    for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+                    take(j, d);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+        if (j >= group) break;
+        if (lane == 0) {
+            pm[warp * group + j] = m[j];
+            pl[warp * group + j] = l[j];
+        }
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            int i = lane + 32 * e;
+            if (i < hd) pacc[(size_t)(warp * group + j) * hd + i] = acc[j][e];
+        }
+    }
+    __syncthreads();
+    // Per output element: the largest max M over the warps that saw a position (warp 0 always
+    // does: position 0), each such warp's weight exp(m_w - M), the sum L and the weighted sum.
+    for (int idx = threadIdx.x; idx < group * hd; idx += blockDim.x) {
+        int j = idx / hd;
+        float mx = NEG_INF;
+        for (int w = 0; w < nw; ++w)
+            if (pl[w * group + j] > 0.0f) mx = fmaxf(mx, pm[w * group + j]);
+        float sum = 0.0f, o = 0.0f;
+        for (int w = 0; w < nw; ++w) {
+            float lw = pl[w * group + j];
+            if (lw > 0.0f) {
+                float sc = __expf(pm[w * group + j] - mx);
+                sum += lw * sc;
+                o += pacc[(size_t)(w * group + j) * hd + (idx - j * hd)] * sc;
+            }
+        }
+        orow[idx] = f2bf(o / sum);
+    }
+}
+
+// The instantiations by elements per lane (head_dim up to 32, 64, 128, 256) for groups of up to
+// 16 query heads, and the _g4 ones for groups of up to 4 (fewer registers); same arguments.
+#define LL_PREFILL_ATTENTION(NAME, E, G)                                                        \
+    extern "C" __global__ void NAME(const unsigned short* qkv, const unsigned short* kcache,    \
+                                    const unsigned short* vcache, const int* pos,               \
+                                    const int* slot, unsigned short* out, int nq, int nkv,      \
+                                    int hd, int max_ctx, int slots, float scale) {              \
+        prefill_attention<E, G>(qkv, kcache, vcache, pos, slot, out, nq, nkv, hd, max_ctx,      \
+                                slots, scale);                                                  \
+    }
+LL_PREFILL_ATTENTION(ll_prefill_attention_1, 1, 16)
+LL_PREFILL_ATTENTION(ll_prefill_attention_2, 2, 16)
+LL_PREFILL_ATTENTION(ll_prefill_attention_4, 4, 16)
+LL_PREFILL_ATTENTION(ll_prefill_attention_8, 8, 16)
+LL_PREFILL_ATTENTION(ll_prefill_attention_1_g4, 1, 4)
+LL_PREFILL_ATTENTION(ll_prefill_attention_2_g4, 2, 4)
+LL_PREFILL_ATTENTION(ll_prefill_attention_4_g4, 4, 4)
+LL_PREFILL_ATTENTION(ll_prefill_attention_8_g4, 8, 4)
+
+// dst[s, :] = src[idx[s], :] for each s with idx[s] >= 0 (the chunk row holding the last prompt
+// token of slot s's sequence); other rows of dst keep what they hold. Grid (slots), one block a
+// row.
+extern "C" __global__ void ll_gather_rows(const unsigned short* src, unsigned short* dst,
+                                          const int* idx, int hidden) {
+    pdl_trigger();
+    pdl_wait();
+    int s = blockIdx.x;
+    int i = idx[s];
+    if (i < 0) return;
+    const unsigned short* from = src + (size_t)i * hidden;
+    unsigned short* to = dst + (size_t)s * hidden;
+    for (int k = threadIdx.x; k < hidden; k += blockDim.x) to[k] = from[k];
+}

@@ -2,8 +2,15 @@
 """transformers' own greedy decode of each prompt, saved for graphsmith-llama's check.
 
     python3 bench/llama/reference.py --model DIR --prompts bench/llama/prompts.json \
-        --set {single,batch8} --new-tokens 128 --out REF.safetensors
+        --set {single,batch8,prompt512,prompt2048} --new-tokens 128 --out REF.safetensors
     python3 bench/llama/reference.py --self-test      # the file layout, with numpy only
+
+Sets of prompts.json: `single` (32 ids), `batch8` (8 prompts of 5 to 48 ids), `prompt512` and
+`prompt2048` (one prompt of 512 or 2,048 ids; transformers runs the prompt as one forward, as
+graphsmith-llama's chunked prefill is checked against). A prompt plus the new tokens must fit the
+model's `max_position_embeddings` (the `tiny` config's 2,048 positions take `prompt512`, not
+`prompt2048`): a longer request is refused, since transformers would go on past the positions
+the model was made for and graphsmith-llama refuses such a context.
 
 Each prompt runs on its own (batch 1, no padding), greedy (`do_sample=False`, one beam), with
 transformers' default dynamic KV cache, bf16 weights and activations. The generation config is
@@ -105,6 +112,11 @@ def run(args):
     for s, prompt in enumerate(prompts):
         if max(prompt) >= model.config.vocab_size:
             raise ValueError(f"prompt {s} holds id {max(prompt)}, beyond the vocabulary ({model.config.vocab_size})")
+        limit = model.config.max_position_embeddings
+        if len(prompt) + args.new_tokens > limit:
+            log(f"sequence {s}: a prompt of {len(prompt)} tokens plus {args.new_tokens} new tokens is longer than the "
+                f"model's {limit} positions (max_position_embeddings): take a shorter set or fewer --new-tokens")
+            return 1
         ids = torch.tensor([prompt], dtype=torch.long, device=args.device)
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen)
@@ -163,7 +175,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model")
     ap.add_argument("--prompts", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts.json"))
-    ap.add_argument("--set", default="single", help="a set of the prompts file: single, batch8, long")
+    ap.add_argument("--set", default="single",
+                    help="a set of the prompts file: single, batch8, prompt512, prompt2048 (matrix.py's files: long)")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--out")
     ap.add_argument("--device", default="cuda", help="cuda (default) or cpu")

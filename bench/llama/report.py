@@ -29,8 +29,9 @@ ISSUE_FIGURES = [("small", 1, 528.0), ("1b", 1, 384.0), ("1b", 64, 245.0)]
 
 
 def load(path):
-    """(decode rows, errors, loop rows): `graphsmith-llama bench-loop` lines go apart."""
-    rows, errors, loops = [], [], []
+    """(decode rows, errors, loop rows, time-to-first-token rows): `graphsmith-llama bench-loop`
+    lines and `bench`'s time-to-first-token lines (`"kind": "ttft"`) go apart."""
+    rows, errors, loops, ttfts = [], [], [], []
     with open(path) as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
@@ -41,7 +42,10 @@ def load(path):
             except ValueError as e:
                 errors.append(f"line {n}: not JSON ({e})")
                 continue
-            if "loop_ms_per_step" in row and "host_ms_per_step" in row and "k" in row:
+            if row.get("kind") == "ttft" and "ttft_device_ms" in row:
+                row["config"] = config_name(row.get("config", "?"))
+                ttfts.append(row)
+            elif "loop_ms_per_step" in row and "host_ms_per_step" in row and "k" in row:
                 row["config"] = config_name(row.get("config", "?"))
                 loops.append(row)
             elif "error" in row:
@@ -51,7 +55,7 @@ def load(path):
                 rows.append(row)
             else:
                 errors.append(f"line {n}: missing impl/config/batch/steps_per_s")
-    return rows, errors, loops
+    return rows, errors, loops, ttfts
 
 
 def config_name(config):
@@ -237,7 +241,29 @@ def loop_section(loops):
     return out
 
 
-def render(rows, errors, command, loops=()):
+def ttft_section(ttfts):
+    """graphsmith's time to first token per config, prompt length, batch and mode."""
+    if not ttfts:
+        return []
+    out = ["## Time to first token (`graphsmith-llama bench`)", "",
+           "The prompt prefilled (in chunks unless `prefill` says `steps`), lm_head, and the first "
+           "token read back; device time between CUDA events on the model's stream, and the host's "
+           "wall time; median of the runs, after a warm-up prefill that captures the chunk graphs.", "",
+           "| config | prompt | batch | impl | prefill | device, ms | wall, ms | prompt tokens/s | chunks | peak |",
+           "|---|---:|---:|---|---|---:|---:|---:|---:|---:|"]
+    key = lambda r: (CONFIG_ORDER.index(r["config"]) if r["config"] in CONFIG_ORDER else 99, r["config"],
+                     r["prompt_len"], r["batch"], r["impl"])
+    for r in sorted(ttfts, key=key):
+        prefill = r.get("prefill")
+        prefill = f"chunks of {prefill['chunks']}" if isinstance(prefill, dict) else str(prefill)
+        out.append(f"| {r['config']} | {r['prompt_len']} | {r['batch']} | {r['impl']} | {prefill} | "
+                   f"{r['ttft_device_ms']:.3f} | {r['ttft_wall_ms']:.3f} | {r['prefill_tokens_per_s']:.0f} | "
+                   f"{len(r.get('buckets') or [])} | {fmt_mem(r.get('peak_mem_bytes'))} |")
+    out.append("")
+    return out
+
+
+def render(rows, errors, command, loops=(), ttfts=()):
     idx = index(rows)
     configs = ordered({k[0] for k in idx}, CONFIG_ORDER)
     out = ["# Llama decode: graphsmith against PyTorch", ""]
@@ -259,6 +285,7 @@ def render(rows, errors, command, loops=()):
     out += [f"| {g} | {s} | {e} |" for g, s, e in baselines(idx)]
     out.append("")
     out += loop_section(list(loops))
+    out += ttft_section(list(ttfts))
     if errors:
         out += ["## Failures", ""] + [f"- {e}" for e in errors] + [""]
     return "\n".join(out)
@@ -296,14 +323,19 @@ def self_test():
         json.dumps({"impl": "graphsmith-loop", "config": "/m/small-a", "batch": 1, "k": 64, "pdl": True,
                     "loop_ms_per_step": 0.5, "host_ms_per_step": 0.51, "plain_ms_per_step": 0.56,
                     "over_plain": 1.12, "same_tokens": True}),
+        json.dumps({"kind": "ttft", "impl": "graphsmith-graphs", "config": "/m/1b", "batch": 1, "prompt_len": 2048,
+                    "prefill": {"chunks": 512}, "ttft_device_ms": 30.0, "ttft_wall_ms": 31.5,
+                    "prefill_tokens_per_s": 68266.7, "buckets": [512, 512, 512, 512], "graphs_captured": 1,
+                    "capture_ms": 12.0, "peak_mem_bytes": 3 << 30, "first_token": 7, "runs": 5}),
     ]
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "rows.jsonl")
         with open(path, "w") as f:
             f.write("\n".join(lines) + "\n")
-        rows, errors, loops = load(path)
+        rows, errors, loops, ttfts = load(path)
         assert len(rows) == 11 and len(errors) == 1 and len(loops) == 3, (len(rows), errors, loops)
-        md = render(rows, errors, "bash bench/llama/run.sh bench out", loops)
+        assert len(ttfts) == 1, ttfts
+        md = render(rows, errors, "bash bench/llama/run.sh bench out", loops, ttfts)
         md_path = os.path.join(d, "report.md")
         assert main_args([path, "--md", md_path, "--command", "x"]) == 0 and os.path.getsize(md_path) > 0
     g = {text: (status, ev) for text, status, ev in goals(index(rows))}
@@ -325,6 +357,7 @@ def self_test():
     assert "- small, batch 1, K = 16: 1.200x, across passes (goal 1.15x: met)" in md, md
     assert "- small, batch 1, K = 64: 1.120x, side by side (goal 1.15x: **missed**)" in md, md
     assert "| small | 1 | 16 | on | 0.5000 | 0.5100 | 1.020x | – | yes |" in md, md
+    assert "| 1b | 2048 | 1 | graphsmith-graphs | chunks of 512 | 30.000 | 31.500 | 68267 | 4 | 3.00 GiB |" in md, md
     assert "| small | 1 | 64 | on | 0.5000 | 0.5100 | 1.020x | 0.5600 | yes |" in md, md
     for needle in ["GPU NVIDIA H200, driver 570.1, torch 2.11.0, transformers 5.17.0",
                    "`bash bench/llama/run.sh bench out`", "## Config `small`", "## Config `1b`",
@@ -356,8 +389,8 @@ def main_args(argv):
         return self_test()
     if not args.rows:
         ap.error("ROWS.jsonl is required")
-    rows, errors, loops = load(args.rows)
-    md = render(rows, errors, args.command, loops)
+    rows, errors, loops, ttfts = load(args.rows)
+    md = render(rows, errors, args.command, loops, ttfts)
     if args.md:
         with open(args.md, "w") as f:
             f.write(md + "\n")

@@ -3,7 +3,7 @@
 # transformers (no network needed). From the repository root:
 #
 #   bash bench/llama/run.sh smoke OUTDIR   # tiny config: model, reference, torch_bench at batch 1 (< 2 min)
-#   bash bench/llama/run.sh check OUTDIR   # small-a, small-b, 1b: references, graphsmith-llama check (9 checks)
+#   bash bench/llama/run.sh check OUTDIR   # small-a, small-b, 1b: references, graphsmith-llama check (15 checks)
 #   bash bench/llama/run.sh bench OUTDIR   # graphsmith-llama bench + torch_bench, batch 1,8,64, then the report
 #   bash bench/llama/run.sh report OUTDIR  # the report again from OUTDIR/bench-*.jsonl
 #
@@ -15,6 +15,7 @@
 # BENCH_TUNE (empty; 1: inductor's coordinate-descent tuning for the compiled contenders),
 # BENCH_RUST (1; 0: skip graphsmith-llama bench, e.g. when only re-running a PyTorch contender),
 # BENCH_PDL (auto,off: graphsmith with and without programmatic dependent launch),
+# BENCH_TTFT (512,2048: prompt lengths of graphsmith's time to first token, in the report),
 # CHECK_TOLERANCE (empty: graphsmith-llama's default).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/../.."
 mode=${1:-}
 out=${2:-}
 if [ -z "$mode" ] || [ -z "$out" ]; then
-  sed -n '2,21p' "$0"
+  sed -n '2,22p' "$0"
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -58,7 +59,8 @@ model() {
     touch "$models/$1/.complete"
 }
 
-# reference NAME SET: $models/ref-NAME-SET.safetensors once.
+# reference NAME SET [NEW_TOKENS]: $models/ref-NAME-SET.safetensors once (128 new tokens unless
+# given).
 reference() {
   local ref=$models/ref-$1-$2.safetensors
   if [ -f "$ref" ]; then
@@ -66,7 +68,7 @@ reference() {
     return 0
   fi
   step "reference $1 $2" "$py" $here/reference.py --model "$models/$1" --prompts $here/prompts.json \
-    --set "$2" --new-tokens 128 --out "$ref.part" && mv "$ref.part" "$ref"
+    --set "$2" --new-tokens "${3:-128}" --out "$ref.part" && mv "$ref.part" "$ref"
 }
 
 failures=0
@@ -98,7 +100,9 @@ check)
   model small-a small 1 || fail "model small-a"
   model small-b small 2 || fail "model small-b"
   model 1b 1b 1 || fail "model 1b"
-  for r in "small-a single" "small-a batch8" "small-b single" "1b single" "1b batch8"; do
+  # The long prompts (512 and 2,048 tokens, prefilled in chunks) with 32 new tokens each.
+  for r in "small-a single" "small-a batch8" "small-b single" "1b single" "1b batch8" \
+    "small-a prompt512 32" "small-a prompt2048 32" "1b prompt512 32" "1b prompt2048 32"; do
     # shellcheck disable=SC2086
     reference $r || fail "reference $r"
   done
@@ -139,6 +143,14 @@ print(json.dumps({"check": name, "exit": rc, "result": result}))' "$name" "$rc" 
   run_check 1b-single-graphs-cublas --model "$m/1b" --reference "$m/ref-1b-single.safetensors" --mode graphs --gemm cublas
   run_check small-swap-graphs --model "$m/small-a" --reference "$m/ref-small-a-single.safetensors" \
     --swap-model "$m/small-b" --swap-reference "$m/ref-small-b-single.safetensors" --mode graphs
+  # Prompts of 512 and 2,048 tokens, prefilled in chunks of 512 (the default) and, once, of 384
+  # (which divides neither); the step-by-step prefill held to transformers too.
+  run_check small-prompt512-graphs --model "$m/small-a" --reference "$m/ref-small-a-prompt512.safetensors" --mode graphs
+  run_check small-prompt2048-graphs --model "$m/small-a" --reference "$m/ref-small-a-prompt2048.safetensors" --mode graphs
+  run_check 1b-prompt512-eager --model "$m/1b" --reference "$m/ref-1b-prompt512.safetensors" --mode eager
+  run_check 1b-prompt2048-graphs --model "$m/1b" --reference "$m/ref-1b-prompt2048.safetensors" --mode graphs
+  run_check 1b-prompt2048-graphs-chunk384 --model "$m/1b" --reference "$m/ref-1b-prompt2048.safetensors" --mode graphs --prefill 384
+  run_check small-single-graphs-steps --model "$m/small-a" --reference "$m/ref-small-a-single.safetensors" --mode graphs --prefill steps
   tar czf "$out/check-json.tgz" -C "$dir" . && rm -rf "$dir"
   passed=$("$py" -c 'import json,sys; print(sum(json.loads(l)["exit"] == 0 for l in open(sys.argv[1])))' "$out/check.jsonl")
   total=$(wc -l <"$out/check.jsonl")
@@ -174,9 +186,10 @@ open(path, "w").writelines(keep)' "$rows" "$@"
     elif [ -x "$gs" ]; then
       drop graphsmith-eager graphsmith-graphs graphsmith-eager-nopdl graphsmith-graphs-nopdl
       step "graphsmith-llama bench $cfg" "$gs" bench --model "$models/$name" --batch "$batch" --steps "$steps" \
-        --warmup "$warmup" --mode eager,graphs --pdl "${BENCH_PDL:-auto,off}" --json >"$rows.gs" \
-        || fail "graphsmith-llama bench $cfg"
+        --warmup "$warmup" --mode eager,graphs --pdl "${BENCH_PDL:-auto,off}" --ttft "${BENCH_TTFT:-512,2048}" \
+        --json >"$rows.gs" || fail "graphsmith-llama bench $cfg"
       # The report keys rows on the config's name; the Rust bench may print the folder instead.
+      # Its time-to-first-token lines (`"kind": "ttft"`) stay beside the decode lines.
       grep '^{' "$rows.gs" | "$py" -c 'import json,sys
 for line in sys.stdin:
     row = json.loads(line); row["config"] = sys.argv[1]; print(json.dumps(row))' "$cfg" >>"$rows"
@@ -209,7 +222,7 @@ report)
   ;;
 
 *)
-  sed -n '2,21p' "$0"
+  sed -n '2,22p' "$0"
   exit 2
   ;;
 esac

@@ -57,6 +57,13 @@ fn entries() -> Vec<String> {
     for e in [1, 2, 4] {
         out.push(format!("ll_attention_{e}_c8"));
     }
+    // The prefill's kernels.
+    out.extend(["ll_prefill_rope", "ll_gather_rows"].map(String::from));
+    for e in [1, 2, 4, 8] {
+        for g in ["", "_g4"] {
+            out.push(format!("ll_prefill_attention_{e}{g}"));
+        }
+    }
     for v in [
         "norm",
         "norm_swiglu",

@@ -7,7 +7,7 @@
 //!
 //! The crate's parts: `load/` (files to host and device), `kernels/` (the decoder's kernels,
 //! their launch geometry, cuBLAS), `step/` (a decode step, the [`Model`] that runs it, the
-//! device-side loop), `bench/` (the benchmarks), `run.rs` (the other commands). The API is
+//! device-side loop, the chunked prefill), `bench/` (the benchmarks), `run.rs` (the other commands). The API is
 //! re-exported here; [`kernels`] is public for tests that launch the kernels one by one.
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -18,7 +18,10 @@ mod load;
 mod run;
 mod step;
 
-pub use bench::{bench, bench_loop, copy_bandwidth, BenchLine, LoopBench, LoopLine};
+pub use bench::{
+    bench, bench_loop, bench_ttft, copy_bandwidth, BenchLine, LoopBench, LoopLine, TtftBench,
+    TtftLine,
+};
 pub use error::{LlamaError, Result};
 pub use load::{
     inspect, load_reference, load_weights, parse_ids, random_weights, top2, Codec, Config,
@@ -26,11 +29,12 @@ pub use load::{
     Understood,
 };
 pub use run::{
-    bench_prompt, build_model, check, check_request, generate, load_host, tour_decode,
-    tour_decode_with, CheckOutcome, CheckReport, Divergence, Generation, SequenceCheck, Source,
-    TourDecode,
+    bench_prompt, build_model, check, check_against, check_request, generate, generate_with,
+    load_host, timed_prefill, tour_decode, tour_decode_with, CheckOutcome, CheckReport, Divergence,
+    Generation, SequenceCheck, Source, TourDecode, Ttft,
 };
 pub use step::{
-    bucket_for, row_inputs, DecodeLoop, DecoderOptions, Gemm, LoopRun, Mode, Model, Pdl, StepPath,
-    SwapReport, Tuning, BUCKETS,
+    bucket_for, chunk_inputs, plan_prefill, prefill_bucket, row_inputs, Chunk, ChunkInputs,
+    DecodeLoop, DecoderOptions, Gemm, LoopRun, Mode, Model, Pdl, PrefillMode, PrefillRun, Span,
+    StepPath, SwapReport, Tuning, BUCKETS, DEFAULT_PREFILL_CHUNK, PREFILL_BUCKETS,
 };

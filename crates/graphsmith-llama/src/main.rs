@@ -9,9 +9,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use graphsmith::Context;
-use graphsmith_llama::{bench, bench_loop, build_model, check, generate, load_host, LoopBench};
-use graphsmith_llama::{Codec, DecoderOptions, Gemm, LlamaError, Mode, Pdl, Source};
-use graphsmith_llama::{Tolerance, Tuning};
+use graphsmith_llama::{bench, bench_loop, build_model, check, generate_with, load_host};
+use graphsmith_llama::{Codec, DecoderOptions, Gemm, LlamaError, LoopBench, Mode, Pdl, Source};
+use graphsmith_llama::{PrefillMode, Tolerance, TtftBench, Tuning};
 
 #[derive(Parser)]
 #[command(
@@ -79,10 +79,15 @@ enum Command {
         /// device has it, compute capability 9.0+), on, off.
         #[arg(long, default_value = "auto")]
         pdl: Pdl,
+        /// How the prompts are prefilled: rows per chunk (1 to 2048; every sequence's prompt
+        /// together, one forward per chunk), or `steps` (one decode step per token).
+        #[arg(long, default_value = "512")]
+        prefill: PrefillMode,
         #[arg(long)]
         json: bool,
     },
-    /// Decode tokens/s, eager and graphs, per batch size (prefill excluded).
+    /// Decode tokens/s, eager and graphs, per batch size (prefill excluded), then the time to
+    /// first token per prompt length.
     Bench {
         #[command(flatten)]
         model: ModelArgs,
@@ -113,6 +118,19 @@ enum Command {
         /// is measured; they change where the work runs (and so the order of some sums, not the math).
         #[arg(long, value_delimiter = ';', default_value = "default")]
         tune: Vec<Tuning>,
+        /// Prompt lengths whose time to first token is measured (a length beyond the model's
+        /// context is left out, with a warning).
+        #[arg(long, value_delimiter = ',', default_value = "512,2048")]
+        ttft: Vec<usize>,
+        /// Sequences prefilled together for the time to first token.
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        ttft_batch: Vec<usize>,
+        /// How the time-to-first-token prompts are prefilled: rows per chunk, or `steps`.
+        #[arg(long, default_value = "512")]
+        prefill: PrefillMode,
+        /// Leave the time to first token out.
+        #[arg(long)]
+        no_ttft: bool,
         #[arg(long)]
         json: bool,
     },
@@ -155,6 +173,10 @@ enum Command {
         new_tokens: usize,
         #[arg(long, default_value = "graphs")]
         mode: Mode,
+        /// How the prompt is prefilled: rows per chunk (1 to 2048), or `steps` (one decode step
+        /// per token).
+        #[arg(long, default_value = "512")]
+        prefill: PrefillMode,
         #[arg(long)]
         json: bool,
     },
@@ -201,6 +223,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             tolerance,
             gemm,
             pdl,
+            prefill,
             json,
         } => {
             let swap = swap_model.as_deref().zip(swap_reference.as_deref());
@@ -225,6 +248,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                     pdl,
                     ..DecoderOptions::default()
                 },
+                prefill,
                 tty,
             )?;
             if json {
@@ -255,6 +279,9 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 for (bucket, n) in &out.hazards {
                     println!("bucket {bucket}: {n} hazards");
                 }
+                for (bucket, n) in &out.prefill_hazards {
+                    println!("prefill bucket {bucket}: {n} hazards");
+                }
                 if let Some(s) = &out.swap {
                     println!("weight swap ({}): {:.3} ms to switch {} executables ({} nodes); verified in {:.1} ms; upload {:.1} ms; freed {} bytes", s.method, s.switch_ms, s.executables, s.nodes_updated, s.verify_ms, s.upload_ms, s.freed_bytes);
                 }
@@ -275,9 +302,18 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             gemm,
             pdl,
             tune,
+            ttft,
+            ttft_batch,
+            prefill,
+            no_ttft,
             json,
         } => {
             let source = model.source()?;
+            let ttft = TtftBench {
+                prompt_lens: ttft,
+                batches: ttft_batch,
+                prefill,
+            };
             if steps == 0 || runs == 0 {
                 return Err(LlamaError::Input(
                     "--steps and --runs must be at least 1".into(),
@@ -295,11 +331,19 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 warmup,
                 runs,
                 tty,
+                (!no_ttft).then_some(&ttft),
                 |line| {
                     if json {
                         println!("{}", serde_json::to_string(line).unwrap_or_default());
                     } else {
                         println!("{:<18} batch {:>3}: {:>9.1} steps/s {:>10.1} tokens/s {:>8.3} ms/step (floor {:.3} ms, peak {} MiB, {})", line.implementation, line.batch, line.steps_per_s, line.tokens_per_s, line.ms_per_step, line.floor_ms, line.peak_mem_bytes >> 20, line.path);
+                    }
+                },
+                |line| {
+                    if json {
+                        println!("{}", serde_json::to_string(line).unwrap_or_default());
+                    } else {
+                        println!("{:<18} batch {:>3}: time to first token, prompt {:>5}: {:>9.3} ms device, {:>9.3} ms wall ({}, {} chunks, peak {} MiB)", line.implementation, line.batch, line.prompt_len, line.ttft_device_ms, line.ttft_wall_ms, line.prefill, line.buckets.len(), line.peak_mem_bytes >> 20);
                     }
                 },
             )?;
@@ -369,6 +413,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             prompt,
             new_tokens,
             mode,
+            prefill,
             json,
         } => {
             let source = model.source()?;
@@ -398,7 +443,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 DecoderOptions::default(),
                 tty,
             )?;
-            let mut out = generate(&mut m, &ids, new_tokens)?;
+            let mut out = generate_with(&mut m, &ids, new_tokens, prefill)?;
             if codec.has_tokenizer() {
                 let ids: Vec<u32> = out.tokens.iter().map(|&t| t as u32).collect();
                 out.text = Some(codec.decode(&ids)?);
@@ -418,11 +463,15 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                     ),
                 }
                 eprintln!(
-                    "{} tokens, {:.1} tokens/s ({:?}), prefill {:.1} ms",
+                    "{} tokens, {:.1} tokens/s ({:?}); time to first token {:.3} ms device, {:.3} ms wall (prefill in {}; {} graphs captured before, {:.1} ms)",
                     out.tokens.len(),
                     out.decode_tokens_per_s,
                     out.mode,
-                    out.prefill_ms
+                    out.ttft.device_ms,
+                    out.ttft.wall_ms,
+                    out.prefill,
+                    out.ttft.graphs_captured,
+                    out.ttft.capture_ms
                 );
             }
             Ok(true)

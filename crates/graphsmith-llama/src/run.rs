@@ -13,7 +13,7 @@ use crate::load::checkpoint::{load_weights, random_weights, HostWeights};
 use crate::load::config::Config;
 use crate::load::reference::{load_reference, top2, RefSequence};
 use crate::load::tolerance::Tolerance;
-use crate::step::{DecoderOptions, Gemm, Mode, Model, SwapReport};
+use crate::step::{DecoderOptions, Gemm, Mode, Model, PrefillMode, PrefillRun, SwapReport};
 
 /// Where weights come from: an HF directory, or a named config with random weights.
 #[derive(Clone, Debug)]
@@ -134,19 +134,15 @@ pub struct CheckReport {
 /// Decodes every sequence of `refs` together in one batch, teacher-forced on the reference
 /// tokens, comparing logits at each generated step: the difference must stay within the step's
 /// tolerance ([`Tolerance::at`]), and the argmax must agree wherever the reference's top-2 margin
-/// exceeds it.
+/// exceeds it. The prompts are prefilled as `prefill` says: in chunks ([`Model::prefill`], every
+/// sequence together), or one step per token.
 pub fn check_against(
     model: &mut Model,
     refs: &[RefSequence],
     name: &str,
     tolerance: Tolerance,
+    prefill: PrefillMode,
 ) -> Result<CheckReport> {
-    let vocab = model.config().vocab_size;
-    let steps = refs
-        .iter()
-        .map(|r| r.prompt_len + r.new_tokens - 1)
-        .max()
-        .unwrap_or(0);
     let mut checks: Vec<SequenceCheck> = refs
         .iter()
         .enumerate()
@@ -160,6 +156,38 @@ pub fn check_against(
             first_divergence: None,
         })
         .collect();
+    match prefill {
+        PrefillMode::Steps => check_by_steps(model, refs, &mut checks, tolerance)?,
+        PrefillMode::Chunks(chunk) => {
+            check_after_prefill(model, refs, &mut checks, tolerance, chunk)?
+        }
+    }
+    let max_abs_diff = checks.iter().map(|c| c.max_abs_diff).fold(0.0, f32::max);
+    let worst_ratio = checks.iter().map(|c| c.worst_ratio).fold(0.0, f32::max);
+    let pass = worst_ratio <= 1.0 && checks.iter().all(|c| c.argmax_mismatches == 0);
+    Ok(CheckReport {
+        reference: name.to_string(),
+        sequences: checks,
+        max_abs_diff,
+        worst_ratio,
+        pass,
+    })
+}
+
+/// Steps `t = 0..` with every sequence's token `t` in its row (rows past a sequence's end are
+/// padding); the logits of a step at or after the last prompt token are compared.
+fn check_by_steps(
+    model: &mut Model,
+    refs: &[RefSequence],
+    checks: &mut [SequenceCheck],
+    tolerance: Tolerance,
+) -> Result<()> {
+    let vocab = model.config().vocab_size;
+    let steps = refs
+        .iter()
+        .map(|r| r.prompt_len + r.new_tokens - 1)
+        .max()
+        .unwrap_or(0);
     for t in 0..steps {
         let rows: Vec<(i32, i32)> = refs
             .iter()
@@ -183,51 +211,91 @@ pub fn check_against(
             if t + 1 < r.prompt_len || t >= r.prompt_len + r.new_tokens - 1 {
                 continue;
             }
-            let i = t + 1 - r.prompt_len;
             let ours = &logits[s * vocab..(s + 1) * vocab];
-            let theirs = &r.logits[i * vocab..(i + 1) * vocab];
-            let c = &mut checks[s];
-            let diff = ours
+            compare_step(&mut checks[s], r, t + 1 - r.prompt_len, ours, tolerance);
+        }
+    }
+    Ok(())
+}
+
+/// Every prompt prefilled in chunks of `chunk` rows (generated step 0 is the prefill's
+/// logits), then steps `i = 1..` with sequence `s` at position `prompt_len + i - 1`.
+fn check_after_prefill(
+    model: &mut Model,
+    refs: &[RefSequence],
+    checks: &mut [SequenceCheck],
+    tolerance: Tolerance,
+    chunk: usize,
+) -> Result<()> {
+    let vocab = model.config().vocab_size;
+    let prompts: Vec<&[i32]> = refs.iter().map(|r| &r.tokens[..r.prompt_len]).collect();
+    model.prefill(&prompts, chunk)?;
+    let steps = refs.iter().map(|r| r.new_tokens).max().unwrap_or(0);
+    for i in 0..steps {
+        if i > 0 {
+            let rows: Vec<(i32, i32)> = refs
                 .iter()
-                .zip(theirs)
-                .map(|(a, b)| (a - b).abs())
-                .fold(
-                    0.0f32,
-                    |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
-                );
-            c.max_abs_diff = c.max_abs_diff.max(diff);
-            let tol = tolerance.at(theirs);
-            let ratio = if diff == 0.0 { 0.0 } else { diff / tol };
-            c.worst_ratio = c.worst_ratio.max(ratio);
-            let (our_top, _) = top2(ours);
-            let (ref_top, margin) = top2(theirs);
-            if margin > tol {
-                c.argmax_checked += 1;
-                if our_top != ref_top {
-                    c.argmax_mismatches += 1;
-                }
-            }
-            let reference = r.tokens[r.prompt_len + i];
-            if c.first_divergence.is_none() && our_top as i32 != reference {
-                c.first_divergence = Some(Divergence {
-                    step: i,
-                    ours: our_top as i32,
-                    reference,
-                    reference_margin: margin,
-                });
+                .map(|r| {
+                    let t = r.prompt_len + i - 1;
+                    if i < r.new_tokens {
+                        (r.tokens[t], t as i32)
+                    } else {
+                        (0, -1)
+                    }
+                })
+                .collect();
+            model.step(&rows)?;
+        }
+        let logits = model.logits(refs.len())?;
+        for (s, r) in refs.iter().enumerate() {
+            if i < r.new_tokens {
+                let ours = &logits[s * vocab..(s + 1) * vocab];
+                compare_step(&mut checks[s], r, i, ours, tolerance);
             }
         }
     }
-    let max_abs_diff = checks.iter().map(|c| c.max_abs_diff).fold(0.0, f32::max);
-    let worst_ratio = checks.iter().map(|c| c.worst_ratio).fold(0.0, f32::max);
-    let pass = worst_ratio <= 1.0 && checks.iter().all(|c| c.argmax_mismatches == 0);
-    Ok(CheckReport {
-        reference: name.to_string(),
-        sequences: checks,
-        max_abs_diff,
-        worst_ratio,
-        pass,
-    })
+    Ok(())
+}
+
+/// Folds generated step `i` of sequence `r` (our logits `ours`) into its check.
+fn compare_step(
+    c: &mut SequenceCheck,
+    r: &RefSequence,
+    i: usize,
+    ours: &[f32],
+    tolerance: Tolerance,
+) {
+    let vocab = ours.len();
+    let theirs = &r.logits[i * vocab..(i + 1) * vocab];
+    let diff = ours
+        .iter()
+        .zip(theirs)
+        .map(|(a, b)| (a - b).abs())
+        .fold(
+            0.0f32,
+            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+        );
+    c.max_abs_diff = c.max_abs_diff.max(diff);
+    let tol = tolerance.at(theirs);
+    let ratio = if diff == 0.0 { 0.0 } else { diff / tol };
+    c.worst_ratio = c.worst_ratio.max(ratio);
+    let (our_top, _) = top2(ours);
+    let (ref_top, margin) = top2(theirs);
+    if margin > tol {
+        c.argmax_checked += 1;
+        if our_top != ref_top {
+            c.argmax_mismatches += 1;
+        }
+    }
+    let reference = r.tokens[r.prompt_len + i];
+    if c.first_divergence.is_none() && our_top as i32 != reference {
+        c.first_divergence = Some(Divergence {
+            step: i,
+            ours: our_top as i32,
+            reference,
+            reference_margin: margin,
+        });
+    }
 }
 
 /// Everything `check` reports.
@@ -246,6 +314,10 @@ pub struct CheckOutcome {
     pub checks: Vec<CheckReport>,
     /// Hazards found in the captured graphs, per bucket (graphs mode): all zero when clean.
     pub hazards: Vec<(usize, usize)>,
+    /// How the prompts were prefilled.
+    pub prefill: PrefillMode,
+    /// Hazards found in the captured prefill graphs, per chunk bucket (graphs mode).
+    pub prefill_hazards: Vec<(usize, usize)>,
     pub swap: Option<SwapReport>,
     /// Re-capturing every held bucket instead of switching in place, ms.
     pub recapture_ms: Option<f64>,
@@ -263,6 +335,7 @@ pub fn check(
     swap: Option<(&Path, &Path)>,
     tolerance: Tolerance,
     options: DecoderOptions,
+    prefill: PrefillMode,
     progress: bool,
 ) -> Result<CheckOutcome> {
     let source = Source::Dir(model_dir.to_path_buf());
@@ -303,6 +376,7 @@ pub fn check(
         &refs,
         &reference.display().to_string(),
         tolerance,
+        prefill,
     )?];
     let mut hazards: Vec<(usize, usize)> = model
         .hazard_reports()?
@@ -315,7 +389,9 @@ pub fn check(
         // every bucket (timed after the second check) compare the same work.
         model.capture_all()?;
         swap_report = Some(model.swap_weights(&h2)?);
-        checks.push(check_against(&mut model, &refs2, &name2, tolerance)?);
+        checks.push(check_against(
+            &mut model, &refs2, &name2, tolerance, prefill,
+        )?);
         hazards.extend(
             model
                 .hazard_reports()?
@@ -326,7 +402,14 @@ pub fn check(
             recapture_ms = Some(model.recapture_all()?);
         }
     }
-    let pass = checks.iter().all(|c| c.pass) && hazards.iter().all(|h| h.1 == 0);
+    let prefill_hazards: Vec<(usize, usize)> = model
+        .prefill_hazard_reports()?
+        .iter()
+        .map(|(b, r)| (*b, r.hazards.len()))
+        .collect();
+    let pass = checks.iter().all(|c| c.pass)
+        && hazards.iter().all(|h| h.1 == 0)
+        && prefill_hazards.iter().all(|h| h.1 == 0);
     Ok(CheckOutcome {
         model: model_dir.display().to_string(),
         mode,
@@ -336,6 +419,8 @@ pub fn check(
         tolerance_rule: tolerance.describe(),
         checks,
         hazards,
+        prefill,
+        prefill_hazards,
         swap: swap_report,
         recapture_ms,
         pass,
@@ -355,9 +440,79 @@ pub struct Generation {
     pub prompt_tokens: Vec<i32>,
     pub tokens: Vec<i32>,
     pub text: Option<String>,
+    /// Time to first token on the host (ms): from the prefill's start until the first new
+    /// token is read back (the same as `ttft.wall_ms`).
     pub prefill_ms: f64,
     pub decode_tokens_per_s: f64,
     pub mode: Mode,
+    /// How the prompt was prefilled.
+    pub prefill: PrefillMode,
+    /// Time to first token.
+    pub ttft: Ttft,
+}
+
+/// Time to first token: the prefill and its lm_head, until the first new token is known.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Ttft {
+    /// Between CUDA events recorded on the model's stream before the prefill and after its
+    /// last launch (ms). The host's gaps between chunks (each chunk's inputs are uploaded
+    /// before its launch) are inside it.
+    pub device_ms: f64,
+    /// On the host, from the prefill's start until the first token is read back (ms).
+    pub wall_ms: f64,
+    /// Graphs captured before the timed prefill (graphs mode) and the time their capture
+    /// took (ms), not counted in either figure.
+    pub graphs_captured: usize,
+    pub capture_ms: f64,
+}
+
+/// Prefills `prompts` as `prefill` says and reads each sequence's first new token, timed
+/// ([`Ttft`]). Chunk graphs are captured first (graphs mode), outside the timing. A step-by-step
+/// prefill steps every sequence together (a sequence whose prompt has ended is padding).
+pub fn timed_prefill(
+    model: &mut Model,
+    prompts: &[&[i32]],
+    prefill: PrefillMode,
+) -> Result<(Vec<i32>, Ttft, Option<PrefillRun>)> {
+    let mut ttft = Ttft::default();
+    if let PrefillMode::Chunks(chunk) = prefill {
+        let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
+        let buckets: Vec<usize> = crate::step::plan_prefill(&lens, chunk)?
+            .iter()
+            .map(|c| c.bucket)
+            .collect();
+        (ttft.graphs_captured, ttft.capture_ms) = model.prepare_prefill(&buckets)?;
+    }
+    model.stream().synchronize()?;
+    let ctx = model.context().clone();
+    let (start, end) = (ctx.event("ttft/start", true)?, ctx.event("ttft/end", true)?);
+    let t = Instant::now();
+    model.stream().record(&start)?;
+    let run = match prefill {
+        PrefillMode::Chunks(chunk) => Some(model.prefill(prompts, chunk)?),
+        PrefillMode::Steps => {
+            let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
+            for i in 0..longest {
+                let rows: Vec<(i32, i32)> = prompts
+                    .iter()
+                    .map(|p| {
+                        // A sequence whose prompt ended stays at its last token: stepping it
+                        // again there writes the same K and V and leaves its next token.
+                        let j = i.min(p.len().saturating_sub(1));
+                        (p.get(j).copied().unwrap_or(0), j as i32)
+                    })
+                    .collect();
+                model.step(&rows)?;
+            }
+            None
+        }
+    };
+    model.stream().record(&end)?;
+    let first = model.next_tokens(prompts.len())?;
+    ttft.wall_ms = t.elapsed().as_secs_f64() * 1e3;
+    end.synchronize()?;
+    ttft.device_ms = end.elapsed_ms_since(&start)? as f64;
+    Ok((first, ttft, run))
 }
 
 /// Checks a generation request before anything goes to the device: a non-empty prompt and
@@ -385,8 +540,20 @@ pub fn check_request(
     Ok(need + 1)
 }
 
-/// Greedy decoding of one prompt: prefill (one step per prompt token), then `new_tokens`.
+/// Greedy decoding of one prompt: prefill (in chunks of the default size), then
+/// `new_tokens`.
 pub fn generate(model: &mut Model, prompt: &[i32], new_tokens: usize) -> Result<Generation> {
+    generate_with(model, prompt, new_tokens, PrefillMode::default())
+}
+
+/// [`generate`] with the prompt prefilled as `prefill` says; the time to first token is
+/// measured ([`timed_prefill`]).
+pub fn generate_with(
+    model: &mut Model,
+    prompt: &[i32],
+    new_tokens: usize,
+    prefill: PrefillMode,
+) -> Result<Generation> {
     if prompt.is_empty() {
         return Err(LlamaError::Input("an empty prompt".into()));
     }
@@ -397,12 +564,8 @@ pub fn generate(model: &mut Model, prompt: &[i32], new_tokens: usize) -> Result<
             prompt.len()
         )));
     }
-    let t = Instant::now();
-    for (i, &tok) in prompt.iter().enumerate() {
-        model.step(&[(tok, i as i32)])?;
-    }
-    let mut next = model.next_tokens(1)?[0];
-    let prefill_ms = t.elapsed().as_secs_f64() * 1e3;
+    let (first, ttft, _) = timed_prefill(model, &[prompt], prefill)?;
+    let mut next = first.first().copied().unwrap_or(0);
     let mut tokens = vec![next];
     let t = Instant::now();
     for i in 1..new_tokens {
@@ -416,9 +579,11 @@ pub fn generate(model: &mut Model, prompt: &[i32], new_tokens: usize) -> Result<
         prompt_tokens: prompt.to_vec(),
         tokens,
         text: None,
-        prefill_ms,
+        prefill_ms: ttft.wall_ms,
         decode_tokens_per_s: new_tokens.saturating_sub(1) as f64 / secs,
         mode: model.mode(),
+        prefill,
+        ttft,
     })
 }
 

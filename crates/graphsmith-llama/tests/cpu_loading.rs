@@ -389,6 +389,7 @@ fn check_refuses_bad_references_before_touching_the_device() {
             None,
             Tolerance::default(),
             DecoderOptions::default(),
+            graphsmith_llama::PrefillMode::default(),
             false,
         )
         .expect_err("must fail")
@@ -429,6 +430,7 @@ fn check_refuses_bad_references_before_touching_the_device() {
             gemm: Gemm::Cublas,
             ..DecoderOptions::default()
         },
+        graphsmith_llama::PrefillMode::Steps,
         false,
     )
     .err()

@@ -4,6 +4,8 @@
 use graphsmith::Context;
 use serde::Serialize;
 
+use super::median;
+use super::prefill::{bench_ttft, TtftBench, TtftLine};
 use crate::error::Result;
 use crate::run::{bar, bench_prompt, build_model, check_request, load_host, Source};
 use crate::step::{DecoderOptions, Gemm, Mode, Pdl, StepPath, Tuning};
@@ -39,11 +41,6 @@ pub struct BenchLine {
     pub after: Option<String>,
 }
 
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
-
 /// Device-to-device copy bandwidth in TB/s (bytes read plus bytes written, per second).
 pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
     let n = 256 << 20; // u32 elements: 1 GiB
@@ -69,8 +66,9 @@ pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
 
 /// The `bench` command: for each mode, programmatic launch choice, tuning and batch, decode
 /// `steps` steps after `warmup` (prefill excluded), timed with CUDA events over the whole loop,
-/// median of `runs`; each (mode, programmatic launch, tuning) on a model of its own. `ctx` is
-/// called once the inputs have been checked.
+/// median of `runs`; each (mode, programmatic launch, tuning) on a model of its own. Then, with
+/// `ttft`, the time to first token per mode ([`bench_ttft`]: the first programmatic launch
+/// choice, the rules' tuning). `ctx` is called once the inputs have been checked.
 #[allow(clippy::too_many_arguments)]
 pub fn bench(
     ctx: impl FnOnce() -> Result<Context>,
@@ -84,7 +82,9 @@ pub fn bench(
     warmup: usize,
     runs: usize,
     progress: bool,
+    ttft: Option<&TtftBench>,
     mut emit: impl FnMut(&BenchLine),
+    emit_ttft: impl FnMut(&TtftLine),
 ) -> Result<()> {
     let (config, host) = load_host(source, progress)?;
     for &b in batches {
@@ -200,6 +200,16 @@ pub fn bench(
                 after,
             });
         }
+    }
+    if let Some(what) = ttft {
+        let options = DecoderOptions {
+            gemm,
+            pdl: pdls.first().copied().unwrap_or_default(),
+            tuning: Tuning::default(),
+        };
+        let name = source.name();
+        let model = (name.as_str(), &config, &host);
+        bench_ttft(ctx, model, what, modes, options, runs, progress, emit_ttft)?;
     }
     Ok(())
 }

@@ -12,7 +12,7 @@
 use graphsmith::Context;
 use serde::Serialize;
 
-use super::decode::median;
+use super::median;
 use crate::error::{LlamaError, Result};
 use crate::run::{bar, bench_prompt, build_model, check_request, load_host, Source};
 use crate::step::{DecoderOptions, Mode, Model, Pdl};

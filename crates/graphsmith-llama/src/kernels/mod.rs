@@ -1,5 +1,6 @@
 //! The decoder's kernels (`kernels/llama_kernels.cu`): loading the PTX (`ptx`), their launch
-//! geometry (`geometry`), the GEMV launchers (`launch`) and cuBLAS (`cublas`).
+//! geometry (`geometry`), the GEMV launchers (`launch`), cuBLAS (`cublas`) and the prefill's
+//! kernels (`prefill`).
 //!
 //! What is `pub` here is the launch-level API the kernel tests drive directly; the decoder
 //! uses the rest.
@@ -7,6 +8,7 @@
 pub(crate) mod cublas;
 pub(crate) mod geometry;
 pub(crate) mod launch;
+pub(crate) mod prefill;
 pub(crate) mod ptx;
 
 pub use geometry::{
@@ -14,4 +16,16 @@ pub use geometry::{
     ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 pub use launch::{allow_smem, gemv, gemv_async, gemv_head};
+pub use prefill::{prefill_attention_smem, PrefillKernels};
 pub use ptx::{GemvKernels, Kernels, LLAMA_PTX};
+
+/// Each of `ks` opted into programmatic dependent launch.
+pub(crate) fn all_programmatic<const N: usize>(
+    ks: &[graphsmith::Kernel; N],
+) -> graphsmith::Result<[graphsmith::Kernel; N]> {
+    let mut out = ks.clone();
+    for k in &mut out {
+        *k = k.clone().programmatic()?;
+    }
+    Ok(out)
+}

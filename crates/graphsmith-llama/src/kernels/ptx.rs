@@ -3,7 +3,9 @@
 
 use graphsmith::{Context, Kernel, Module};
 
+use super::all_programmatic;
 use super::geometry::GEMV_ROWS;
+use super::prefill::PrefillKernels;
 use crate::error::Result;
 
 /// PTX of the decoder's kernels (`kernels/llama_kernels.cu`), compiled ahead of time.
@@ -76,6 +78,8 @@ pub struct Kernels {
     pub gemv_async_norm: Kernel,
     pub gemv_async_norm_swiglu: Kernel,
     pub gemv_async_res: Kernel,
+    /// The prefill's kernels (`kernels/prefill.rs`).
+    pub prefill: PrefillKernels,
     _module: Module,
 }
 
@@ -118,6 +122,7 @@ impl Kernels {
             gemv_async_norm: module.kernel("ll_gemv_async_norm")?.triggers_after_wait(),
             gemv_async_norm_swiglu: module.kernel("ll_gemv_async_norm_swiglu")?,
             gemv_async_res: module.kernel("ll_gemv_async_res")?,
+            prefill: PrefillKernels::load(&module)?,
             _module: module,
         })
     }
@@ -133,14 +138,8 @@ impl GemvKernels {
     }
 
     fn programmatic(&self) -> graphsmith::Result<GemvKernels> {
-        let [a, b, c, d] = &self.by_rows;
         Ok(GemvKernels {
-            by_rows: [
-                a.clone().programmatic()?,
-                b.clone().programmatic()?,
-                c.clone().programmatic()?,
-                d.clone().programmatic()?,
-            ],
+            by_rows: all_programmatic(&self.by_rows)?,
         })
     }
 }
@@ -150,28 +149,13 @@ impl Kernels {
     /// predecessor with `griddepcontrol.wait` before touching what it wrote: see
     /// `kernels/llama_kernels.cu`). Fails on a device below compute capability 9.0.
     pub fn programmatic(&self) -> graphsmith::Result<Kernels> {
-        let all = |ks: &[Kernel; 4]| -> graphsmith::Result<[Kernel; 4]> {
-            let [a, b, c, d] = ks;
-            Ok([
-                a.clone().programmatic()?,
-                b.clone().programmatic()?,
-                c.clone().programmatic()?,
-                d.clone().programmatic()?,
-            ])
-        };
+        let all = all_programmatic::<4>;
         Ok(Kernels {
             embed: self.embed.clone().programmatic()?,
             rmsnorm: self.rmsnorm.clone().programmatic()?,
             attention: all(&self.attention)?,
             attention_g4: all(&self.attention_g4)?,
-            attention_c8: {
-                let [a, b, c] = &self.attention_c8;
-                [
-                    a.clone().programmatic()?,
-                    b.clone().programmatic()?,
-                    c.clone().programmatic()?,
-                ]
-            },
+            attention_c8: all_programmatic(&self.attention_c8)?,
             swiglu: self.swiglu.clone().programmatic()?,
             argmax: self.argmax.clone().programmatic()?,
             advance: self.advance.clone().programmatic()?,
@@ -185,6 +169,7 @@ impl Kernels {
             gemv_async_norm: self.gemv_async_norm.clone().programmatic()?,
             gemv_async_norm_swiglu: self.gemv_async_norm_swiglu.clone().programmatic()?,
             gemv_async_res: self.gemv_async_res.clone().programmatic()?,
+            prefill: self.prefill.programmatic()?,
             _module: self._module.clone(),
         })
     }

@@ -9,8 +9,8 @@ use super::options::{DecoderOptions, Gemm, Pdl, GEMV_AUTO_MAX_ROWS};
 use crate::error::{LlamaError, Result};
 use crate::kernels::cublas::Cublas;
 use crate::kernels::geometry::{
-    async_smem, attention_partials_len, grid, ring_gemv_rule, AttentionLaunch, ARGMAX_CHUNK,
-    ARGMAX_THREADS, DEFAULT_SMEM, GEMV_ROWS,
+    async_smem, attention_partials_len, grid, ring_gemv_rule, AttentionLaunch, DEFAULT_SMEM,
+    GEMV_ROWS,
 };
 use crate::kernels::launch::{allow_smem, device_attribute};
 use crate::kernels::ptx::Kernels;
@@ -18,6 +18,9 @@ use crate::load::config::Config;
 use crate::load::weights::DeviceWeights;
 
 mod layers;
+mod prefill;
+
+pub(crate) use prefill::PrefillBuffers;
 
 /// The decoder's state on the device: weights, KV cache, per-row inputs and activations, sized
 /// for `capacity` rows and `max_ctx` positions.
@@ -353,6 +356,12 @@ impl Decoder {
     pub(crate) fn issue_step(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let rows = rows.min(self.capacity);
         self.issue_step_to_argmax(stream, rows)?;
+        self.issue_advance(stream, rows)
+    }
+
+    /// `ll_advance` for `rows` rows: each row's argmax into `next` and `tokens`, its position
+    /// moved on by one.
+    pub(crate) fn issue_advance(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
         let max_ctx = self.max_ctx as i32;
         stream.launch(
             "advance",
@@ -389,18 +398,11 @@ impl Decoder {
             args![&self.tokens, &self.weights.embed, &mut self.hidden, h, v],
         )?;
         if self.uses_gemv(rows) {
-            // lm_head folds each row's argmax into `best` itself.
             self.issue_layers_gemv(stream, rows)?;
         } else {
             self.issue_layers_cublas(stream, rows)?;
-            stream.launch(
-                "argmax",
-                &self.kernels.argmax,
-                grid((v as u32).div_ceil(ARGMAX_CHUNK), r, ARGMAX_THREADS, 0),
-                args![&mut self.logits, &mut self.best, v],
-            )?;
         }
-        Ok(())
+        self.issue_head(stream, rows)
     }
 
     /// One iteration of the device-side decode loop: a step up to the argmax, then

@@ -16,8 +16,10 @@ use crate::load::config::Config;
 use crate::load::weights::DeviceWeights;
 
 mod loops;
+mod prefill;
 mod swap;
 
+pub use prefill::PrefillRun;
 pub use swap::SwapReport;
 
 /// The batch buckets captured in graphs mode.
@@ -72,6 +74,8 @@ pub struct Model {
     /// Device-side decode loops by bucket (`device_loop.rs`), built on first use; dropped
     /// when the weights change.
     loops: HashMap<usize, DecodeLoop>,
+    /// The prefill's buffers and graphs (`model/prefill.rs`), made on first use.
+    prefill: Option<prefill::PrefillState>,
 }
 
 impl Model {
@@ -128,6 +132,7 @@ impl Model {
             runner,
             mode,
             loops: HashMap::new(),
+            prefill: None,
         })
     }
 

@@ -4,12 +4,16 @@
 use graphsmith::{args, BeforeWait, DeviceBuffer, Kernel, Stream};
 
 use super::Decoder;
+use crate::kernels::cublas::Cublas;
 use crate::kernels::cublas::{operand, output};
 use crate::kernels::geometry::{
-    grid, grid3, AttentionLaunch, GemvGrid, GEMV_ASYNC_BLOCKS_PER_SM, QKV_WARPS_PER_COLUMN,
+    grid, grid3, AttentionLaunch, GemvGrid, ARGMAX_CHUNK, ARGMAX_THREADS, GEMV_ASYNC_BLOCKS_PER_SM,
+    QKV_WARPS_PER_COLUMN,
 };
 use crate::kernels::launch::{gemv, gemv_async, gemv_head};
-use crate::kernels::ptx::GemvKernels;
+use crate::kernels::ptx::{GemvKernels, Kernels};
+use crate::load::config::Config;
+use crate::load::weights::DeviceLayer;
 use crate::step::prefetch::{prefetch_plan, PrefetchRange, Source};
 
 impl Decoder {
@@ -106,8 +110,8 @@ impl Decoder {
     }
 
     /// Five kernels per layer: q/k/v with the input norm, attention, o with the residual,
-    /// gate/up with the post-attention norm and SwiGLU, down with the residual; then lm_head
-    /// with the final norm and the argmax. At one row the projections run on the ring GEMV
+    /// gate/up with the post-attention norm and SwiGLU, down with the residual (lm_head is
+    /// [`Decoder::issue_head`]). At one row the projections run on the ring GEMV
     /// where its rule (or the tuning) says so, on the register GEMV otherwise.
     pub(super) fn issue_layers_gemv(
         &mut self,
@@ -185,110 +189,40 @@ impl Decoder {
             )?;
             drop(range);
         }
-        let w = &self.weights;
-        gemv_head(
-            stream,
-            "gemv lm_head + final norm + argmax",
-            &self.kernels.gemv_head,
-            sms(4),
-            (&self.hidden, &w.final_norm, w.head()),
-            &mut self.logits,
-            &mut self.best,
-            (rows, c.vocab_size, h),
-            eps,
-        )
+        Ok(())
     }
 
-    /// The cuBLAS path: norm kernels, cuBLAS GEMMs (residual added by beta = 1), SwiGLU.
-    pub(super) fn issue_layers_cublas(
-        &mut self,
-        stream: &Stream,
-        rows: usize,
-    ) -> graphsmith::Result<()> {
-        let c = self.config.clone();
-        let (h, f) = (c.hidden_size as i32, c.intermediate_size as i32);
-        let eps = c.rms_norm_eps;
-        let r = rows as u32;
-        for l in 0..c.num_hidden_layers {
-            let range = graphsmith::range(format!("layer {l}"));
-            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            stream.launch(
-                "input norm",
-                &k.rmsnorm,
-                grid(r, 1, 256, 0),
-                args![&self.hidden, &lw.input_norm, &mut self.xn, h, eps],
-            )?;
-            self.cublas.gemm(
-                stream,
-                "gemm q/k/v",
-                operand(&self.xn),
-                operand(&lw.qkv),
-                output(&mut self.qkv, false),
-                rows,
-                c.qkv_dim(),
-                c.hidden_size,
-                false,
-                false,
-            )?;
-            self.attention(stream, l, rows, false)?;
-            let (k, lw) = (&self.kernels, &self.weights.layers[l]);
-            self.cublas.gemm(
-                stream,
-                "gemm o + residual",
-                operand(&self.attn),
-                operand(&lw.o),
-                output(&mut self.hidden, true),
-                rows,
-                c.hidden_size,
-                c.q_dim(),
-                true,
-                false,
-            )?;
-            stream.launch(
-                "post-attention norm",
-                &k.rmsnorm,
-                grid(r, 1, 256, 0),
-                args![&self.hidden, &lw.post_norm, &mut self.xn, h, eps],
-            )?;
-            self.cublas.gemm(
-                stream,
-                "gemm gate/up",
-                operand(&self.xn),
-                operand(&lw.gate_up),
-                output(&mut self.gate_up, false),
-                rows,
-                2 * c.intermediate_size,
-                c.hidden_size,
-                false,
-                false,
-            )?;
-            let total = rows as i32 * f;
-            stream.launch(
-                "swiglu",
-                &k.swiglu,
-                grid((total as u32).div_ceil(256).min(4096), 1, 256, 0),
-                args![&self.gate_up, &mut self.act, f, total],
-            )?;
-            self.cublas.gemm(
-                stream,
-                "gemm down + residual",
-                operand(&self.act),
-                operand(&lw.down),
-                output(&mut self.hidden, true),
-                rows,
-                c.hidden_size,
-                c.intermediate_size,
-                true,
-                false,
-            )?;
-            drop(range);
-        }
+    /// lm_head of the first `rows` rows of `hidden`, each row's argmax folded into `best`: on
+    /// the GEMV kernel with the final norm and the argmax fused, or (cuBLAS) the final norm, the
+    /// GEMM and `ll_argmax`. The end of a step, and of a prefill.
+    pub(super) fn issue_head(&mut self, stream: &Stream, rows: usize) -> graphsmith::Result<()> {
+        let c = &self.config;
+        let (h, v, eps) = (c.hidden_size, c.vocab_size, c.rms_norm_eps);
         let w = &self.weights;
+        if self.uses_gemv(rows) {
+            let grid = GemvGrid {
+                sm_count: self.sm_count,
+                max_rows: self.gemv_max_rows,
+                warps_per_column: self.options.tuning.warps_per_column[4],
+                blocks_per_sm: self.options.tuning.gemv_blocks_per_sm,
+            };
+            return gemv_head(
+                stream,
+                "gemv lm_head + final norm + argmax",
+                &self.kernels.gemv_head,
+                grid,
+                (&self.hidden, &w.final_norm, w.head()),
+                &mut self.logits,
+                &mut self.best,
+                (rows, v, h),
+                eps,
+            );
+        }
         stream.launch(
             "final norm",
             &self.kernels.rmsnorm,
-            grid(r, 1, 256, 0),
-            args![&self.hidden, &w.final_norm, &mut self.xn, h, eps],
+            grid(rows as u32, 1, 256, 0),
+            args![&self.hidden, &w.final_norm, &mut self.xn, h as i32, eps],
         )?;
         self.cublas.gemm(
             stream,
@@ -297,10 +231,164 @@ impl Decoder {
             operand(w.head()),
             output(&mut self.logits, false),
             rows,
-            c.vocab_size,
-            c.hidden_size,
+            v,
+            h,
             false,
             true,
+        )?;
+        stream.launch(
+            "argmax",
+            &self.kernels.argmax,
+            grid(
+                (v as u32).div_ceil(ARGMAX_CHUNK),
+                rows as u32,
+                ARGMAX_THREADS,
+                0,
+            ),
+            args![&mut self.logits, &mut self.best, v as i32],
+        )
+    }
+
+    /// The cuBLAS path: norm kernels, cuBLAS GEMMs (residual added by beta = 1), SwiGLU
+    /// (lm_head is [`Decoder::issue_head`]).
+    pub(super) fn issue_layers_cublas(
+        &mut self,
+        stream: &Stream,
+        rows: usize,
+    ) -> graphsmith::Result<()> {
+        for l in 0..self.config.num_hidden_layers {
+            let range = graphsmith::range(format!("layer {l}"));
+            let layer = CublasLayer {
+                stream,
+                cublas: &self.cublas,
+                kernels: &self.kernels,
+                weights: &self.weights.layers[l],
+                config: &self.config,
+                rows,
+            };
+            layer.before_attention(&self.hidden, &mut self.xn, &mut self.qkv)?;
+            self.attention(stream, l, rows, false)?;
+            let layer = CublasLayer {
+                stream,
+                cublas: &self.cublas,
+                kernels: &self.kernels,
+                weights: &self.weights.layers[l],
+                config: &self.config,
+                rows,
+            };
+            let acts = (&mut self.xn, &mut self.gate_up, &mut self.act);
+            layer.after_attention(&self.attn, &mut self.hidden, acts)?;
+            drop(range);
+        }
+        Ok(())
+    }
+}
+
+/// One layer of `rows` rows on cuBLAS, around its attention: what a step of several rows and a
+/// prefill chunk (`decoder/prefill.rs`) both issue, on their own activation buffers.
+pub(super) struct CublasLayer<'a> {
+    pub(super) stream: &'a Stream,
+    pub(super) cublas: &'a Cublas,
+    pub(super) kernels: &'a Kernels,
+    pub(super) weights: &'a DeviceLayer,
+    pub(super) config: &'a Config,
+    pub(super) rows: usize,
+}
+
+impl CublasLayer<'_> {
+    /// The input norm of `hidden` into `xn`, then the q/k/v GEMM into `qkv`.
+    #[track_caller]
+    pub(super) fn before_attention(
+        &self,
+        hidden: &DeviceBuffer<u16>,
+        xn: &mut DeviceBuffer<u16>,
+        qkv: &mut DeviceBuffer<u16>,
+    ) -> graphsmith::Result<()> {
+        let (c, lw) = (self.config, self.weights);
+        let h = c.hidden_size as i32;
+        self.stream.launch(
+            "input norm",
+            &self.kernels.rmsnorm,
+            grid(self.rows as u32, 1, 256, 0),
+            args![hidden, &lw.input_norm, &mut *xn, h, c.rms_norm_eps],
+        )?;
+        self.cublas.gemm(
+            self.stream,
+            "gemm q/k/v",
+            operand(xn),
+            operand(&lw.qkv),
+            output(qkv, false),
+            self.rows,
+            c.qkv_dim(),
+            c.hidden_size,
+            false,
+            false,
+        )
+    }
+
+    /// The o GEMM of `attn` added to `hidden`, the post-attention norm into `xn`, gate/up into
+    /// `gate_up`, SwiGLU into `act`, the down GEMM added to `hidden`.
+    #[track_caller]
+    pub(super) fn after_attention(
+        &self,
+        attn: &DeviceBuffer<u16>,
+        hidden: &mut DeviceBuffer<u16>,
+        (xn, gate_up, act): (
+            &mut DeviceBuffer<u16>,
+            &mut DeviceBuffer<u16>,
+            &mut DeviceBuffer<u16>,
+        ),
+    ) -> graphsmith::Result<()> {
+        let (c, lw, k, rows) = (self.config, self.weights, self.kernels, self.rows);
+        let (h, f) = (c.hidden_size as i32, c.intermediate_size as i32);
+        self.cublas.gemm(
+            self.stream,
+            "gemm o + residual",
+            operand(attn),
+            operand(&lw.o),
+            output(&mut *hidden, true),
+            rows,
+            c.hidden_size,
+            c.q_dim(),
+            true,
+            false,
+        )?;
+        self.stream.launch(
+            "post-attention norm",
+            &k.rmsnorm,
+            grid(rows as u32, 1, 256, 0),
+            args![&*hidden, &lw.post_norm, &mut *xn, h, c.rms_norm_eps],
+        )?;
+        self.cublas.gemm(
+            self.stream,
+            "gemm gate/up",
+            operand(xn),
+            operand(&lw.gate_up),
+            output(&mut *gate_up, false),
+            rows,
+            2 * c.intermediate_size,
+            c.hidden_size,
+            false,
+            false,
+        )?;
+        let total = rows as i32 * f;
+        self.stream.launch(
+            "swiglu",
+            &k.swiglu,
+            grid((total as u32).div_ceil(256).min(4096), 1, 256, 0),
+            args![&*gate_up, &mut *act, f, total],
+        )?;
+        self.cublas.gemm(
+            self.stream,
+            "gemm down + residual",
+            operand(act),
+            operand(&lw.down),
+            output(hidden, true),
+            rows,
+            c.hidden_size,
+            c.intermediate_size,
+            true,
+            false,
         )
     }
 }

@@ -34,3 +34,4 @@ pub use step::{
     bucket_for, row_inputs, DecodeLoop, DecoderOptions, Gemm, LoopRun, Mode, Model, Pdl, StepPath,
     SwapReport, Tuning, BUCKETS,
 };
+pub use step::{search, BucketChoices, BucketFacts, Search, SearchReport};

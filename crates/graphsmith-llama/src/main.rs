@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use graphsmith::Context;
 use graphsmith_llama::{bench, bench_loop, build_model, check, generate, load_host, LoopBench};
 use graphsmith_llama::{Codec, DecoderOptions, Gemm, LlamaError, Mode, Pdl, Source};
-use graphsmith_llama::{Tolerance, Tuning};
+use graphsmith_llama::{Search, Tolerance, Tuning};
 
 #[derive(Parser)]
 #[command(
@@ -79,6 +79,10 @@ enum Command {
         /// device has it, compute capability 9.0+), on, off.
         #[arg(long, default_value = "auto")]
         pdl: Pdl,
+        /// Graphs mode: the rules' launch choices alone, without measuring each bucket's at load
+        /// (or reading them from the cache).
+        #[arg(long)]
+        no_search: bool,
         #[arg(long)]
         json: bool,
     },
@@ -111,8 +115,14 @@ enum Command {
         /// clusters (cluster: 0 or 1), MiB it prefetches into L2 (pf), the one-row projections on
         /// the ring GEMV (cpa: a bit each) and its blocks per multiprocessor (cpab: 1 or 2). Each
         /// is measured; they change where the work runs (and so the order of some sums, not the math).
-        #[arg(long, value_delimiter = ';', default_value = "default")]
-        tune: Vec<Tuning>,
+        /// `gemv` (0 or 1) picks cuBLAS or the GEMV kernels for batches of up to 8 rows. Given,
+        /// it replaces the search of the launch choices (`default` is then the rules').
+        #[arg(long, value_delimiter = ';')]
+        tune: Option<Vec<Tuning>>,
+        /// Graphs mode: the rules' launch choices alone, without measuring each bucket's at load
+        /// (or reading them from the cache).
+        #[arg(long)]
+        no_search: bool,
         #[arg(long)]
         json: bool,
     },
@@ -155,9 +165,39 @@ enum Command {
         new_tokens: usize,
         #[arg(long, default_value = "graphs")]
         mode: Mode,
+        /// Graphs mode: the rules' launch choices alone, without measuring each bucket's at load
+        /// (or reading them from the cache).
+        #[arg(long)]
+        no_search: bool,
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The search of the launch choices unless `--no-search` (graphs mode only searches).
+fn search(no_search: bool) -> Search {
+    if no_search {
+        Search::Off
+    } else {
+        Search::On
+    }
+}
+
+/// One line on stderr about the search a model's load did.
+fn say_search(report: Option<&graphsmith_llama::SearchReport>) {
+    if let Some(r) = report {
+        let how = if r.from_cache {
+            "from the cache".to_string()
+        } else {
+            format!("searched in {:.1} s", r.search_ms / 1e3)
+        };
+        let each: Vec<String> = r
+            .buckets
+            .iter()
+            .map(|b| format!("{}: {}", b.bucket, b.tuning))
+            .collect();
+        eprintln!("launch choices ({how}): {}", each.join("; "));
+    }
 }
 
 fn print_error(e: &LlamaError) {
@@ -201,6 +241,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             tolerance,
             gemm,
             pdl,
+            no_search,
             json,
         } => {
             let swap = swap_model.as_deref().zip(swap_reference.as_deref());
@@ -223,6 +264,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 DecoderOptions {
                     gemm,
                     pdl,
+                    search: search(no_search),
                     ..DecoderOptions::default()
                 },
                 tty,
@@ -230,6 +272,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             if json {
                 println!("{}", serde_json::to_string(&out).unwrap_or_default());
             } else {
+                say_search(out.search.as_ref());
                 for c in &out.checks {
                     println!(
                         "{}: max |logit diff| {:.4}, worst diff/tolerance {:.3} (tolerance: {}) -> {}",
@@ -275,6 +318,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             gemm,
             pdl,
             tune,
+            no_search,
             json,
         } => {
             let source = model.source()?;
@@ -288,9 +332,9 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 &source,
                 &batch,
                 &mode,
-                gemm,
+                (gemm, search(no_search || tune.is_some())),
                 &pdl,
-                &tune,
+                &tune.unwrap_or_default(),
                 steps,
                 warmup,
                 runs,
@@ -300,6 +344,10 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                         println!("{}", serde_json::to_string(line).unwrap_or_default());
                     } else {
                         println!("{:<18} batch {:>3}: {:>9.1} steps/s {:>10.1} tokens/s {:>8.3} ms/step (floor {:.3} ms, peak {} MiB, {})", line.implementation, line.batch, line.steps_per_s, line.tokens_per_s, line.ms_per_step, line.floor_ms, line.peak_mem_bytes >> 20, line.path);
+                        if let Some(choice) = &line.choice {
+                            say_search(line.search.as_ref());
+                            println!("{:<18} batch {:>3}: launch choices {choice}", "", line.batch);
+                        }
                     }
                 },
             )?;
@@ -369,6 +417,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             prompt,
             new_tokens,
             mode,
+            no_search,
             json,
         } => {
             let source = model.source()?;
@@ -395,9 +444,13 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 &host,
                 (1, ids.len() + new_tokens + 1),
                 mode,
-                DecoderOptions::default(),
+                DecoderOptions {
+                    search: search(no_search),
+                    ..DecoderOptions::default()
+                },
                 tty,
             )?;
+            say_search(m.search_report());
             let mut out = generate(&mut m, &ids, new_tokens)?;
             if codec.has_tokenizer() {
                 let ids: Vec<u32> = out.tokens.iter().map(|&t| t as u32).collect();

@@ -78,7 +78,11 @@ fn every_component_of_the_key_changes_it() {
     }
     // The same key, the same id, in every process (FNV-1a of its JSON).
     assert_eq!(base.id(), key().id());
-    assert!(base.file_name().starts_with("nvidia-h200-"), "{}", base.file_name());
+    assert!(
+        base.file_name().starts_with("nvidia-h200-"),
+        "{}",
+        base.file_name()
+    );
     assert!(base.file_name().ends_with(".json"));
 }
 
@@ -115,7 +119,7 @@ fn an_entry_round_trips_and_gives_its_choices() {
     let e = entry();
     let path = store(dir.path(), &e).unwrap();
     assert_eq!(path, dir.path().join(e.key.file_name()));
-    assert_eq!(load(dir.path(), &e.key), Lookup::Hit(e.clone()));
+    assert_eq!(load(dir.path(), &e.key), Lookup::Hit(Box::new(e.clone())));
     let choices = e.choices().unwrap();
     assert_eq!(choices.for_rows(1).to_string(), "down=4,pf=8");
     assert!(choices.for_rows(2).is_default());
@@ -129,7 +133,7 @@ fn an_entry_round_trips_and_gives_its_choices() {
     let mut again = e.clone();
     again.search_ms = 1.0;
     store(dir.path(), &again).unwrap();
-    assert_eq!(load(dir.path(), &e.key), Lookup::Hit(again));
+    assert_eq!(load(dir.path(), &e.key), Lookup::Hit(Box::new(again)));
 }
 
 #[test]
@@ -325,10 +329,7 @@ fn candidates_step_away_from_the_rule_within_what_the_kernels_take() {
         specs(&directions(&f, &t, Key::Prefetch)),
         vec![vec!["pf=2", "pf=1", "pf=0"], vec!["pf=8", "pf=16"]]
     );
-    assert_eq!(
-        specs(&directions(&f, &t, Key::Gemv)),
-        vec![vec!["gemv=0"]]
-    );
+    assert_eq!(specs(&directions(&f, &t, Key::Gemv)), vec![vec!["gemv=0"]]);
     assert_eq!(
         specs(&directions(&f, &t, Key::Cluster)),
         vec![vec!["cluster=0"]]
@@ -353,7 +354,12 @@ fn candidates_step_away_from_the_rule_within_what_the_kernels_take() {
     };
     assert_eq!(
         specs(&directions(&ring, &t, Key::Ring)),
-        vec![vec!["cpa=14"], vec!["cpa=13"], vec!["cpa=11"], vec!["cpa=7"]]
+        vec![
+            vec!["cpa=14"],
+            vec!["cpa=13"],
+            vec!["cpa=11"],
+            vec!["cpa=7"]
+        ]
     );
     assert_eq!(
         specs(&directions(&ring, &t, Key::RingBlocks)),
@@ -372,7 +378,9 @@ fn candidates_step_away_from_the_rule_within_what_the_kernels_take() {
 
 #[test]
 fn a_candidate_wins_only_by_more_than_the_noise() {
-    let inc = [1.000, 1.002, 0.999, 1.001, 1.000, 1.003, 0.998, 1.000, 1.001];
+    let inc = [
+        1.000, 1.002, 0.999, 1.001, 1.000, 1.003, 0.998, 1.000, 1.001,
+    ];
     // 2% faster every turn: wins.
     let fast: Vec<f64> = inc.iter().map(|t| t * 0.98).collect();
     let v = Verdict::judge(&inc, &fast);
@@ -405,7 +413,11 @@ fn a_step_takes_the_choices_of_the_bucket_that_holds_it() {
     for rows in 1..=64 {
         let bucket = bucket_for(rows).unwrap();
         let i = BUCKETS.iter().position(|&b| b == bucket).unwrap();
-        assert_eq!(choices.for_rows(rows).attention_splits, Some(i + 1), "{rows} rows");
+        assert_eq!(
+            choices.for_rows(rows).attention_splits,
+            Some(i + 1),
+            "{rows} rows"
+        );
     }
     // Above the largest bucket (run eagerly): the largest's.
     assert_eq!(choices.for_rows(65).attention_splits, Some(7));

@@ -42,7 +42,9 @@ impl BucketChoices {
                 self.by_bucket[i] = tuning;
                 Ok(())
             }
-            None => Err(format!("{bucket} is not a bucket (the buckets: {BUCKETS:?})")),
+            None => Err(format!(
+                "{bucket} is not a bucket (the buckets: {BUCKETS:?})"
+            )),
         }
     }
 

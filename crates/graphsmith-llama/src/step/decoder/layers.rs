@@ -133,7 +133,11 @@ impl Decoder {
             blocks_per_sm: per_sm,
         };
         // Whether projection `i` runs on the ring GEMV, and its grid.
-        let (tuning, fits, rule) = (self.options.tuning_for(rows), self.ring_fits, self.ring_rule);
+        let (tuning, fits, rule) = (
+            self.options.tuning_for(rows),
+            self.ring_fits,
+            self.ring_rule,
+        );
         let ring = move |i: usize| rows == 1 && fits && tuning.ring_gemv_for(i, rule);
         let per_sm = tuning.ring_gemv_blocks.unwrap_or(GEMV_ASYNC_BLOCKS_PER_SM);
         let ring_blocks = sm_count * per_sm;

@@ -71,7 +71,7 @@ impl CacheEntry {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Lookup {
     /// An entry for this key.
-    Hit(CacheEntry),
+    Hit(Box<CacheEntry>),
     /// No entry.
     Miss,
     /// An entry for another key (stale: another driver, version, kernels or shape), not reused.
@@ -115,7 +115,7 @@ pub fn load(dir: &Path, key: &CacheKey) -> Lookup {
             path.display()
         ));
     }
-    Lookup::Hit(entry)
+    Lookup::Hit(Box::new(entry))
 }
 
 /// The fields in which two keys differ, named.
@@ -159,6 +159,7 @@ pub fn store(dir: &Path, entry: &CacheEntry) -> Result<PathBuf, String> {
     tmp.write_all(text.as_bytes())
         .and_then(|()| tmp.as_file().sync_all())
         .map_err(|e| fail("write it", &e))?;
-    tmp.persist(&path).map_err(|e| fail("rename it", &e.error))?;
+    tmp.persist(&path)
+        .map_err(|e| fail("rename it", &e.error))?;
     Ok(path)
 }

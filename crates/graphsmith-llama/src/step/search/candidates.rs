@@ -68,7 +68,9 @@ fn ring_mask(f: &BucketFacts, t: &Tuning) -> u8 {
     if !(f.ring_fits && uses_gemv(f, t)) {
         return 0;
     }
-    (0..4).fold(0, |m, i| m | (u8::from(t.ring_gemv_for(i, f.ring_rule)) << i))
+    (0..4).fold(0, |m, i| {
+        m | (u8::from(t.ring_gemv_for(i, f.ring_rule)) << i)
+    })
 }
 
 /// The attention's launch with `t`.
@@ -141,13 +143,17 @@ pub fn directions(f: &BucketFacts, t: &Tuning, key: Key) -> Vec<Vec<Tuning>> {
         }
         Key::RingBlocks => {
             let now = t.ring_gemv_blocks.unwrap_or(GEMV_ASYNC_BLOCKS_PER_SM);
-            vec![vec![with(&|c| c.ring_gemv_blocks = Some(3 - now.clamp(1, 2)))]]
+            vec![vec![with(&|c| {
+                c.ring_gemv_blocks = Some(3 - now.clamp(1, 2))
+            })]]
         }
         Key::Warps(i) => {
             let now = t.warps_per_column[i].unwrap_or(f.warps_rule[i]);
             let most = f.warps_max[i].clamp(1, 8);
-            let down = std::iter::successors(Some(now / 2), |w| Some(w / 2)).take_while(|&w| w >= 1);
-            let up = std::iter::successors(Some(now * 2), |w| Some(w * 2)).take_while(|&w| w <= most);
+            let down =
+                std::iter::successors(Some(now / 2), |w| Some(w / 2)).take_while(|&w| w >= 1);
+            let up =
+                std::iter::successors(Some(now * 2), |w| Some(w * 2)).take_while(|&w| w <= most);
             let set = |w: usize| with(&|c| c.warps_per_column[i] = Some(w));
             [down.map(set).collect::<Vec<_>>(), up.map(set).collect()]
                 .into_iter()
@@ -174,10 +180,9 @@ pub fn directions(f: &BucketFacts, t: &Tuning, key: Key) -> Vec<Vec<Tuning>> {
             if now > 0 {
                 down.push(0);
             }
-            let up: Vec<u64> =
-                std::iter::successors(Some((now * 2).max(1)), |m| Some(m * 2))
-                    .take_while(|&m| m <= PREFETCH_MAX_MIB)
-                    .collect();
+            let up: Vec<u64> = std::iter::successors(Some((now * 2).max(1)), |m| Some(m * 2))
+                .take_while(|&m| m <= PREFETCH_MAX_MIB)
+                .collect();
             [down, up]
                 .into_iter()
                 .filter(|d| !d.is_empty())

@@ -129,7 +129,8 @@ pub fn driver_release(text: &str) -> Option<String> {
         .find(|w| {
             w.contains('.')
                 && w.split('.').count() >= 2
-                && w.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+                && w.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
         })
         .map(str::to_string)
 }

@@ -170,9 +170,9 @@ pub(super) fn search_all(
                 searched.buckets.push(result);
             }
             Err(e) => {
-                searched.notes.push(format!(
-                    "bucket {bucket}: {e}; the rules' choices kept"
-                ));
+                searched
+                    .notes
+                    .push(format!("bucket {bucket}: {e}; the rules' choices kept"));
                 work.set_bucket_choice(bucket, Tuning::default())?;
                 searched.buckets.push(BucketResult {
                     bucket,
@@ -225,10 +225,7 @@ fn search_bucket(
         .min(timer.most_replays);
     let (mut timed, mut late, mut last_ms) = (0, false, estimate);
     let mut tried: Vec<Key> = Vec::new();
-    'keys: while let Some(key) = keys(f, &incumbent)
-        .into_iter()
-        .find(|k| !tried.contains(k))
-    {
+    'keys: while let Some(key) = keys(f, &incumbent).into_iter().find(|k| !tried.contains(k)) {
         tried.push(key);
         for direction in directions(f, &incumbent, key) {
             let mut won = false;

@@ -71,7 +71,11 @@ pub(crate) fn key_for(ctx: &Context, work: &Decoder) -> Result<CacheKey> {
 /// Sets `work`'s choices per bucket from the cache, or by searching (then caches them), when
 /// its options ask for the search and set no choice by hand; `None` otherwise. Warnings go to
 /// stderr and into the report.
-pub(crate) fn run(ctx: &Context, stream: &Stream, work: &mut Decoder) -> Result<Option<SearchReport>> {
+pub(crate) fn run(
+    ctx: &Context,
+    stream: &Stream,
+    work: &mut Decoder,
+) -> Result<Option<SearchReport>> {
     let options = work.options();
     if options.search == Search::Off || !options.tuning.is_default() {
         return Ok(None);
@@ -82,6 +86,7 @@ pub(crate) fn run(ctx: &Context, stream: &Stream, work: &mut Decoder) -> Result<
     match &dir {
         Some(dir) => match load(dir, &key) {
             Lookup::Hit(entry) => {
+                let entry = *entry;
                 let path = dir.join(key.file_name());
                 for b in &entry.buckets {
                     if let Ok(t) = b.tuning.parse() {

@@ -345,7 +345,9 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                     } else {
                         println!("{:<18} batch {:>3}: {:>9.1} steps/s {:>10.1} tokens/s {:>8.3} ms/step (floor {:.3} ms, peak {} MiB, {})", line.implementation, line.batch, line.steps_per_s, line.tokens_per_s, line.ms_per_step, line.floor_ms, line.peak_mem_bytes >> 20, line.path);
                         if let Some(choice) = &line.choice {
-                            say_search(line.search.as_ref());
+                            if Some(&line.batch) == batch.first() {
+                                say_search(line.search.as_ref());
+                            }
                             println!(
                                 "{:<18} batch {:>3}: launch choices {choice}",
                                 "", line.batch

@@ -15,9 +15,9 @@ use crate::step::decoder::Decoder;
 use crate::step::tuning::Tuning;
 
 /// Paired turns per duel (after one warm-up turn each).
-const TURNS: usize = 9;
+const TURNS: usize = 15;
 /// About this much device time per turn, ms (replays of a step, 2 to 16).
-const TURN_MS: f64 = 3.0;
+const TURN_MS: f64 = 4.0;
 /// The positions the timed steps start from: half the context, at most this (a step's
 /// attention reads every position before its own).
 const START_POSITION: usize = 128;

@@ -346,13 +346,18 @@ impl Decoder {
 
     /// Whether a step of `rows` rows runs its projections on the GEMV kernels.
     pub(crate) fn uses_gemv(&self, rows: usize) -> bool {
+        match (self.options.gemm, self.options.tuning_for(rows).gemv) {
+            (Gemm::Auto, Some(gemv)) => gemv && rows <= self.gemv_max_rows,
+            _ => self.gemv_by_rule(rows),
+        }
+    }
+
+    /// Whether the rules run a step of `rows` rows on the GEMV kernels.
+    fn gemv_by_rule(&self, rows: usize) -> bool {
         match self.options.gemm {
             Gemm::Cublas => false,
             Gemm::Gemv => self.gemv_max_rows > 0,
-            Gemm::Auto => match self.options.tuning_for(rows).gemv {
-                Some(gemv) => gemv && rows <= self.gemv_max_rows,
-                None => rows <= GEMV_AUTO_MAX_ROWS.min(self.gemv_max_rows),
-            },
+            Gemm::Auto => rows <= GEMV_AUTO_MAX_ROWS.min(self.gemv_max_rows),
         }
     }
 
@@ -379,11 +384,7 @@ impl Decoder {
         BucketFacts {
             rows,
             gemv_choice: self.options.gemm == Gemm::Auto && rows <= self.gemv_max_rows,
-            gemv_by_rule: match self.options.gemm {
-                Gemm::Cublas => false,
-                Gemm::Gemv => self.gemv_max_rows > 0,
-                Gemm::Auto => rows <= GEMV_AUTO_MAX_ROWS.min(self.gemv_max_rows),
-            },
+            gemv_by_rule: self.gemv_by_rule(rows),
             warps_rule,
             warps_max: shapes.map(|(_, k)| warps_per_column_max(k)),
             ring_fits: rows == 1 && self.ring_fits,

@@ -465,3 +465,81 @@ fn the_cache_folder_follows_its_variable() {
         assert!(d.ends_with("graphsmith/launch-choices"), "{}", d.display());
     }
 }
+
+/// A duel on a cost model: ms per step of each choice, without noise.
+fn model_duel(
+    cost: impl Fn(&Tuning) -> f64,
+) -> impl FnMut(&Tuning, &Tuning) -> Result<Option<Verdict>, String> {
+    move |inc, cand| {
+        let (i, c) = (cost(inc), cost(cand));
+        Ok(Some(Verdict::judge(&[i; 5], &[c; 5])))
+    }
+}
+
+#[test]
+fn the_descent_keeps_what_wins_and_walks_a_direction_while_it_wins() {
+    use graphsmith_llama::search::descend;
+    let f = one_row();
+    // o faster with more warps (best at 8), down at 4, a prefetch of 2 MiB; the rest no better.
+    let cost = |t: &Tuning| {
+        let mut ms = 1.0;
+        ms -= match t.warps_per_column[1] {
+            Some(8) => 0.03,
+            Some(4) => 0.02,
+            _ => 0.0,
+        };
+        if t.warps_per_column[3] == Some(4) {
+            ms -= 0.01;
+        }
+        if t.warps_per_column[3] == Some(8) {
+            ms += 0.05;
+        }
+        if t.prefetch_mib == Some(2) {
+            ms -= 0.005;
+        }
+        ms
+    };
+    let d = descend(&f, model_duel(cost), || false).unwrap();
+    assert_eq!(d.tuning.to_string(), "o=8,down=4,pf=2");
+    assert!(!d.late && d.skipped.is_empty());
+    assert_eq!(d.last, Some(cost(&d.tuning)));
+    // A direction stops at its first step that does not win: with nothing better than the
+    // rules, each direction takes one duel.
+    let rules = descend(&f, model_duel(|_| 1.0), || false).unwrap();
+    assert_eq!(rules.tuning, Tuning::default());
+    // gemv 1, o 2 (down, up), gate_up 1 (up), down 2, head 1, qkv 1, blocks 1, pf 2, cluster 1.
+    assert_eq!(rules.duels, 12);
+    // With no time, nothing is tried.
+    let late = descend(&f, model_duel(cost), || true).unwrap();
+    assert!(late.late && late.duels == 0 && late.tuning == Tuning::default());
+    assert_eq!(late.last, None);
+}
+
+#[test]
+fn a_candidate_that_cannot_run_ends_its_direction_and_an_error_ends_the_descent() {
+    use graphsmith_llama::search::descend;
+    let f = one_row();
+    // The cuBLAS path cannot be captured (say): skipped, the rest goes on.
+    let d = descend(
+        &f,
+        |inc: &Tuning, cand: &Tuning| {
+            if cand.gemv == Some(false) {
+                return Ok(None);
+            }
+            // Each MiB less prefetched is faster: the walk goes 2, 1, 0.
+            let ms = |t: &Tuning| 0.96 + 0.01 * t.prefetch_mib.unwrap_or(4) as f64;
+            Ok::<_, String>(Some(Verdict::judge(&[ms(inc); 3], &[ms(cand); 3])))
+        },
+        || false,
+    )
+    .unwrap();
+    assert_eq!(d.skipped.len(), 1);
+    assert_eq!(d.skipped[0].1.to_string(), "gemv=0");
+    assert_eq!(d.tuning.to_string(), "pf=0");
+    let err = descend(
+        &f,
+        |_: &Tuning, _: &Tuning| Err("lost".to_string()),
+        || false,
+    );
+    assert_eq!(err.unwrap_err(), "lost");
+}

@@ -1,14 +1,15 @@
 //! Timing the candidates on the device: each one captured as the bucket's step graph on the
 //! model's own weights, replayed turn by turn against the incumbent's graph (CUDA events around
 //! a few replays, from the same positions each turn), judged on the medians
-//! ([`Verdict::judge`]); coordinate descent over [`keys`] within a time budget per bucket.
+//! ([`Verdict::judge`]); the coordinate descent ([`descend`]) within a time budget per bucket.
 
 use std::time::{Duration, Instant};
 
 use graphsmith::{CaptureMode, Context, Event, Exec, Stream};
 
 use super::cache::BucketResult;
-use super::candidates::{budget_share, directions, keys, Key, Verdict};
+use super::candidates::{budget_share, Verdict};
+use super::descent::descend;
 use crate::error::{LlamaError, Result};
 use crate::step::buckets::{BucketFacts, BUCKETS};
 use crate::step::decoder::Decoder;
@@ -204,10 +205,8 @@ fn prefill(timer: &Timer<'_>, work: &mut Decoder, largest: usize) -> Result<()> 
     Ok(())
 }
 
-/// Coordinate descent for one bucket from the rules' choices: for each key ([`keys`], again
-/// after every change), each direction ([`directions`]) is walked while its steps win; a key
-/// whose direction won skips its other direction. Past `deadline` the incumbent stands. A
-/// changed incumbent must finally beat the rules in a duel of their own, else the rules stand.
+/// One bucket's coordinate descent ([`descend`]) with duels on the device, within `deadline`.
+/// A changed incumbent must finally beat the rules in a duel of their own, else the rules stand.
 fn search_bucket(
     timer: &Timer<'_>,
     work: &mut Decoder,
@@ -217,66 +216,54 @@ fn search_bucket(
 ) -> Result<(BucketResult, bool)> {
     let bucket = f.rows;
     let rules = Tuning::default();
-    let mut incumbent = rules;
     let mut inc_exec = timer.capture(work, bucket, rules)?;
     let estimate = timer.turn(work, &mut inc_exec, bucket, 2)?;
     let replays = ((TURN_MS / estimate.max(1e-3)).ceil() as usize)
         .clamp(2, 16)
         .min(timer.most_replays);
-    let (mut timed, mut late, mut last_ms) = (0, false, estimate);
-    let mut tried: Vec<Key> = Vec::new();
-    'keys: while let Some(key) = keys(f, &incumbent).into_iter().find(|k| !tried.contains(k)) {
-        tried.push(key);
-        for direction in directions(f, &incumbent, key) {
-            let mut won = false;
-            for candidate in direction {
-                if Instant::now() >= deadline {
-                    late = true;
-                    break 'keys;
+    let descent = descend(
+        f,
+        |_, candidate| -> Result<Option<Verdict>> {
+            let mut exec = match timer.capture(work, bucket, *candidate) {
+                Ok(exec) => exec,
+                Err(e) => {
+                    notes.push(format!("bucket {bucket} [{candidate}]: {e}; skipped"));
+                    return Ok(None);
                 }
-                let mut exec = match timer.capture(work, bucket, candidate) {
-                    Ok(exec) => exec,
-                    Err(e) => {
-                        notes.push(format!("bucket {bucket} [{candidate}]: {e}; skipped"));
-                        break;
-                    }
-                };
-                let v = timer.duel(work, (&mut inc_exec, &mut exec), bucket, replays)?;
-                timed += 1;
-                if !v.wins {
-                    last_ms = v.incumbent;
-                    break;
-                }
-                (incumbent, inc_exec, won, last_ms) = (candidate, exec, true, v.candidate);
+            };
+            let v = timer.duel(work, (&mut inc_exec, &mut exec), bucket, replays)?;
+            if v.wins {
+                inc_exec = exec;
             }
-            if won {
-                break;
-            }
-        }
-    }
-    let (mut rules_ms, mut chosen_ms) = (last_ms, last_ms);
-    if incumbent != rules {
+            Ok(Some(v))
+        },
+        || Instant::now() >= deadline,
+    )?;
+    let mut chosen = descent.tuning;
+    let last = descent.last.unwrap_or(estimate);
+    let (mut rules_ms, mut chosen_ms) = (last, last);
+    if chosen != rules {
         let mut rules_exec = timer.capture(work, bucket, rules)?;
         let v = timer.duel(work, (&mut rules_exec, &mut inc_exec), bucket, replays)?;
         (rules_ms, chosen_ms) = (v.incumbent, v.candidate);
         if !v.wins {
             notes.push(format!(
-                "bucket {bucket}: [{incumbent}] did not beat the rules in the final duel ({:+.2}%); the rules' choices kept",
+                "bucket {bucket}: [{chosen}] did not beat the rules in the final duel ({:+.2}%); the rules' choices kept",
                 -100.0 * v.gain
             ));
-            incumbent = rules;
+            chosen = rules;
             chosen_ms = rules_ms;
         }
     }
-    work.set_bucket_choice(bucket, incumbent)?;
+    work.set_bucket_choice(bucket, chosen)?;
     Ok((
         BucketResult {
             bucket,
-            tuning: incumbent.to_string(),
+            tuning: chosen.to_string(),
             rules_ms: Some(rules_ms),
             chosen_ms: Some(chosen_ms),
-            candidates: timed,
+            candidates: descent.duels,
         },
-        late,
+        descent.late,
     ))
 }

@@ -1,9 +1,9 @@
 //! Launch choices measured at first load: for each batch bucket, the decoder's launch choices
 //! (warps per output column of each projection, blocks per multiprocessor, the attention's
 //! splits and clusters, the L2 prefetch budget, the ring GEMV, GEMV kernels or cuBLAS) are
-//! searched from the rules' values by coordinate descent (`candidates.rs`), each candidate timed
-//! as a replayed graph of the model's own step against the incumbent (`measure.rs`), within a
-//! time budget for the whole bucket set. The winners are cached on disk per GPU, driver,
+//! searched from the rules' values by coordinate descent (`candidates.rs`, `descent.rs`), each
+//! candidate timed as a replayed graph of the model's own step against the incumbent
+//! (`measure.rs`), within a time budget for the whole bucket set. The winners are cached on disk per GPU, driver,
 //! version, kernels and shape (`key.rs`, `cache.rs`): a cached load spends no time searching.
 //!
 //! A step picks its bucket's choices (`BucketChoices::for_rows`); hand-set choices
@@ -11,6 +11,7 @@
 
 mod cache;
 pub mod candidates;
+mod descent;
 mod key;
 mod measure;
 
@@ -21,6 +22,7 @@ use serde::Serialize;
 
 pub use cache::{cache_dir, load, store, BucketResult, CacheEntry, Lookup, CACHE_DIR_VAR};
 pub use candidates::{Key, Verdict};
+pub use descent::{descend, Descent};
 pub use key::{context_class, driver_release, kernels_hash, CacheKey, Shape, SEARCH_FORMAT};
 
 use super::decoder::Decoder;

@@ -153,7 +153,7 @@ pub(super) fn search_all(
     let shares: Vec<f64> = facts.iter().map(budget_share).collect();
     let total: f64 = shares.iter().sum();
     let bar = progress(order.len() as u64);
-    prefill(&timer, work, order[0])?;
+    fill_cache(&timer, work, order[0])?;
     let mut searched = Searched {
         buckets: Vec::new(),
         out_of_budget: false,
@@ -195,7 +195,7 @@ pub(super) fn search_all(
 
 /// Fills every row's cache up to the start position with the rules' steps (a graph of the
 /// largest bucket replayed from position 0), so that the timed steps attend over real values.
-fn prefill(timer: &Timer<'_>, work: &mut Decoder, largest: usize) -> Result<()> {
+fn fill_cache(timer: &Timer<'_>, work: &mut Decoder, largest: usize) -> Result<()> {
     let mut exec = timer.capture(work, largest, Tuning::default())?;
     timer.write_rows(work, largest, 0)?;
     for _ in 0..timer.position {

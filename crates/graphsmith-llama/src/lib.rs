@@ -38,3 +38,4 @@ pub use step::{
     DecodeLoop, DecoderOptions, Gemm, LoopRun, Mode, Model, Pdl, PrefillMode, PrefillRun, Span,
     StepPath, SwapReport, Tuning, BUCKETS, DEFAULT_PREFILL_CHUNK, PREFILL_BUCKETS,
 };
+pub use step::{search, BucketChoices, BucketFacts, Search, SearchReport};

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 use graphsmith::Context;
 use graphsmith_llama::{bench, bench_loop, build_model, check, generate_with, load_host};
 use graphsmith_llama::{Codec, DecoderOptions, Gemm, LlamaError, LoopBench, Mode, Pdl, Source};
-use graphsmith_llama::{PrefillMode, Tolerance, TtftBench, Tuning};
+use graphsmith_llama::{PrefillMode, Search, Tolerance, TtftBench, Tuning};
 
 #[derive(Parser)]
 #[command(
@@ -83,6 +83,10 @@ enum Command {
         /// together, one forward per chunk), or `steps` (one decode step per token).
         #[arg(long, default_value = "512")]
         prefill: PrefillMode,
+        /// Graphs mode: the rules' launch choices alone, without measuring each bucket's at load
+        /// (or reading them from the cache).
+        #[arg(long)]
+        no_search: bool,
         #[arg(long)]
         json: bool,
     },
@@ -116,8 +120,10 @@ enum Command {
         /// clusters (cluster: 0 or 1), MiB it prefetches into L2 (pf), the one-row projections on
         /// the ring GEMV (cpa: a bit each) and its blocks per multiprocessor (cpab: 1 or 2). Each
         /// is measured; they change where the work runs (and so the order of some sums, not the math).
-        #[arg(long, value_delimiter = ';', default_value = "default")]
-        tune: Vec<Tuning>,
+        /// `gemv` (0 or 1) picks cuBLAS or the GEMV kernels for batches of up to 8 rows. Given,
+        /// it replaces the search of the launch choices (`default` is then the rules').
+        #[arg(long, value_delimiter = ';')]
+        tune: Option<Vec<Tuning>>,
         /// Prompt lengths whose time to first token is measured (a length beyond the model's
         /// context is left out, with a warning).
         #[arg(long, value_delimiter = ',', default_value = "512,2048")]
@@ -131,6 +137,10 @@ enum Command {
         /// Leave the time to first token out.
         #[arg(long)]
         no_ttft: bool,
+        /// Graphs mode: the rules' launch choices alone, without measuring each bucket's at load
+        /// (or reading them from the cache).
+        #[arg(long)]
+        no_search: bool,
         #[arg(long)]
         json: bool,
     },
@@ -177,9 +187,39 @@ enum Command {
         /// per token).
         #[arg(long, default_value = "512")]
         prefill: PrefillMode,
+        /// Graphs mode: the rules' launch choices alone, without measuring each bucket's at load
+        /// (or reading them from the cache).
+        #[arg(long)]
+        no_search: bool,
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The search of the launch choices unless `--no-search` (graphs mode only searches).
+fn search(no_search: bool) -> Search {
+    if no_search {
+        Search::Off
+    } else {
+        Search::On
+    }
+}
+
+/// One line on stderr about the search a model's load did.
+fn say_search(report: Option<&graphsmith_llama::SearchReport>) {
+    if let Some(r) = report {
+        let how = if r.from_cache {
+            "from the cache".to_string()
+        } else {
+            format!("searched in {:.1} s", r.search_ms / 1e3)
+        };
+        let each: Vec<String> = r
+            .buckets
+            .iter()
+            .map(|b| format!("{}: {}", b.bucket, b.tuning))
+            .collect();
+        eprintln!("launch choices ({how}): {}", each.join("; "));
+    }
 }
 
 fn print_error(e: &LlamaError) {
@@ -224,6 +264,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             gemm,
             pdl,
             prefill,
+            no_search,
             json,
         } => {
             let swap = swap_model.as_deref().zip(swap_reference.as_deref());
@@ -246,6 +287,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 DecoderOptions {
                     gemm,
                     pdl,
+                    search: search(no_search),
                     ..DecoderOptions::default()
                 },
                 prefill,
@@ -254,6 +296,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             if json {
                 println!("{}", serde_json::to_string(&out).unwrap_or_default());
             } else {
+                say_search(out.search.as_ref());
                 for c in &out.checks {
                     println!(
                         "{}: max |logit diff| {:.4}, worst diff/tolerance {:.3} (tolerance: {}) -> {}",
@@ -306,6 +349,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             ttft_batch,
             prefill,
             no_ttft,
+            no_search,
             json,
         } => {
             let source = model.source()?;
@@ -324,9 +368,9 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 &source,
                 &batch,
                 &mode,
-                gemm,
+                (gemm, search(no_search || tune.is_some())),
                 &pdl,
-                &tune,
+                &tune.unwrap_or_default(),
                 steps,
                 warmup,
                 runs,
@@ -337,6 +381,15 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                         println!("{}", serde_json::to_string(line).unwrap_or_default());
                     } else {
                         println!("{:<18} batch {:>3}: {:>9.1} steps/s {:>10.1} tokens/s {:>8.3} ms/step (floor {:.3} ms, peak {} MiB, {})", line.implementation, line.batch, line.steps_per_s, line.tokens_per_s, line.ms_per_step, line.floor_ms, line.peak_mem_bytes >> 20, line.path);
+                        if let Some(choice) = &line.choice {
+                            if Some(&line.batch) == batch.first() {
+                                say_search(line.search.as_ref());
+                            }
+                            println!(
+                                "{:<18} batch {:>3}: launch choices {choice}",
+                                "", line.batch
+                            );
+                        }
                     }
                 },
                 |line| {
@@ -414,6 +467,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             new_tokens,
             mode,
             prefill,
+            no_search,
             json,
         } => {
             let source = model.source()?;
@@ -440,9 +494,13 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 &host,
                 (1, ids.len() + new_tokens + 1),
                 mode,
-                DecoderOptions::default(),
+                DecoderOptions {
+                    search: search(no_search),
+                    ..DecoderOptions::default()
+                },
                 tty,
             )?;
+            say_search(m.search_report());
             let mut out = generate_with(&mut m, &ids, new_tokens, prefill)?;
             if codec.has_tokenizer() {
                 let ids: Vec<u32> = out.tokens.iter().map(|&t| t as u32).collect();

@@ -13,7 +13,8 @@ use crate::load::checkpoint::{load_weights, random_weights, HostWeights};
 use crate::load::config::Config;
 use crate::load::reference::{load_reference, top2, RefSequence};
 use crate::load::tolerance::Tolerance;
-use crate::step::{DecoderOptions, Gemm, Mode, Model, PrefillMode, PrefillRun, SwapReport};
+use crate::step::SwapReport;
+use crate::step::{DecoderOptions, Gemm, Mode, Model, PrefillMode, PrefillRun, SearchReport};
 
 /// Where weights come from: an HF directory, or a named config with random weights.
 #[derive(Clone, Debug)]
@@ -321,6 +322,9 @@ pub struct CheckOutcome {
     pub swap: Option<SwapReport>,
     /// Re-capturing every held bucket instead of switching in place, ms.
     pub recapture_ms: Option<f64>,
+    /// What the search of the launch choices did at load (graphs mode with the search).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchReport>,
     pub pass: bool,
 }
 
@@ -423,6 +427,7 @@ pub fn check(
         prefill_hazards,
         swap: swap_report,
         recapture_ms,
+        search: model.search_report().cloned(),
         pass,
     })
 }

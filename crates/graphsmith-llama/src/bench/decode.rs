@@ -8,7 +8,7 @@ use super::median;
 use super::prefill::{bench_ttft, TtftBench, TtftLine};
 use crate::error::Result;
 use crate::run::{bar, bench_prompt, build_model, check_request, load_host, Source};
-use crate::step::{DecoderOptions, Gemm, Mode, Pdl, StepPath, Tuning};
+use crate::step::{DecoderOptions, Gemm, Mode, Pdl, Search, SearchReport, StepPath, Tuning};
 
 /// One line of `bench --json`.
 #[derive(Clone, Debug, Serialize)]
@@ -39,6 +39,14 @@ pub struct BenchLine {
     /// attention's counters (0 when every launch combined its partials).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub after: Option<String>,
+    /// The launch choices the timed steps' bucket ran with (graphs mode with the search: what it
+    /// found for that bucket; `default`: the rules').
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choice: Option<String>,
+    /// What the search did when this pass's model was made: every bucket's choices, the time
+    /// spent, whether they came from the cache (graphs mode with the search only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchReport>,
 }
 
 /// Device-to-device copy bandwidth in TB/s (bytes read plus bytes written, per second).
@@ -66,16 +74,18 @@ pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
 
 /// The `bench` command: for each mode, programmatic launch choice, tuning and batch, decode
 /// `steps` steps after `warmup` (prefill excluded), timed with CUDA events over the whole loop,
-/// median of `runs`; each (mode, programmatic launch, tuning) on a model of its own. Then, with
-/// `ttft`, the time to first token per mode ([`bench_ttft`]: the first programmatic launch
-/// choice, the rules' tuning). `ctx` is called once the inputs have been checked.
+/// median of `runs`; each (mode, programmatic launch, tuning) on a model of its own, whose
+/// launch choices graphs mode searches at load where `search` asks (a line then names each
+/// bucket's and the time spent). Then, with `ttft`, the time to first token per mode
+/// ([`bench_ttft`]: the first programmatic launch choice, the rules' tuning). `ctx` is called
+/// once the inputs have been checked.
 #[allow(clippy::too_many_arguments)]
 pub fn bench(
     ctx: impl FnOnce() -> Result<Context>,
     source: &Source,
     batches: &[usize],
     modes: &[Mode],
-    gemm: Gemm,
+    (gemm, search): (Gemm, Search),
     pdls: &[Pdl],
     tunings: &[Tuning],
     steps: usize,
@@ -110,7 +120,13 @@ pub fn bench(
     for (mode, pdl, tuning) in passes {
         let (free0, total) = ctx.memory_info()?;
         let base = (total - free0) as u64;
-        let options = DecoderOptions { gemm, pdl, tuning };
+        let options = DecoderOptions {
+            gemm,
+            pdl,
+            tuning,
+            search,
+            ..DecoderOptions::default()
+        };
         let size = (capacity, max_ctx);
         let mut model = build_model(ctx, config.clone(), &host, size, mode, options, progress)?;
         let mut peak = model.device_used_bytes()?.saturating_sub(base);
@@ -198,6 +214,10 @@ pub fn bench(
                 pdl: model.uses_pdl(),
                 tuning: tuning.to_string(),
                 after,
+                choice: model
+                    .search_report()
+                    .map(|_| model.options().tuning_for(rows).to_string()),
+                search: model.search_report().cloned(),
             });
         }
     }
@@ -205,7 +225,7 @@ pub fn bench(
         let options = DecoderOptions {
             gemm,
             pdl: pdls.first().copied().unwrap_or_default(),
-            tuning: Tuning::default(),
+            ..DecoderOptions::default()
         };
         let name = source.name();
         let model = (name.as_str(), &config, &host);

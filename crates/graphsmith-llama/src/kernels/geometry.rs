@@ -214,6 +214,12 @@ pub(crate) fn warps_per_column(n: usize, k: usize, sm_count: usize) -> usize {
     warps_per_column_within(n, k, sm_count * 4 * (GEMV_THREADS / 32) as usize)
 }
 
+/// The most warps per output column that can all take part in a column of `k` weights: the
+/// first power of two that covers its 512-byte slices, at most 8 (more leave warps idle).
+pub(crate) fn warps_per_column_max(k: usize) -> usize {
+    column_slices(k).next_power_of_two().min(8)
+}
+
 /// [`warps_per_column`] for a grid of `want` warps.
 pub(crate) fn warps_per_column_within(n: usize, k: usize, want: usize) -> usize {
     let slices = column_slices(k);

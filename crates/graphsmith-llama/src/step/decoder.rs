@@ -5,12 +5,14 @@
 
 use graphsmith::{args, sys, ConditionHandle, Context, DeviceBuffer, Scope, Stream};
 
+use super::buckets::BucketFacts;
 use super::options::{DecoderOptions, Gemm, Pdl, GEMV_AUTO_MAX_ROWS};
+use super::tuning::Tuning;
 use crate::error::{LlamaError, Result};
 use crate::kernels::cublas::Cublas;
 use crate::kernels::geometry::{
-    async_smem, attention_partials_len, grid, ring_gemv_rule, AttentionLaunch, DEFAULT_SMEM,
-    GEMV_ROWS,
+    async_smem, attention_partials_len, grid, ring_gemv_rule, warps_per_column,
+    warps_per_column_max, AttentionLaunch, DEFAULT_SMEM, GEMV_ROWS, QKV_WARPS_PER_COLUMN,
 };
 use crate::kernels::launch::{allow_smem, device_attribute};
 use crate::kernels::ptx::Kernels;
@@ -346,10 +348,52 @@ impl Decoder {
 
     /// Whether a step of `rows` rows runs its projections on the GEMV kernels.
     pub(crate) fn uses_gemv(&self, rows: usize) -> bool {
+        match (self.options.gemm, self.options.tuning_for(rows).gemv) {
+            (Gemm::Auto, Some(gemv)) => gemv && rows <= self.gemv_max_rows,
+            _ => self.gemv_by_rule(rows),
+        }
+    }
+
+    /// Whether the rules run a step of `rows` rows on the GEMV kernels.
+    fn gemv_by_rule(&self, rows: usize) -> bool {
         match self.options.gemm {
             Gemm::Cublas => false,
             Gemm::Gemv => self.gemv_max_rows > 0,
             Gemm::Auto => rows <= GEMV_AUTO_MAX_ROWS.min(self.gemv_max_rows),
+        }
+    }
+
+    /// Sets the launch choices of `bucket`'s steps (the search, before any capture of it).
+    pub(crate) fn set_bucket_choice(&mut self, bucket: usize, tuning: Tuning) -> Result<()> {
+        self.options
+            .buckets
+            .set(bucket, tuning)
+            .map_err(LlamaError::Input)
+    }
+
+    /// What the rules decide for a step of `rows` rows and which choices exist there.
+    pub(crate) fn bucket_facts(&self, rows: usize) -> BucketFacts {
+        let c = &self.config;
+        let (h, q, f) = (c.hidden_size, c.q_dim(), c.intermediate_size);
+        // (columns, K) of q/k/v, o, gate/up (a column reads a gate and an up row), down, lm_head.
+        let shapes = [(c.qkv_dim(), h), (h, q), (f, h), (h, f), (c.vocab_size, h)];
+        let sm = self.sm_count as usize;
+        let warps_rule = std::array::from_fn(|i| match i {
+            0 => QKV_WARPS_PER_COLUMN,
+            _ => warps_per_column(shapes[i].0, shapes[i].1, sm),
+        });
+        let group = c.num_attention_heads / c.num_key_value_heads;
+        BucketFacts {
+            rows,
+            gemv_choice: self.options.gemm == Gemm::Auto && rows <= self.gemv_max_rows,
+            gemv_by_rule: self.gemv_by_rule(rows),
+            warps_rule,
+            warps_max: shapes.map(|(_, k)| warps_per_column_max(k)),
+            ring_fits: rows == 1 && self.ring_fits,
+            ring_rule: self.ring_rule,
+            attention: (c.num_key_value_heads, group, c.head_dim),
+            max_ctx: self.max_ctx,
+            sm_count: sm,
         }
     }
 

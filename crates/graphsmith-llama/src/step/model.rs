@@ -22,14 +22,7 @@ mod swap;
 pub use prefill::PrefillRun;
 pub use swap::SwapReport;
 
-/// The batch buckets captured in graphs mode.
-pub const BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
-
-/// The bucket a batch of `batch` rows runs in (the smallest that holds it), or `None` above the
-/// largest (such a batch runs eagerly); the same rule as the cache's dispatch.
-pub fn bucket_for(batch: usize) -> Option<usize> {
-    BUCKETS.iter().copied().find(|&b| batch <= b && batch > 0)
-}
+pub use super::buckets::{bucket_for, BUCKETS};
 
 /// Eager launches, or replays of captured graphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -76,6 +69,8 @@ pub struct Model {
     loops: HashMap<usize, DecodeLoop>,
     /// The prefill's buffers and graphs (`model/prefill.rs`), made on first use.
     prefill: Option<prefill::PrefillState>,
+    /// What the search of the launch choices did at load (graphs mode, `Search::On`).
+    search: Option<super::search::SearchReport>,
 }
 
 impl Model {
@@ -97,6 +92,7 @@ impl Model {
         let upload = ctx.stream("upload")?;
         let weights = DeviceWeights::upload(ctx, &upload, host, "weights", progress)?;
         upload.synchronize()?;
+        let mut search = None;
         let runner = match mode {
             Mode::Eager => {
                 let stream = ctx.stream("eager")?;
@@ -110,9 +106,10 @@ impl Model {
             }
             Mode::Graphs => {
                 let capacity = capacity.max(*BUCKETS.last().unwrap_or(&1));
-                let work =
+                let mut work =
                     Decoder::new(ctx, &upload, config, weights, (capacity, max_ctx), options)?;
                 upload.synchronize()?;
+                search = super::search::run(ctx, &upload, &mut work)?;
                 let cache = GraphCache::new(
                     ctx,
                     CacheConfig {
@@ -133,7 +130,14 @@ impl Model {
             mode,
             loops: HashMap::new(),
             prefill: None,
+            search,
         })
+    }
+
+    /// What the search of the launch choices did when the model was made: searched or read
+    /// from the cache, each bucket's choices, the time spent (`None` without the search).
+    pub fn search_report(&self) -> Option<&super::search::SearchReport> {
+        self.search.as_ref()
     }
 
     /// The context the model lives in.

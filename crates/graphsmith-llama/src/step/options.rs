@@ -1,6 +1,7 @@
 //! How a decoder issues its steps ([`DecoderOptions`], fixed when it is made): which kernels
 //! run the projections, plain or programmatic launches, and hand-set launch choices.
 
+use super::buckets::BucketChoices;
 use super::tuning::Tuning;
 
 /// How a decoder issues its steps, fixed when it is made (a captured graph keeps what its
@@ -11,9 +12,35 @@ pub struct DecoderOptions {
     pub gemm: Gemm,
     /// Plain kernels, or kernels opted into programmatic dependent launch.
     pub pdl: Pdl,
-    /// Hand-set launch choices of the one-row projections and the attention (default: the
-    /// rules').
+    /// Hand-set launch choices of the one-row projections and the attention, for every bucket
+    /// (default: the rules'). Where set, they win over `buckets`'.
     pub tuning: Tuning,
+    /// Whether graphs mode measures the launch choices of each bucket at load
+    /// (`step::search`), or takes the rules' (default: the rules', so that a library user's
+    /// model never writes files it was not asked to).
+    pub search: Search,
+    /// The launch choices of each bucket: what the search found, or set by hand (default: the
+    /// rules'). A step takes its bucket's ([`BucketChoices::for_rows`]), under `tuning`.
+    pub buckets: BucketChoices,
+}
+
+impl DecoderOptions {
+    /// The launch choices of a step of `rows` rows: `tuning` where set, else its bucket's.
+    pub fn tuning_for(&self, rows: usize) -> Tuning {
+        self.tuning.over(self.buckets.for_rows(rows))
+    }
+}
+
+/// Whether graphs mode searches the launch choices of each bucket when a model is made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Search {
+    /// The rules' choices (and `DecoderOptions::buckets` as given).
+    #[default]
+    Off,
+    /// Measured on the model's own weights at first load, for each bucket, and cached on disk
+    /// per GPU, driver, version, kernels and shape (a cached load spends no time searching).
+    On,
 }
 
 /// With [`Gemm::Auto`], batches of at most this many rows use the GEMV kernels: above one row

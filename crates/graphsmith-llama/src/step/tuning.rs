@@ -2,8 +2,9 @@
 //! the warps per output column of each one-row projection, the projections' blocks per
 //! multiprocessor, a cap on the attention's splits, whether it runs as thread block clusters,
 //! how many bytes of the next weights it asks L2 for (`step::prefetch`), which one-row
-//! projections run on the ring GEMV (`kernels::launch::gemv_async`) and on how many blocks: what a
-//! search per shape would tune. They change how the work is spread over the
+//! projections run on the ring GEMV (`kernels::launch::gemv_async`) and on how many blocks, and
+//! whether a step of a few rows runs the GEMV kernels or cuBLAS: what the search per shape
+//! (`step::search`) tunes per bucket. They change how the work is spread over the
 //! GPU, and with it the order in which a dot product's or a softmax's pieces are added: results
 //! may differ from the rules' by rounding, and must pass the same checks
 //! (`tests/gpu_decode.rs` runs the host-reference check with two extreme choices).
@@ -42,10 +43,14 @@ pub struct Tuning {
     /// The ring GEMV's blocks per multiprocessor (1 or 2; the rule:
     /// `kernels::geometry::GEMV_ASYNC_BLOCKS_PER_SM`).
     pub ring_gemv_blocks: Option<u32>,
+    /// With `Gemm::Auto`, whether a step runs its projections on the GEMV kernels (`true`,
+    /// where they are instantiated for its rows: up to 8) or on cuBLAS (`false`); the rule:
+    /// the GEMV kernels at one row only (`GEMV_AUTO_MAX_ROWS`).
+    pub gemv: Option<bool>,
 }
 
 /// The keys besides the projections' that `--tune` reads, as its errors list them.
-const OTHER_KEYS: &str = "splits, blocks, pf, cluster, cpa, cpab";
+const OTHER_KEYS: &str = "splits, blocks, pf, cluster, cpa, cpab, gemv";
 
 /// MiB the attention prefetches at one row unless `pf=N` says otherwise: about what the
 /// memory can fetch while the attention and the o projection run; more competes with the
@@ -69,6 +74,24 @@ impl Tuning {
         let mask = self.ring_gemv.unwrap_or(if by_rule { 15 } else { 0 });
         i < 4 && mask >> i & 1 == 1
     }
+
+    /// These choices where set, `under`'s where not (a hand-set choice over a bucket's).
+    pub fn over(self, under: Tuning) -> Tuning {
+        let mut warps = self.warps_per_column;
+        for (w, u) in warps.iter_mut().zip(under.warps_per_column) {
+            *w = w.or(u);
+        }
+        Tuning {
+            warps_per_column: warps,
+            attention_splits: self.attention_splits.or(under.attention_splits),
+            gemv_blocks_per_sm: self.gemv_blocks_per_sm.or(under.gemv_blocks_per_sm),
+            prefetch_mib: self.prefetch_mib.or(under.prefetch_mib),
+            attention_cluster: self.attention_cluster.or(under.attention_cluster),
+            ring_gemv: self.ring_gemv.or(under.ring_gemv),
+            ring_gemv_blocks: self.ring_gemv_blocks.or(under.ring_gemv_blocks),
+            gemv: self.gemv.or(under.gemv),
+        }
+    }
 }
 
 impl FromStr for Tuning {
@@ -76,7 +99,7 @@ impl FromStr for Tuning {
 
     /// `default`, or comma-separated `KEY=N` with KEY one of qkv, o, gate_up, down, head (warps
     /// per column: 1, 2, 4 or 8), splits (at least 1), blocks (1 to 4), pf (MiB, up to 1024),
-    /// cluster (0 or 1), cpa (0 to 15) and cpab (1 or 2).
+    /// cluster (0 or 1), cpa (0 to 15), cpab (1 or 2) and gemv (0 or 1).
     fn from_str(s: &str) -> Result<Tuning, String> {
         let mut t = Tuning::default();
         let s = s.trim();
@@ -101,11 +124,15 @@ impl FromStr for Tuning {
                 t.prefetch_mib = Some(n as u64);
                 continue;
             }
-            if key == "cluster" {
+            if key == "cluster" || key == "gemv" {
                 if n > 1 {
                     return Err(format!("{key}={n}: 0 or 1"));
                 }
-                t.attention_cluster = Some(n == 1);
+                if key == "gemv" {
+                    t.gemv = Some(n == 1);
+                } else {
+                    t.attention_cluster = Some(n == 1);
+                }
                 continue;
             }
             if key == "cpa" {
@@ -181,6 +208,9 @@ impl fmt::Display for Tuning {
         if let Some(n) = self.ring_gemv_blocks {
             parts.push(format!("cpab={n}"));
         }
+        if let Some(g) = self.gemv {
+            parts.push(format!("gemv={}", u8::from(g)));
+        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -205,6 +235,8 @@ mod tests {
             "pf=16",
             "splits=8,cluster=0",
             "cpa=5,cpab=1",
+            "splits=2,gemv=0",
+            "o=2,gemv=1",
         ] {
             let t: Tuning = spec.parse().unwrap();
             assert_eq!(t.to_string(), spec);
@@ -229,5 +261,6 @@ mod tests {
         assert!(err("o=x").contains("not a whole number"));
         assert!(err("cpa=16").contains("8 (down)"));
         assert!(err("cpab=3").contains("1 or 2"));
+        assert_eq!(err("gemv=2"), "gemv=2: 0 or 1");
     }
 }

@@ -43,8 +43,8 @@ impl Decoder {
             (nkv as usize, group, c.head_dim),
             self.max_ctx,
             self.sm_count as usize,
-            self.options.tuning.attention_splits,
-            self.options.tuning.attention_cluster,
+            self.options.tuning_for(rows).attention_splits,
+            self.options.tuning_for(rows).attention_cluster,
         );
         let smem = launch.smem(group, c.head_dim) as u32;
         debug_assert!(smem <= self.attention_smem_max);
@@ -54,7 +54,7 @@ impl Decoder {
             None => self.weights.head(),
         };
         let budget = if prefetch {
-            self.options.tuning.prefetch_bytes()
+            self.options.tuning_for(rows).prefetch_bytes()
         } else {
             0
         };
@@ -124,8 +124,8 @@ impl Decoder {
         let (sm_count, max_rows, wpc, per_sm) = (
             self.sm_count,
             self.gemv_max_rows,
-            self.options.tuning.warps_per_column,
-            self.options.tuning.gemv_blocks_per_sm,
+            self.options.tuning_for(rows).warps_per_column,
+            self.options.tuning_for(rows).gemv_blocks_per_sm,
         );
         // q/k/v leaves room for the attention's early blocks (its own rule); the others take
         // `warps_per_column`'s (in `launch_gemv`).
@@ -137,7 +137,11 @@ impl Decoder {
             blocks_per_sm: per_sm,
         };
         // Whether projection `i` runs on the ring GEMV, and its grid.
-        let (tuning, fits, rule) = (self.options.tuning, self.ring_fits, self.ring_rule);
+        let (tuning, fits, rule) = (
+            self.options.tuning_for(rows),
+            self.ring_fits,
+            self.ring_rule,
+        );
         let ring = move |i: usize| rows == 1 && fits && tuning.ring_gemv_for(i, rule);
         let per_sm = tuning.ring_gemv_blocks.unwrap_or(GEMV_ASYNC_BLOCKS_PER_SM);
         let ring_blocks = sm_count * per_sm;

@@ -1,0 +1,148 @@
+//! Launch choices measured at first load: for each batch bucket, the decoder's launch choices
+//! (warps per output column of each projection, blocks per multiprocessor, the attention's
+//! splits and clusters, the L2 prefetch budget, the ring GEMV, GEMV kernels or cuBLAS) are
+//! searched from the rules' values by coordinate descent (`candidates.rs`, `descent.rs`), each
+//! candidate timed as a replayed graph of the model's own step against the incumbent
+//! (`measure.rs`), within a time budget for the whole bucket set. The winners are cached on disk per GPU, driver,
+//! version, kernels and shape (`key.rs`, `cache.rs`): a cached load spends no time searching.
+//!
+//! A step picks its bucket's choices (`BucketChoices::for_rows`); hand-set choices
+//! (`DecoderOptions::tuning`, `bench --tune`) bypass the search.
+
+mod cache;
+pub mod candidates;
+mod descent;
+mod key;
+mod measure;
+
+use std::time::{Duration, Instant};
+
+use graphsmith::{Context, Stream};
+use serde::Serialize;
+
+pub use cache::{cache_dir, load, store, BucketResult, CacheEntry, Lookup, CACHE_DIR_VAR};
+pub use candidates::{Key, Verdict};
+pub use descent::{descend, Descent};
+pub use key::{context_class, driver_release, kernels_hash, CacheKey, Shape, SEARCH_FORMAT};
+
+use super::decoder::Decoder;
+use super::options::Search;
+use crate::error::Result;
+
+/// The time the search may take for the whole bucket set (the captures and the final duels
+/// come on top, well within the 30 s a first load may take).
+pub const BUDGET: Duration = Duration::from_secs(22);
+
+/// What the search did when a model was made (graphs mode with [`Search::On`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct SearchReport {
+    /// Whether the choices came from the cache (then nothing was searched).
+    pub from_cache: bool,
+    /// Time spent searching in this load, ms (0 when from the cache).
+    pub search_ms: f64,
+    /// Time the search that found these choices took, ms (this one's, or the cached one's).
+    pub found_in_ms: f64,
+    /// The entry's file, where it was read or written.
+    pub cache_file: Option<String>,
+    /// What the entry is keyed by.
+    pub key: CacheKey,
+    /// Each bucket's choices and figures.
+    pub buckets: Vec<BucketResult>,
+    /// Whether the budget ended the search of some bucket before every key was tried.
+    pub out_of_budget: bool,
+    /// Warnings (an unreadable cache file, a failed write) and notes (a stale entry, a
+    /// candidate that could not be captured).
+    pub notes: Vec<String>,
+}
+
+/// The key of `work`'s choices on `ctx`'s device.
+pub(crate) fn key_for(ctx: &Context, work: &Decoder) -> Result<CacheKey> {
+    let (gpu, multiprocessors, driver) = key::device_identity(ctx)?;
+    let options = work.options();
+    Ok(CacheKey {
+        gpu,
+        multiprocessors,
+        driver,
+        graphsmith: env!("CARGO_PKG_VERSION").to_string(),
+        kernels: kernels_hash().to_string(),
+        search: SEARCH_FORMAT,
+        shape: Shape::new(work.config(), work.max_ctx(), options.gemm, work.uses_pdl()),
+    })
+}
+
+/// Sets `work`'s choices per bucket from the cache, or by searching (then caches them), when
+/// its options ask for the search and set no choice by hand; `None` otherwise. Warnings go to
+/// stderr and into the report.
+pub(crate) fn run(
+    ctx: &Context,
+    stream: &Stream,
+    work: &mut Decoder,
+) -> Result<Option<SearchReport>> {
+    let options = work.options();
+    if options.search == Search::Off || !options.tuning.is_default() {
+        return Ok(None);
+    }
+    let key = key_for(ctx, work)?;
+    let dir = cache_dir();
+    let mut notes = Vec::new();
+    match &dir {
+        Some(dir) => match load(dir, &key) {
+            Lookup::Hit(entry) => {
+                let entry = *entry;
+                let path = dir.join(key.file_name());
+                for b in &entry.buckets {
+                    if let Ok(t) = b.tuning.parse() {
+                        work.set_bucket_choice(b.bucket, t)?;
+                    }
+                }
+                return Ok(Some(SearchReport {
+                    from_cache: true,
+                    search_ms: 0.0,
+                    found_in_ms: entry.search_ms,
+                    cache_file: Some(path.display().to_string()),
+                    key,
+                    buckets: entry.buckets,
+                    out_of_budget: false,
+                    notes,
+                }));
+            }
+            Lookup::Miss => {}
+            Lookup::Stale(note) => notes.push(note),
+            Lookup::Unusable(warning) => {
+                eprintln!("warning: {warning}");
+                notes.push(warning);
+            }
+        },
+        None => notes.push(format!(
+            "the platform has no cache folder (set {CACHE_DIR_VAR}): the choices are not cached"
+        )),
+    }
+    let started = Instant::now();
+    let searched = measure::search_all(ctx, stream, work, BUDGET)?;
+    let search_ms = started.elapsed().as_secs_f64() * 1e3;
+    notes.extend(searched.notes);
+    let entry = CacheEntry {
+        key: key.clone(),
+        search_ms,
+        buckets: searched.buckets,
+    };
+    let cache_file = match dir.as_deref().map(|d| store(d, &entry)) {
+        Some(Ok(path)) => Some(path.display().to_string()),
+        Some(Err(warning)) => {
+            eprintln!("warning: {warning}");
+            notes.push(warning);
+            None
+        }
+        None => None,
+    };
+    Ok(Some(SearchReport {
+        from_cache: false,
+        search_ms,
+        found_in_ms: search_ms,
+        cache_file,
+        key,
+        buckets: entry.buckets,
+        out_of_budget: searched.out_of_budget,
+        notes,
+    }))
+}

@@ -30,4 +30,5 @@ pub mod hazard;
 #[cfg(target_os = "linux")]
 pub mod inject;
 mod launch;
+pub mod races;
 pub mod render;

@@ -133,6 +133,7 @@ fn trace_full(
         json: Some(json.clone()),
         strict: false,
         hazards,
+        launches_out: None,
         freed,
         graphs: name.starts_with("graphs"),
         plot: None,

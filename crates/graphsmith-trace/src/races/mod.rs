@@ -175,11 +175,25 @@ pub fn render_races(races: &LaunchRaces) -> String {
             }
             let _ = writeln!(out, "{line}");
         }
+        for (i, r) in p.report.races.iter().enumerate() {
+            let _ = writeln!(out, "race {} in CUDA terms: {}", i + 1, cuda_fix(r));
+        }
         if let Some(o) = &p.launches_out {
             let _ = writeln!(out, "launch sequence: {o}");
         }
     }
     out
+}
+
+/// The missing wait in the words of the CUDA runtime and PyTorch.
+pub fn cuda_fix(r: &Race) -> String {
+    let (a, b) = (&r.first, &r.second);
+    format!(
+        "cudaEventRecord(event, stream {}) after launch #{}, then cudaStreamWaitEvent(stream \
+         {}, event) before launch #{} (PyTorch: the second stream's wait_stream(first stream) \
+         before the second replay)",
+        a.stream_label, a.launch, b.stream_label, b.launch
+    )
 }
 
 #[cfg(test)]

@@ -19,7 +19,8 @@ fn races() -> LaunchRaces {
 fn races_render_as_the_snapshot() {
     let text = render_races(&races());
     if std::env::var("GRAPHSMITH_BLESS").as_deref() == Ok("1") {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/races.txt");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/races.txt");
         std::fs::write(&path, &text).expect("write the snapshot");
         return;
     }
@@ -42,7 +43,10 @@ fn each_process_keeps_its_races_and_counts() {
     assert!(race.certain);
     assert_eq!(race.first.node, "n1 memset#1");
     assert_eq!(race.second.node, "n0 consume");
-    assert_eq!(race.second.launch_line.as_deref(), Some("races.cu:140 in run"));
+    assert_eq!(
+        race.second.launch_line.as_deref(),
+        Some("races.cu:140 in run")
+    );
     assert!(r.processes[1].report.races.is_empty() && r.processes[1].complete);
     assert!(!r.processes[2].complete);
 }

@@ -96,7 +96,10 @@ fn the_model_gives_each_node_its_bytes_and_the_events_of_its_event_nodes() {
     assert_eq!((a.buffer, a.offset, a.len), (X, 0, 4096));
     assert_eq!(a.mode, graphsmith_model::AccessMode::Write);
     let c = consumer();
-    assert_eq!(c.nodes[0].accesses[0].mode, graphsmith_model::AccessMode::Read);
+    assert_eq!(
+        c.nodes[0].accesses[0].mode,
+        graphsmith_model::AccessMode::Read
+    );
 
     let events = chain(vec![
         RawNode::plain(NodeKind::EventWait {
@@ -109,7 +112,10 @@ fn the_model_gives_each_node_its_bytes_and_the_events_of_its_event_nodes() {
     ]);
     let e = info(&events);
     assert_eq!(e.waits.len(), 1);
-    assert_eq!((e.waits[0].signal, e.waits[0].node.as_str()), (EV, "n0 event_wait#0"));
+    assert_eq!(
+        (e.waits[0].signal, e.waits[0].node.as_str()),
+        (EV, "n0 event_wait#0")
+    );
     assert_eq!(e.records[0].signal, 0xf0f0);
     assert_eq!(event_handle("event 0x1f"), Some(0x1f));
     assert_eq!(event_handle(""), None);
@@ -232,7 +238,10 @@ fn a_destroyed_handle_reused_is_a_new_executable() {
     let mut r = recorder(false);
     r.forget(EXEC_C);
     r.push(launch(EXEC_P, A));
-    assert!(r.push(launch(EXEC_C, B)).is_empty(), "forgotten: not checked");
+    assert!(
+        r.push(launch(EXEC_C, B)).is_empty(),
+        "forgotten: not checked"
+    );
     let mut other = producer();
     other.label = "second producer".into();
     r.instantiated(EXEC_C, other);
@@ -252,7 +261,10 @@ fn the_kept_sequence_is_what_the_doctor_reads_and_finds_the_same_races() {
     let report = launch_order::check(&back);
     assert_eq!(report.races, found);
     assert_eq!(
-        back.streams.iter().map(|s| s.label.as_str()).collect::<Vec<_>>(),
+        back.streams
+            .iter()
+            .map(|s| s.label.as_str())
+            .collect::<Vec<_>>(),
         ["0xa00", "0xb00"]
     );
     assert_eq!(back.ops.len(), 2);

@@ -41,7 +41,7 @@ fn each_process_keeps_its_races_and_counts() {
     assert_eq!((racy.report.launches, racy.report.graphs), (6, 2));
     let race = &racy.report.races[0];
     assert!(race.certain);
-    assert_eq!(race.first.node, "n1 memset#1");
+    assert_eq!(race.first.node, "n1 memcpy#1");
     assert_eq!(race.second.node, "n0 consume");
     assert_eq!(
         race.second.launch_line.as_deref(),

@@ -154,7 +154,13 @@ impl Tracer {
         for mut race in found {
             race.second.launch_line = line.clone();
             let seq = self.next_seq();
-            super::super::emit(|pid| Event::Race(RaceEvent::Found(RaceFound { pid, seq, race })));
+            super::super::emit(|pid| {
+                Event::Race(RaceEvent::Found(RaceFound {
+                    pid,
+                    seq,
+                    race: Box::new(race),
+                }))
+            });
         }
     }
 

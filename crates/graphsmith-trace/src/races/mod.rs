@@ -54,7 +54,7 @@ impl RaceEvent {
 pub struct RaceFound {
     pub pid: u32,
     pub seq: u64,
-    pub race: Race,
+    pub race: Box<Race>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,7 +122,7 @@ impl LaunchRaces {
                 continue;
             };
             match r {
-                RaceEvent::Found(f) => p.report.races.push(f.race.clone()),
+                RaceEvent::Found(f) => p.report.races.push((*f.race).clone()),
                 RaceEvent::Summary(s) => {
                     p.report.launches = s.launches;
                     p.report.graphs = s.graphs;

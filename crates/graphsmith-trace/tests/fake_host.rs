@@ -332,6 +332,26 @@ fn a_python_process_gets_the_python_stack_at_capture_begin() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A folder for a test driven by a Python script: the stand-in for libcuda and CUPTI built in
+/// it, the script written into it as `file`, and the Python to run it (`$PYTHON`, else
+/// `python3`; the test fails, saying so, when it does not start).
+fn python_case(name: &str, file: &str, script: &str) -> (PathBuf, PathBuf, PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "graphsmith-trace-fake-{name}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cuda = fake_cuda(&dir);
+    let path = dir.join(file);
+    std::fs::write(&path, script).unwrap();
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    assert!(
+        Command::new(&python).arg("--version").output().is_ok(),
+        "this test runs a Python script: `{python}` (set PYTHON to another) did not start"
+    );
+    (dir, cuda, path, python)
+}
+
 /// The script of the allocator and freed-memory test: a stand-in `torch` (in `sys.modules`, so
 /// the tracer finds it) whose snapshot splits the planted buffer into two blocks; the weight is
 /// allocated with the GIL released, the graph instantiated, the weight freed with the GIL held,
@@ -364,19 +384,7 @@ decode()
 #[test]
 fn pytorch_blocks_bound_the_check_and_a_launch_on_freed_memory_is_reported() {
     use cudarc::cupti::sys::CUpti_driver_api_trace_cbid as D;
-    let dir = std::env::temp_dir().join(format!(
-        "graphsmith-trace-fake-torch-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cuda = fake_cuda(&dir);
-    let script = dir.join("serve.py");
-    std::fs::write(&script, TORCH_SCRIPT).unwrap();
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    assert!(
-        Command::new(&python).arg("--version").output().is_ok(),
-        "this test runs a Python script: `{python}` (set PYTHON to another) did not start"
-    );
+    let (dir, cuda, script, python) = python_case("torch", "serve.py", TORCH_SCRIPT);
     let cbids = [
         D::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
         D::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
@@ -531,19 +539,7 @@ cuda.fake_launch_on(launch, ctypes.c_uint64(0xe200), B)  # line 13
 #[test]
 fn races_across_graphs_are_found_from_the_driver_callbacks_and_written_for_the_doctor() {
     use cudarc::cupti::sys::CUpti_driver_api_trace_cbid as D;
-    let dir = std::env::temp_dir().join(format!(
-        "graphsmith-trace-fake-races-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cuda = fake_cuda(&dir);
-    let script = dir.join("two_streams.py");
-    std::fs::write(&script, RACES_SCRIPT).unwrap();
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    assert!(
-        Command::new(&python).arg("--version").output().is_ok(),
-        "this test runs a Python script: `{python}` (set PYTHON to another) did not start"
-    );
+    let (dir, cuda, script, python) = python_case("races", "two_streams.py", RACES_SCRIPT);
     let cbids = [
         D::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags,
         D::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,

@@ -225,21 +225,11 @@ int cuMemGetAddressRange_v2(u64* base, size_t* size, u64 ptr) {
   return 1;
 }
 
+int fake_instantiate_as(unsigned cbid, u64 exec_handle);
+
 /* The pretend cuGraphInstantiateWithFlags(&exec, GRAPH, 0), reported to the callback under
  * `cbid` (CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags, passed in by the test). */
-int fake_instantiate(unsigned cbid) {
-  u64 exec = 0;
-  struct { u64* exec; u64 graph; u64 flags; } params = {&exec, GRAPH, 0};
-  int result = 0;
-  struct callback_data d = {0, "cuGraphInstantiateWithFlags", &params, &result, NULL,
-                            (void*)0x7000, 1, NULL, 0};
-  if (!g_callback) return -1;
-  g_callback(g_user, 1, cbid, &d);
-  exec = 0xe000;
-  d.site = 1;
-  g_callback(g_user, 1, cbid, &d);
-  return 0;
-}
+int fake_instantiate(unsigned cbid) { return fake_instantiate_as(cbid, 0xe000); }
 
 /* A pretend cuStreamBeginCapture_v2(STREAM, global mode), reported to the callback under `cbid`
  * (CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, passed in by the test), for the Python

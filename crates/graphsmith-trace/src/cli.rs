@@ -145,6 +145,13 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
     if let Some(r) = &launch_races {
         eprint!("{}", races::render_races(r));
     }
+    if let Some(out) = args.launches_out.as_deref().filter(|o| !o.exists()) {
+        eprintln!(
+            "graphsmith trace: no launch sequence written to {}: no traced process launched a \
+             graph it had read back",
+            out.display()
+        );
+    }
     let costs = args.graphs.then(|| graphs::GraphCosts::build(&events));
     if let Some(costs) = &costs {
         eprint!("{}", graphs::render_costs(costs));

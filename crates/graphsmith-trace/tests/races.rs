@@ -58,3 +58,15 @@ fn no_launch_is_said_plainly() {
         "\ncross-graph races: no graph launch was checked (none was launched)\n"
     );
 }
+
+#[test]
+fn a_process_that_launched_no_graph_is_left_out() {
+    let log = r#"{"ev":"race","what":"summary","pid":9,"seq":1,"launches":0,"graphs":0,"streams":0,"notes":[]}"#;
+    let (events, _) = read_events(log);
+    let r = LaunchRaces::build(&events);
+    assert_eq!(r.processes.len(), 1);
+    assert_eq!(
+        render_races(&r),
+        "\ncross-graph races: no graph launch was checked (none was launched)\n"
+    );
+}

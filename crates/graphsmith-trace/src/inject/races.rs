@@ -207,6 +207,8 @@ pub(crate) fn at_exit(seq: u64) -> Option<Event> {
     let recorder = r.recorder.try_lock().ok()?;
     let report = recorder.report();
     let launches_out = match (&r.out, recorder.sequence()) {
+        // A process that launched no graph writes no sequence (another one may).
+        (Some(_), Some(_)) if report.launches == 0 => None,
         (Some(path), Some(sequence)) => Some(
             write_sequence(path, &(sequence.to_json() + "\n")).unwrap_or_else(|e| e.to_string()),
         ),

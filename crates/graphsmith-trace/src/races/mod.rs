@@ -157,11 +157,18 @@ pub struct WithRaces<'a> {
 /// of its launch sequence.
 pub fn render_races(races: &LaunchRaces) -> String {
     let mut out = String::new();
-    if races.processes.is_empty() {
+    // A process that launched no graph (a launcher, a helper that only initialised CUDA) has
+    // nothing to say.
+    let shown: Vec<&ProcessRaces> = races
+        .processes
+        .iter()
+        .filter(|p| p.report.launches > 0 || !p.report.races.is_empty() || !p.complete)
+        .collect();
+    if shown.is_empty() {
         out.push_str("\ncross-graph races: no graph launch was checked (none was launched)\n");
         return out;
     }
-    for p in &races.processes {
+    for p in shown {
         let _ = writeln!(out, "\ncross-graph races, process {}:", p.pid);
         if !p.complete {
             let _ = writeln!(

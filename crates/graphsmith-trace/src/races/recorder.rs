@@ -78,6 +78,8 @@ pub struct Recorder {
     checker: Checker,
     /// Executable handle -> the id of its latest instantiation.
     execs: HashMap<u64, u64>,
+    /// Executable id -> the events its record nodes record.
+    records: HashMap<u64, Vec<u64>>,
     next_id: u64,
     /// Nothing is recorded before the first launch of a described executable: an order given
     /// before it orders no launch.
@@ -99,6 +101,7 @@ impl Recorder {
         Recorder {
             checker: Checker::new(),
             execs: HashMap::new(),
+            records: HashMap::new(),
             next_id: 1,
             launched: false,
             streams: HashSet::new(),
@@ -116,6 +119,8 @@ impl Recorder {
         info.id = self.next_id;
         self.next_id += 1;
         self.execs.insert(exec, info.id);
+        self.records
+            .insert(info.id, info.records.iter().map(|r| r.signal).collect());
         for s in info.records.iter().chain(&info.waits) {
             self.signal(s.signal);
         }
@@ -165,6 +170,10 @@ impl Recorder {
                 };
                 self.launched = true;
                 self.stream(stream);
+                // Its record nodes record their events: a later wait on them orders.
+                if let Some(events) = self.records.get(&id) {
+                    self.recorded.extend(events.iter().copied());
+                }
                 Op::Launch {
                     graph: id,
                     stream,

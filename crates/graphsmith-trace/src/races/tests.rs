@@ -269,3 +269,36 @@ fn the_kept_sequence_is_what_the_doctor_reads_and_finds_the_same_races() {
     );
     assert_eq!(back.ops.len(), 2);
 }
+
+#[test]
+fn a_wait_on_an_event_a_graph_records_orders_the_next_launch() {
+    let mut r = Recorder::new(false);
+    let set = Set2D {
+        dst: X,
+        pitch: 0,
+        value: 7,
+        element_size: 4,
+        width: 1024,
+        height: 1,
+    };
+    let set = RawNode {
+        operands: vec![set.operand()],
+        ..RawNode::plain(set.kind())
+    };
+    let recorded = RawNode::plain(NodeKind::EventRecord {
+        event: format!("event {EV:#x}"),
+    });
+    let mut p = info(&chain(vec![set, recorded]));
+    p.label = "producer".into();
+    assert_eq!(p.records.len(), 1);
+    r.instantiated(EXEC_P, p);
+    r.instantiated(EXEC_C, consumer());
+    r.push(launch(EXEC_P, A));
+    r.push(Op::Wait {
+        signal: EV,
+        stream: B,
+        line: None,
+    });
+    assert!(r.push(launch(EXEC_C, B)).is_empty());
+    assert!(r.report().notes.is_empty(), "{:?}", r.report().notes);
+}

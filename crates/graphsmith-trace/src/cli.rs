@@ -34,8 +34,8 @@ pub struct TraceArgs {
     pub hazards: bool,
     /// With --hazards: write the traced process's launch sequence (graphs with what their
     /// nodes touch, launches, event records and waits, host synchronisations) to FILE, in the
-    /// format `graphsmith doctor --launches FILE` reads. A second process of the command
-    /// writes FILE.PID.
+    /// format `graphsmith doctor --launches FILE` reads. A second process of the command that
+    /// launched graphs goes to FILE.PID.
     #[arg(long, value_name = "FILE", requires = "hazards")]
     pub launches_out: Option<PathBuf>,
     /// Watch the memory each instantiated graph touches, and report a launch of a graph whose
@@ -96,11 +96,8 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
     for (k, v) in &plan.env {
         cmd.env(k, v);
     }
-    if let Some(out) = &args.launches_out {
-        // The traced process creates it (create_new): an old one would send it to FILE.PID.
-        let _ = std::fs::remove_file(out);
-        let out = std::path::absolute(out).unwrap_or_else(|_| out.clone());
-        cmd.env(crate::races::LAUNCHES_OUT_VAR, out);
+    if args.launches_out.is_some() {
+        cmd.env(crate::races::LAUNCHES_VAR, "1");
     }
     let status = match launch::run(cmd) {
         Ok(s) => s,
@@ -141,16 +138,19 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
     report.strict = args.strict;
     report.hazards_requested = args.hazards;
     eprint!("{}", render(&report));
-    let launch_races = args.hazards.then(|| races::LaunchRaces::build(&events));
+    let mut launch_races = args.hazards.then(|| races::LaunchRaces::build(&events));
+    if let (Some(r), Some(out)) = (&mut launch_races, &args.launches_out) {
+        r.write_sequences(out);
+        if r.processes.iter().all(|p| p.sequence.is_none()) {
+            eprintln!(
+                "graphsmith trace: no launch sequence written to {}: no traced process \
+                 launched a graph it had read back",
+                out.display()
+            );
+        }
+    }
     if let Some(r) = &launch_races {
         eprint!("{}", races::render_races(r));
-    }
-    if let Some(out) = args.launches_out.as_deref().filter(|o| !o.exists()) {
-        eprintln!(
-            "graphsmith trace: no launch sequence written to {}: no traced process launched a \
-             graph it had read back",
-            out.display()
-        );
     }
     let costs = args.graphs.then(|| graphs::GraphCosts::build(&events));
     if let Some(costs) = &costs {

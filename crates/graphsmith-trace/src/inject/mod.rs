@@ -77,7 +77,7 @@ extern "C" fn at_exit() {
             sink.write(&g.at_exit(seq));
         }
         // `--hazards`: the launch sequence's summary (and `--launches-out`'s file).
-        if let Some(e) = callback::races::at_exit(seq) {
+        for e in callback::races::at_exit(seq) {
             sink.write(&e);
         }
         sink.write(&Event::Exit(Exit {

@@ -14,10 +14,10 @@
 //! under it) and a check that compares the launch with the latest launch of each other
 //! executable on each stream. The log gets a line per race found (with the calling line of the
 //! second launch) and a summary at exit; `--launches-out` keeps the sequence in memory
-//! (at most `MAX_KEPT` operations) and writes it at exit.
+//! (at most `MAX_KEPT` operations) and records it in the log at exit, for `graphsmith trace`
+//! to write.
 
 use std::ffi::c_void;
-use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -27,14 +27,13 @@ use graphsmith_analysis::launch_order::{GraphInfo, Op};
 use super::{lock, Capturing, Kind, Spec, Tracer};
 use crate::event::{user_frame, Event, HAZARDS_VAR};
 use crate::inject::{python, stack};
-use crate::races::{RaceEvent, RaceFound, RaceSummary, Recorder, LAUNCHES_OUT_VAR};
+use crate::races::{RaceEvent, RaceFound, RaceSequence, RaceSummary, Recorder, LAUNCHES_VAR};
 
 /// Python stacks read per process for races' lines and executables' labels.
 static STACKS: AtomicU64 = AtomicU64::new(0);
 
 struct Races {
     recorder: Mutex<Recorder>,
-    out: Option<String>,
 }
 
 fn races() -> Option<&'static Races> {
@@ -42,12 +41,9 @@ fn races() -> Option<&'static Races> {
     RACES
         .get_or_init(|| {
             (std::env::var(HAZARDS_VAR).as_deref() == Ok("1")).then(|| {
-                let out = std::env::var(LAUNCHES_OUT_VAR)
-                    .ok()
-                    .filter(|p| !p.is_empty());
+                let keep = std::env::var(LAUNCHES_VAR).as_deref() == Ok("1");
                 Races {
-                    recorder: Mutex::new(Recorder::new(out.is_some())),
-                    out,
+                    recorder: Mutex::new(Recorder::new(keep)),
                 }
             })
         })
@@ -178,49 +174,33 @@ impl Tracer {
     }
 }
 
-/// Where a process writes its sequence: the file named, or `FILE.PID` when another process
-/// of the command wrote it first.
-fn write_sequence(path: &str, text: &str) -> Result<String, String> {
-    let open = |p: &str| {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(p)
+/// At exit: the summary event and, with `--launches-out` and a graph launched, the sequence
+/// (written to the file by `graphsmith trace`, not here: the traced process writes only its
+/// log).
+pub(crate) fn at_exit(seq: u64) -> Vec<Event> {
+    let Some(r) = races() else {
+        return Vec::new();
     };
-    let (mut file, used) = match open(path) {
-        Ok(f) => (f, path.to_string()),
-        Err(_) => {
-            let other = format!("{path}.{}", std::process::id());
-            let f = open(&other).map_err(|e| format!("cannot write {other}: {e}"))?;
-            (f, other)
-        }
-    };
-    file.write_all(text.as_bytes())
-        .map_err(|e| format!("cannot write {used}: {e}"))?;
-    Ok(format!("written to {used}"))
-}
-
-/// At exit: the summary event and, with `--launches-out`, the sequence file.
-pub(crate) fn at_exit(seq: u64) -> Option<Event> {
-    let r = races()?;
     // try_lock: a thread that died holding it must not hang the exit.
-    let recorder = r.recorder.try_lock().ok()?;
-    let report = recorder.report();
-    let launches_out = match (&r.out, recorder.sequence()) {
-        // A process that launched no graph writes no sequence (another one may).
-        (Some(_), Some(_)) if report.launches == 0 => None,
-        (Some(path), Some(sequence)) => Some(
-            write_sequence(path, &(sequence.to_json() + "\n")).unwrap_or_else(|e| e.to_string()),
-        ),
-        _ => None,
+    let Ok(recorder) = r.recorder.try_lock() else {
+        return Vec::new();
     };
-    Some(Event::Race(RaceEvent::Summary(RaceSummary {
-        pid: std::process::id(),
+    let report = recorder.report();
+    let pid = std::process::id();
+    let mut events = vec![Event::Race(RaceEvent::Summary(RaceSummary {
+        pid,
         seq,
         launches: report.launches,
         graphs: report.graphs,
         streams: report.streams,
         notes: report.notes,
-        launches_out,
-    })))
+    }))];
+    if let Some(sequence) = recorder.sequence().filter(|_| report.launches > 0) {
+        events.push(Event::Race(RaceEvent::Sequence(RaceSequence {
+            pid,
+            seq,
+            sequence: sequence.clone(),
+        })));
+    }
+    events
 }

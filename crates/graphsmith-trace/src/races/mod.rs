@@ -16,7 +16,7 @@ mod recorder;
 
 use std::fmt::Write as _;
 
-use graphsmith_analysis::launch_order::{LaunchReport, Race};
+use graphsmith_analysis::launch_order::{LaunchReport, LaunchSequence, Race};
 use serde::{Deserialize, Serialize};
 
 use crate::event::Event;
@@ -24,20 +24,22 @@ use crate::event::Event;
 pub use graphsmith_analysis::launch_order::GraphInfo;
 pub use recorder::{event_handle, graph_info, Recorder, MAX_KEPT};
 
-/// The environment variable through which `--launches-out` names the file the traced process
-/// writes its launch sequence to at exit (`graphsmith-launches`, what `graphsmith doctor
-/// --launches` reads). A second process of the command writes `FILE.PID`.
-pub const LAUNCHES_OUT_VAR: &str = "GRAPHSMITH_TRACE_LAUNCHES_OUT";
+/// The environment variable that asks the traced process to keep its whole launch sequence and
+/// record it at exit (`--launches-out`): `1` to keep it, anything else not to.
+pub const LAUNCHES_VAR: &str = "GRAPHSMITH_TRACE_LAUNCHES";
 
 /// What the injection library records for races across graphs (inside
 /// [`crate::event::Event::Race`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "what", rename_all = "snake_case")]
 pub enum RaceEvent {
     /// A race, when the launch that makes it is issued.
     Found(RaceFound),
     /// At exit: the counts and notes of the whole sequence.
     Summary(RaceSummary),
+    /// At exit, with `--launches-out`: the whole sequence (one line), which `graphsmith trace`
+    /// writes to the file.
+    Sequence(RaceSequence),
 }
 
 impl RaceEvent {
@@ -46,6 +48,7 @@ impl RaceEvent {
         match self {
             RaceEvent::Found(f) => f.pid,
             RaceEvent::Summary(s) => s.pid,
+            RaceEvent::Sequence(s) => s.pid,
         }
     }
 }
@@ -67,13 +70,17 @@ pub struct RaceSummary {
     pub streams: usize,
     #[serde(default)]
     pub notes: Vec<String>,
-    /// Where `--launches-out` wrote the sequence, or why it could not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub launches_out: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RaceSequence {
+    pub pid: u32,
+    pub seq: u64,
+    pub sequence: LaunchSequence,
 }
 
 /// One process's races across graphs.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ProcessRaces {
     pub pid: u32,
     /// As the doctor reports a launch sequence (`launches`, `graphs`, `streams`, `races`,
@@ -82,13 +89,17 @@ pub struct ProcessRaces {
     /// The process wrote its summary at exit (false: it crashed or called `_exit`; the counts
     /// are then unknown and only the races found before are listed).
     pub complete: bool,
+    /// Where `--launches-out` wrote the sequence, or why it could not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launches_out: Option<String>,
+    /// The sequence recorded with `--launches-out`.
+    #[serde(skip)]
+    pub sequence: Option<LaunchSequence>,
 }
 
 /// Races across graphs of every process that recorded any (the JSON report's
 /// `launch_races`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct LaunchRaces {
     pub processes: Vec<ProcessRaces>,
 }
@@ -107,6 +118,7 @@ impl LaunchRaces {
         found.sort_by_key(|r| match r {
             RaceEvent::Found(f) => (f.pid, 0, f.seq),
             RaceEvent::Summary(s) => (s.pid, 1, s.seq),
+            RaceEvent::Sequence(s) => (s.pid, 2, s.seq),
         });
         for r in found {
             let pid = r.pid();
@@ -116,6 +128,7 @@ impl LaunchRaces {
                     report: LaunchReport::default(),
                     complete: false,
                     launches_out: None,
+                    sequence: None,
                 });
             }
             let Some(p) = processes.last_mut() else {
@@ -128,12 +141,33 @@ impl LaunchRaces {
                     p.report.graphs = s.graphs;
                     p.report.streams = s.streams;
                     p.report.notes = s.notes.clone();
-                    p.launches_out = s.launches_out.clone();
                     p.complete = true;
                 }
+                RaceEvent::Sequence(s) => p.sequence = Some(s.sequence.clone()),
             }
         }
         LaunchRaces { processes }
+    }
+
+    /// `--launches-out FILE`: writes each process's sequence, the first to `path`, the others
+    /// to `path.PID`, and says where (or why not) in `launches_out`.
+    pub fn write_sequences(&mut self, path: &std::path::Path) {
+        let mut first = true;
+        for p in &mut self.processes {
+            let Some(seq) = &p.sequence else { continue };
+            let target = if first {
+                path.to_path_buf()
+            } else {
+                let mut name = path.as_os_str().to_owned();
+                name.push(format!(".{}", p.pid));
+                std::path::PathBuf::from(name)
+            };
+            first = false;
+            p.launches_out = Some(match std::fs::write(&target, seq.to_json() + "\n") {
+                Ok(()) => format!("written to {}", target.display()),
+                Err(e) => format!("not written: cannot write {}: {e}", target.display()),
+            });
+        }
     }
 
     /// Races found, every process.

@@ -258,6 +258,22 @@ mod tests {
     }
 
     #[test]
+    fn launches_out_needs_hazards() {
+        let a = parse(&[
+            "--hazards",
+            "--launches-out",
+            "s.json",
+            "--",
+            "./races",
+            "race",
+        ])
+        .unwrap();
+        assert_eq!(a.launches_out, Some(PathBuf::from("s.json")));
+        assert_eq!(a.command, ["./races", "race"]);
+        assert!(parse(&["--launches-out", "s.json", "--", "./races"]).is_err());
+    }
+
+    #[test]
     fn a_command_is_required() {
         assert!(parse(&["--strict"]).is_err());
         assert!(parse(&["--json", "r.json", "--"]).is_err());

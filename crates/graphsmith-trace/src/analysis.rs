@@ -160,7 +160,7 @@ pub fn analyse_process(pid: u32, events: &[Event], catalogue: &dyn Catalogue) ->
             Event::Exit(x) => exit = Some(x.clone()),
             Event::Freed(f) => freed.push(f.clone()),
             // `--graphs`: read by crate::graphs::report.
-            Event::Graph(_) => {}
+            Event::Graph(_) | Event::Race(_) => {}
         }
     }
     failures.sort_by_key(|c| c.seq);

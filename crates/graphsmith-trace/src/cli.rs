@@ -1,4 +1,4 @@
-//! `graphsmith trace [--json FILE] [--strict] [--hazards] [--freed] [--graphs [--plot FILE]] --
+//! `graphsmith trace [--json FILE] [--strict] [--hazards [--launches-out FILE]] [--freed] [--graphs [--plot FILE]] --
 //! <command> [args...]`: runs the command with the injection library, waits for it, and prints
 //! the report on stderr (with `--graphs`, what each graph cost after it). The
 //! command's stdin, stdout, stderr and exit code pass through unchanged (with `--strict`, a
@@ -14,6 +14,7 @@ use crate::event::read_events;
 use crate::explain::{Builtin, Catalogue};
 use crate::graphs;
 use crate::launch;
+use crate::races;
 use crate::render::render;
 
 /// The arguments of `graphsmith trace`.
@@ -31,6 +32,12 @@ pub struct TraceArgs {
     /// warnings (the exit code does not change).
     #[arg(long)]
     pub hazards: bool,
+    /// With --hazards: write the traced process's launch sequence (graphs with what their
+    /// nodes touch, launches, event records and waits, host synchronisations) to FILE, in the
+    /// format `graphsmith doctor --launches FILE` reads. A second process of the command that
+    /// launched graphs goes to FILE.PID.
+    #[arg(long, value_name = "FILE", requires = "hazards")]
+    pub launches_out: Option<PathBuf>,
     /// Watch the memory each instantiated graph touches, and report a launch of a graph whose
     /// memory was freed since its instantiation (before the launch runs): the node, the bytes,
     /// and where they were allocated and freed. Reported as errors.
@@ -89,6 +96,9 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
     for (k, v) in &plan.env {
         cmd.env(k, v);
     }
+    if args.launches_out.is_some() {
+        cmd.env(crate::races::LAUNCHES_VAR, "1");
+    }
     let status = match launch::run(cmd) {
         Ok(s) => s,
         Err(e) => {
@@ -128,6 +138,20 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
     report.strict = args.strict;
     report.hazards_requested = args.hazards;
     eprint!("{}", render(&report));
+    let mut launch_races = args.hazards.then(|| races::LaunchRaces::build(&events));
+    if let (Some(r), Some(out)) = (&mut launch_races, &args.launches_out) {
+        r.write_sequences(out);
+        if r.processes.iter().all(|p| p.sequence.is_none()) {
+            eprintln!(
+                "graphsmith trace: no launch sequence written to {}: no traced process \
+                 launched a graph it had read back",
+                out.display()
+            );
+        }
+    }
+    if let Some(r) = &launch_races {
+        eprint!("{}", races::render_races(r));
+    }
     let costs = args.graphs.then(|| graphs::GraphCosts::build(&events));
     if let Some(costs) = &costs {
         eprint!("{}", graphs::render_costs(costs));
@@ -139,7 +163,7 @@ pub fn run_with(args: TraceArgs, catalogue: &dyn Catalogue) -> ExitCode {
         }
     }
     if let Some(path) = &args.json {
-        if let Err(e) = write_json(path, &report, costs.as_ref()) {
+        if let Err(e) = write_json(path, &report, costs.as_ref(), launch_races.as_ref()) {
             eprintln!(
                 "graphsmith trace: cannot write the JSON report to {}: {e}",
                 path.display()
@@ -162,12 +186,19 @@ fn write_json(
     path: &Path,
     report: &Report,
     costs: Option<&graphs::GraphCosts>,
+    launch_races: Option<&races::LaunchRaces>,
 ) -> std::io::Result<()> {
-    let text = match costs {
-        None => serde_json::to_string_pretty(report),
-        Some(costs) => serde_json::to_string_pretty(&graphs::WithCosts {
+    let text = match (costs, launch_races) {
+        (None, None) => serde_json::to_string_pretty(report),
+        (Some(costs), None) => serde_json::to_string_pretty(&graphs::WithCosts {
             report,
             graph_costs: costs,
+        }),
+        // `--hazards`: races across graphs, per process, as the doctor reports a sequence.
+        (costs, Some(launch_races)) => serde_json::to_string_pretty(&races::WithRaces {
+            report,
+            graph_costs: costs,
+            launch_races,
         }),
     }
     .map_err(std::io::Error::other)?;
@@ -224,6 +255,22 @@ mod tests {
         assert_eq!(a.plot, Some(PathBuf::from("g.svg")));
         assert_eq!(a.command, ["python3", "--graphs"]);
         assert!(parse(&["--plot", "g.svg", "--", "python3"]).is_err());
+    }
+
+    #[test]
+    fn launches_out_needs_hazards() {
+        let a = parse(&[
+            "--hazards",
+            "--launches-out",
+            "s.json",
+            "--",
+            "./races",
+            "race",
+        ])
+        .unwrap();
+        assert_eq!(a.launches_out, Some(PathBuf::from("s.json")));
+        assert_eq!(a.command, ["./races", "race"]);
+        assert!(parse(&["--launches-out", "s.json", "--", "./races"]).is_err());
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub enum Event {
     Freed(crate::freed::FreedLaunch),
     /// What a graph cost (`--graphs`): timed graph calls, allocations during captures, launches.
     Graph(crate::graphs::event::GraphEvent),
+    /// A race across graphs, or the launch sequence's summary at exit (`--hazards`).
+    Race(crate::races::RaceEvent),
 }
 
 impl Event {
@@ -74,6 +76,7 @@ impl Event {
             Event::Exit(e) => e.pid,
             Event::Freed(e) => e.pid,
             Event::Graph(e) => e.pid(),
+            Event::Race(e) => e.pid(),
         }
     }
 }

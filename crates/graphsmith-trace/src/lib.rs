@@ -7,7 +7,8 @@
 //! thread, NVTX range stack, Python stack when it came from Python, native backtrace) with the
 //! cascade that followed, the work that silently escaped a capture, and the graphs instantiated
 //! (with `--hazards`, each one read back and checked for hazards: nodes that no edge orders
-//! touching the same memory, see [`hazard`]).
+//! touching the same memory, see [`hazard`]; and across graphs, launches of different graphs
+//! on different streams touching the same memory with no wait between them, see [`races`]).
 //!
 //! Two halves, one crate:
 //! - in the traced process ([`inject`], the cdylib): CUPTI callbacks and NVTX hooks append
@@ -30,4 +31,5 @@ pub mod hazard;
 #[cfg(target_os = "linux")]
 pub mod inject;
 mod launch;
+pub mod races;
 pub mod render;

@@ -133,6 +133,7 @@ fn trace_full(
         json: Some(json.clone()),
         strict: false,
         hazards,
+        launches_out: None,
         freed,
         graphs: name.starts_with("graphs"),
         plot: None,
@@ -331,6 +332,26 @@ fn a_python_process_gets_the_python_stack_at_capture_begin() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A folder for a test driven by a Python script: the stand-in for libcuda and CUPTI built in
+/// it, the script written into it as `file`, and the Python to run it (`$PYTHON`, else
+/// `python3`; the test fails, saying so, when it does not start).
+fn python_case(name: &str, file: &str, script: &str) -> (PathBuf, PathBuf, PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!(
+        "graphsmith-trace-fake-{name}-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cuda = fake_cuda(&dir);
+    let path = dir.join(file);
+    std::fs::write(&path, script).unwrap();
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    assert!(
+        Command::new(&python).arg("--version").output().is_ok(),
+        "this test runs a Python script: `{python}` (set PYTHON to another) did not start"
+    );
+    (dir, cuda, path, python)
+}
+
 /// The script of the allocator and freed-memory test: a stand-in `torch` (in `sys.modules`, so
 /// the tracer finds it) whose snapshot splits the planted buffer into two blocks; the weight is
 /// allocated with the GIL released, the graph instantiated, the weight freed with the GIL held,
@@ -363,19 +384,7 @@ decode()
 #[test]
 fn pytorch_blocks_bound_the_check_and_a_launch_on_freed_memory_is_reported() {
     use cudarc::cupti::sys::CUpti_driver_api_trace_cbid as D;
-    let dir = std::env::temp_dir().join(format!(
-        "graphsmith-trace-fake-torch-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cuda = fake_cuda(&dir);
-    let script = dir.join("serve.py");
-    std::fs::write(&script, TORCH_SCRIPT).unwrap();
-    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    assert!(
-        Command::new(&python).arg("--version").output().is_ok(),
-        "this test runs a Python script: `{python}` (set PYTHON to another) did not start"
-    );
+    let (dir, cuda, script, python) = python_case("torch", "serve.py", TORCH_SCRIPT);
     let cbids = [
         D::CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,
         D::CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
@@ -506,5 +515,103 @@ fn graph_costs_are_recorded_through_the_driver_callbacks() {
         dir.join("graphs.svg").is_file(),
         "the plot is written beside the JSON report"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The script of the races-across-graphs test: two executables of the stand-in's graph
+/// (both write BUF and OTHER), launched on two streams, with (`fixed`) or without a record on
+/// the first stream and a wait on the second between the launches.
+const RACES_SCRIPT: &str = r#"import ctypes, os, sys
+cuda = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)
+ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"]).InitializeInjection()
+instantiate, launch, record, wait = (int(a) for a in sys.argv[2:6])
+A, B, EV = ctypes.c_uint64(0xa000), ctypes.c_uint64(0xb000), ctypes.c_uint64(0xe7e7)
+cuda.fake_launch_on(launch, ctypes.c_uint64(0xe100), A)  # not instantiated yet: not checked
+cuda.fake_instantiate_as(instantiate, ctypes.c_uint64(0xe100))  # line 7
+cuda.fake_instantiate_as(instantiate, ctypes.c_uint64(0xe200))  # line 8
+cuda.fake_launch_on(launch, ctypes.c_uint64(0xe100), A)
+if sys.argv[6] == "fixed":
+    cuda.fake_record(record, EV, A)
+    cuda.fake_wait(wait, B, EV)
+cuda.fake_launch_on(launch, ctypes.c_uint64(0xe200), B)  # line 13
+"#;
+
+#[test]
+fn races_across_graphs_are_found_from_the_driver_callbacks_and_written_for_the_doctor() {
+    use cudarc::cupti::sys::CUpti_driver_api_trace_cbid as D;
+    let (dir, cuda, script, python) = python_case("races", "two_streams.py", RACES_SCRIPT);
+    let cbids = [
+        D::CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags,
+        D::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+        D::CUPTI_DRIVER_TRACE_CBID_cuEventRecord,
+        D::CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,
+    ]
+    .map(|c| (c as u32).to_string());
+    let file = script.to_str().unwrap();
+    for (case, races) in [("racy", 2), ("fixed", 0)] {
+        let json = dir.join(format!("races-{case}.json"));
+        let sequence = dir.join(format!("races-{case}.launches.json"));
+        let mut command = vec![python.clone(), file.to_string(), cuda.display().to_string()];
+        command.extend(cbids.iter().cloned());
+        command.push(case.to_string());
+        let args = TraceArgs {
+            json: Some(json.clone()),
+            strict: false,
+            hazards: true,
+            launches_out: Some(sequence.clone()),
+            freed: false,
+            graphs: false,
+            plot: None,
+            events: Some(dir.join(format!("races-{case}.jsonl"))),
+            lib: Some(lib()),
+            cupti: Some(cuda.clone()),
+            command: command.iter().map(Into::into).collect(),
+        };
+        assert_eq!(run(args), ExitCode::from(0), "{case}");
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let p = &report["launch_races"]["processes"][0];
+        assert_eq!(p["complete"], true, "{case}: {report:#}");
+        let r = &p["report"];
+        assert_eq!(
+            (&r["launches"], &r["graphs"]),
+            (&2.into(), &2.into()),
+            "{r:#}"
+        );
+        assert_eq!(
+            r["notes"][0],
+            "1 launches of executables that were not read back (instantiated before the \
+             tracer attached, read-back failed, or updated with cuGraphExecUpdate) were not \
+             checked",
+            "{r:#}"
+        );
+        let found = r["races"].as_array().expect("races");
+        assert_eq!(found.len(), races, "{case}: {r:#}");
+        for race in found {
+            let mut buffers = vec![race["buffer"].as_u64().unwrap()];
+            buffers.retain(|b| [0x7f00_0000_0000, 0x7f00_1000_0000].contains(b));
+            assert_eq!(buffers.len(), 1, "BUF or OTHER: {race:#}");
+            for (side, line) in [("first", 7), ("second", 8)] {
+                assert_eq!(
+                    race[side]["graph_label"],
+                    format!("graph 0x9000 (instantiated at {file}:{line} in <module>)"),
+                    "{race:#}"
+                );
+            }
+            assert_eq!(
+                race["second"]["launch_line"],
+                format!("{file}:13 in <module>"),
+                "{race:#}"
+            );
+        }
+        // The file `graphsmith doctor --launches` reads: the same races.
+        let seq = graphsmith_analysis::launch_order::LaunchSequence::from_json(
+            &std::fs::read_to_string(&sequence).unwrap(),
+        )
+        .unwrap();
+        let doctor = graphsmith_analysis::launch_order::check(&seq);
+        assert_eq!(doctor.races.len(), races, "{case}: {}", doctor.text());
+        assert_eq!(seq.graphs.len(), 2);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

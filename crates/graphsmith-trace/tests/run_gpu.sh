@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU tests of `graphsmith trace`: builds the planted-fault C++ program with nvcc, runs each case
 # and the freed-memory program (C++ and PyTorch; the hazard-* cases with --hazards, the freed-*
-# ones with --freed) under `graphsmith trace --json`, checks
+# ones with --freed; the races-* ones, two graphs on two streams, with --hazards and
+# --launches-out, whose sequence files `graphsmith doctor --launches` then reads) under `graphsmith trace --json`, checks
 # every report (and the command's stdout, for the planted race's buffer) with check.py against
 # programs/expect.json, reports the tracer's overhead on a PyTorch capture-and-replay program
 # and the start-up of 35 graph captures with and without `--graphs` (measurements, not counted
@@ -91,20 +92,28 @@ else
   echo "nvcc failed:"; cat "$OUT/nvcc-freed.log"
 fi
 
+section "build the races-across-graphs program"
+RACES="$OUT/races"
+if "$NVCC" -O1 -g -std=c++17 -lineinfo -Xlinker -export-dynamic -o "$RACES" "$PROGRAMS/races.cu" 2>"$OUT/nvcc-races.log"; then
+  echo "built $RACES"
+else
+  echo "nvcc failed:"; cat "$OUT/nvcc-races.log"
+fi
+
 has_torch=0
 "$PY" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null && has_torch=1
 
 run_case() {
   local case="$1"
   local spec
-  spec="$("$PY" - "$PROGRAMS/expect.json" "$case" "$FAULTS" "$PROGRAMS" "$FREED" <<'EOF'
+  spec="$("$PY" - "$PROGRAMS/expect.json" "$case" "$FAULTS" "$PROGRAMS" "$FREED" "$RACES" "$OUT" <<'EOF'
 import json, shlex, sys
 e = json.load(open(sys.argv[1]))[sys.argv[2]]
 cmd = [a.replace("{faults}", sys.argv[3]).replace("{programs}", sys.argv[4])
-       .replace("{freed}", sys.argv[5]) for a in e["cmd"]]
+       .replace("{freed}", sys.argv[5]).replace("{races}", sys.argv[6]) for a in e["cmd"]]
 env = " ".join(f"{k}={shlex.quote(v)}" for k, v in e.get("env", {}).items())
 print(env)
-print(" ".join(shlex.quote(a) for a in e.get("trace_args", [])))
+print(" ".join(shlex.quote(a.replace("{out}", sys.argv[7])) for a in e.get("trace_args", [])))
 print(" ".join(shlex.quote(a) for a in cmd))
 EOF
 )"
@@ -122,6 +131,9 @@ EOF
   fi
   if [[ "$cmd_line" == "$FREED "* && ! -x "$FREED" ]]; then
     echo "FAIL $case (freed was not built)"; fail=$((fail + 1)); failed+=("$case"); return
+  fi
+  if [[ "$cmd_line" == "$RACES "* && ! -x "$RACES" ]]; then
+    echo "FAIL $case (races was not built)"; fail=$((fail + 1)); failed+=("$case"); return
   fi
   local code
   eval "env $env_line timeout 300 \"$GS\" trace --json \"$OUT/$case.json\" --events \"$OUT/$case.events.jsonl\" $args_line -- $cmd_line" \
@@ -142,6 +154,26 @@ else
   mapfile -t cases < <("$PY" -c "import json,sys; print('\n'.join(json.load(open(sys.argv[1]))))" "$PROGRAMS/expect.json")
 fi
 for c in "${cases[@]}"; do run_case "$c"; done
+
+# The launch sequences the races-* cases wrote (--launches-out), read by the doctor: the
+# planted race fails (exit 1), its fixed twin passes (exit 0).
+for pair in "races-race:1" "races-fixed:0"; do
+  c="${pair%%:*}"; want="${pair##*:}"
+  [[ $# -gt 0 && " $* " != *" $c "* ]] && continue
+  seqfile="$OUT/$c.launches.json"
+  if [[ ! -s "$seqfile" ]]; then
+    echo "FAIL doctor-$c (no launch sequence $seqfile)"; fail=$((fail + 1)); failed+=("doctor-$c"); continue
+  fi
+  "$GS" doctor --launches "$seqfile" >"$OUT/doctor-$c.txt" 2>&1
+  got=$?
+  if [[ $got == "$want" ]]; then
+    echo "PASS doctor-$c (graphsmith doctor --launches exit $got)"; pass=$((pass + 1))
+  else
+    echo "FAIL doctor-$c (graphsmith doctor --launches exit $got, expected $want)"
+    sed 's/^/  | /' "$OUT/doctor-$c.txt" | head -30
+    fail=$((fail + 1)); failed+=("doctor-$c")
+  fi
+done
 
 section "an example report (stream-sync)"
 cat "$OUT/stream-sync.err" 2>/dev/null | head -40

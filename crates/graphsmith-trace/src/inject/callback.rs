@@ -31,6 +31,9 @@ use crate::explain::is_capture_code;
 /// `--freed`: allocations, frees and launches (an `impl Tracer` of its own).
 #[path = "allocations.rs"]
 mod allocations;
+/// `--hazards` across graphs: the launch sequence (an `impl Tracer` of its own).
+#[path = "races.rs"]
+pub(super) mod races;
 
 const ENTER: u32 = 0;
 const NOT_READY: u32 = 600;
@@ -241,6 +244,7 @@ impl Tracer {
         let code = return_code(data);
         if code == 0 {
             self.track_memory(cbid, data);
+            self.record_order(&spec, cbid, data);
         }
         let active = self.active.load(Ordering::Relaxed);
         if let Some(g) = &self.graphs {
@@ -483,17 +487,21 @@ impl Tracer {
             // SAFETY: the graph was instantiated successfully by the very call whose exit this
             // is, on this thread: it is live and its context is current; CUDA forbids changing
             // a graph from another thread while it is being instantiated.
-            let (check, touches) = unsafe {
+            let (check, touches, info) = unsafe {
                 readback::check_instantiated(
                     api,
                     graph,
                     self.check_hazards,
                     allocations::enabled(),
+                    races::enabled(),
                     &|a| self.tracked_allocation(a),
                 )
             };
             if let (Some(exec), Some(touches)) = (exec, touches) {
                 self.watch(exec, graph, touches);
+            }
+            if let Some(exec) = exec {
+                self.describe(exec, graph, info);
             }
             if self.check_hazards {
                 let hazards_seq = self.next_seq();

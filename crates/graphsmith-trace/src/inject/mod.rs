@@ -76,6 +76,10 @@ extern "C" fn at_exit() {
         if let Some(g) = tracer().and_then(|t| t.graphs.as_ref()) {
             sink.write(&g.at_exit(seq));
         }
+        // `--hazards`: the launch sequence's summary (and `--launches-out`'s file).
+        for e in callback::races::at_exit(seq) {
+            sink.write(&e);
+        }
         sink.write(&Event::Exit(Exit {
             pid: std::process::id(),
             seq,

@@ -45,7 +45,16 @@ pub(crate) fn sink() -> Option<&'static Sink> {
 impl Sink {
     /// Appends one event. Errors are swallowed: the traced program must not notice the tracer.
     pub(crate) fn write(&self, event: &Event) {
-        let always = matches!(event, Event::Exit(_) | Event::Untraced(_) | Event::Start(_));
+        let always = matches!(
+            event,
+            Event::Exit(_)
+                | Event::Untraced(_)
+                | Event::Start(_)
+                // `--hazards`' summaries at exit, held in memory, are whole whatever the cap.
+                | Event::Race(
+                    crate::races::RaceEvent::Summary(_) | crate::races::RaceEvent::Sequence(_)
+                )
+        );
         if !always && self.written.fetch_add(1, Ordering::Relaxed) >= MAX_EVENTS {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;

@@ -302,6 +302,63 @@ def check_graph_costs(errs, exp, report, report_path):
               f"{t['total_bytes'] / 2**20:.1f} MiB while capturing, {t['replays']} replays")
 
 
+def check_launch_races(errs, exp, report, stdout_path):
+    """--hazards across graphs: report["launch_races"], as src/races/mod.rs writes it."""
+    want = exp.get("launch_races")
+    if want is None:
+        return
+    lr = report.get("launch_races")
+    if lr is None:
+        errs.append("no launch_races in the report (was --hazards given?)")
+        return
+    procs = [p for p in lr["processes"] if p["report"]["launches"] > 0 or p["report"]["races"]]
+    if not procs:
+        errs.append(f"no process recorded a graph launch: {lr}")
+        return
+    races = [r for p in procs for r in p["report"]["races"]]
+    launches = sum(p["report"]["launches"] for p in procs)
+    if launches < want.get("launches_min", 0):
+        errs.append(f"{launches} launches in the sequence, expected at least {want['launches_min']}")
+    if not all(p["complete"] for p in procs):
+        errs.append("a process wrote no launch-sequence summary at exit")
+    if len(races) != want["races"]:
+        errs.append(f"{len(races)} races across graphs, expected {want['races']}: "
+                    + "; ".join(f"{r['first']['node']} / {r['second']['node']} on {r['buffer']:#x}"
+                                for r in races[:5]) + f"; notes: {[p['report']['notes'] for p in procs]}")
+    race = want.get("race")
+    if race and races:
+        r = races[0]
+        if r["certain"] != race.get("certain", r["certain"]):
+            errs.append(f"race certain={r['certain']}, expected {race['certain']}")
+        for side in ("first", "second"):
+            w = race.get(side, {})
+            got = r[side]
+            if "node_contains" in w and w["node_contains"] not in got["node"]:
+                errs.append(f"race.{side}.node {got['node']!r} lacks {w['node_contains']!r}")
+            if "mode" in w and got["mode"] != w["mode"]:
+                errs.append(f"race.{side}.mode {got['mode']}, expected {w['mode']}")
+            if "label_contains" in w and w["label_contains"] not in got["graph_label"]:
+                errs.append(f"race.{side}.graph_label {got['graph_label']!r} lacks "
+                            f"{w['label_contains']!r}")
+        if r["first"]["graph"] == r["second"]["graph"]:
+            errs.append(f"both sides of the race are one executable: {r['first']['graph_label']}")
+        if r["first"]["stream"] == r["second"]["stream"]:
+            errs.append(f"both sides of the race are on one stream: {r['first']['stream_label']}")
+        prefix = race.get("buffer_from_stdout")
+        if prefix:
+            lines = stdout_lines(errs, stdout_path)
+            printed = [l[len(prefix):].split()[0] for l in lines if l.startswith(prefix)]
+            if not printed:
+                errs.append(f"the command printed no line '{prefix}<address> ...'")
+            elif not r["buffer"] <= int(printed[0], 16) < r["buffer"] + max(r["offset"] + r["len"], 1):
+                errs.append(f"race on buffer {r['buffer']:#x}+{r['offset']}..{r['offset'] + r['len']}, "
+                            f"the program's buffer is at {printed[0]}")
+    if races:
+        print(f"  race across graphs: {races[0]['first']['node']} of "
+              f"{races[0]['first']['graph_label']} / {races[0]['second']['node']} of "
+              f"{races[0]['second']['graph_label']} on {races[0]['buffer']:#x}")
+
+
 def main():
     expect_all, case, report_path, exit_code = sys.argv[1:5]
     stdout_path = sys.argv[5] if len(sys.argv) > 5 else None
@@ -361,6 +418,7 @@ def main():
             errs.append(f"{got} {kind} nodes, expected at least {n} ({[g['instantiate']['nodes'] for g in graphs]})")
     check_hazards(errs, exp, report, graphs, stdout_path)
     check_freed(errs, exp, procs, stdout_path)
+    check_launch_races(errs, exp, report, stdout_path)
     check_graph_costs(errs, exp, report, report_path)
     if "stdout_contains" in exp:
         try:

@@ -225,21 +225,11 @@ int cuMemGetAddressRange_v2(u64* base, size_t* size, u64 ptr) {
   return 1;
 }
 
+int fake_instantiate_as(unsigned cbid, u64 exec_handle);
+
 /* The pretend cuGraphInstantiateWithFlags(&exec, GRAPH, 0), reported to the callback under
  * `cbid` (CUPTI_DRIVER_TRACE_CBID_cuGraphInstantiateWithFlags, passed in by the test). */
-int fake_instantiate(unsigned cbid) {
-  u64 exec = 0;
-  struct { u64* exec; u64 graph; u64 flags; } params = {&exec, GRAPH, 0};
-  int result = 0;
-  struct callback_data d = {0, "cuGraphInstantiateWithFlags", &params, &result, NULL,
-                            (void*)0x7000, 1, NULL, 0};
-  if (!g_callback) return -1;
-  g_callback(g_user, 1, cbid, &d);
-  exec = 0xe000;
-  d.site = 1;
-  g_callback(g_user, 1, cbid, &d);
-  return 0;
-}
+int fake_instantiate(unsigned cbid) { return fake_instantiate_as(cbid, 0xe000); }
 
 /* A pretend cuStreamBeginCapture_v2(STREAM, global mode), reported to the callback under `cbid`
  * (CUPTI_DRIVER_TRACE_CBID_cuStreamBeginCapture_v2, passed in by the test), for the Python
@@ -332,5 +322,47 @@ int fake_graphs(const char* cbids) {
   struct { u64 exec; u64 stream; } launch = {0xe000, STREAM};
   call(id[4], "cuGraphUpload", &launch, &result);
   for (int i = 0; i < 3; ++i) call(id[5], "cuGraphLaunch", &launch, &result);
+  return 0;
+}
+
+/* Races across graphs (`--hazards`, tests/fake_host.rs): the pretend instantiation into the
+ * executable `exec_handle`, a launch of `exec` on `stream` (cuGraphLaunch), a record of `event`
+ * on `stream` (cuEventRecord) and a wait of `stream` on `event` (cuStreamWaitEvent), each
+ * reported to the callback under the `cbid` the test passes in. */
+int fake_instantiate_as(unsigned cbid, u64 exec_handle) {
+  u64 exec = 0;
+  struct { u64* exec; u64 graph; u64 flags; } params = {&exec, GRAPH, 0};
+  int result = 0;
+  struct callback_data d = {0, "cuGraphInstantiateWithFlags", &params, &result, NULL,
+                            (void*)0x7000, 1, NULL, 0};
+  if (!g_callback) return -1;
+  g_callback(g_user, 1, cbid, &d);
+  exec = exec_handle;
+  d.site = 1;
+  g_callback(g_user, 1, cbid, &d);
+  return 0;
+}
+
+int fake_launch_on(unsigned cbid, u64 exec, u64 stream) {
+  struct { u64 exec; u64 stream; } params = {exec, stream};
+  int result = 0;
+  if (!g_callback) return -1;
+  call(cbid, "cuGraphLaunch", &params, &result);
+  return 0;
+}
+
+int fake_record(unsigned cbid, u64 event, u64 stream) {
+  struct { u64 event; u64 stream; } params = {event, stream};
+  int result = 0;
+  if (!g_callback) return -1;
+  call(cbid, "cuEventRecord", &params, &result);
+  return 0;
+}
+
+int fake_wait(unsigned cbid, u64 stream, u64 event) {
+  struct { u64 stream; u64 event; unsigned flags; } params = {stream, event, 0};
+  int result = 0;
+  if (!g_callback) return -1;
+  call(cbid, "cuStreamWaitEvent", &params, &result);
   return 0;
 }

@@ -21,6 +21,7 @@ use super::python;
 use crate::explain::code_label;
 use crate::freed::{self, Touch};
 use crate::hazard::{self, HazardCheck, RawGraph};
+use crate::races::{self, GraphInfo};
 
 /// The driver functions the read-back calls.
 pub(crate) struct GraphApi {
@@ -75,8 +76,9 @@ impl GraphApi {
     }
 }
 
-/// The hazard check of a graph just instantiated (when `hazards`), and the ranges its nodes
-/// touch (when `touches`, for `--freed`): read back once, modelled, checked. The allocator's
+/// The hazard check of a graph just instantiated (when `hazards`), the ranges its nodes
+/// touch (when `touches`, for `--freed`) and its description for the launch-order check (when
+/// `describe`, unlabelled): read back once, modelled, checked. The allocator's
 /// blocks are asked for only for the hazard check; `tracked` gives the allocations `--freed`
 /// saw, asked before the driver. A panic in the pure part is caught here and
 /// becomes a "not checked" reason.
@@ -88,15 +90,16 @@ pub(crate) unsafe fn check_instantiated(
     graph: u64,
     hazards: bool,
     touches: bool,
+    describe: bool,
     tracked: &dyn Fn(u64) -> Option<(u64, u64)>,
-) -> (HazardCheck, Option<Vec<Touch>>) {
+) -> (HazardCheck, Option<Vec<Touch>>, Option<GraphInfo>) {
     let api = match api {
         Ok(a) => a,
         Err(reason) => {
             let check = HazardCheck::NotChecked {
                 reason: reason.clone(),
             };
-            return (check, None);
+            return (check, None, None);
         }
     };
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -122,9 +125,13 @@ pub(crate) unsafe fn check_instantiated(
                         reason: "not asked".to_string(),
                     }
                 };
-                (check, touches.then(|| freed::touches(&built.graph)))
+                (
+                    check,
+                    touches.then(|| freed::touches(&built.graph)),
+                    describe.then(|| races::graph_info("", &built.graph)),
+                )
             }
-            Err(reason) => (HazardCheck::NotChecked { reason }, None),
+            Err(reason) => (HazardCheck::NotChecked { reason }, None, None),
         }
     }));
     result.unwrap_or_else(|_| {
@@ -132,6 +139,6 @@ pub(crate) unsafe fn check_instantiated(
             reason: "the hazard check failed inside graphsmith trace (a bug: please report it)"
                 .into(),
         };
-        (check, None)
+        (check, None, None)
     })
 }

@@ -1,6 +1,7 @@
 //! The freed-memory bookkeeping without a GPU: sites are plain strings.
 
 use super::*;
+use crate::event::{Frame, PyFrame};
 
 fn touch(start: u64, end: u64, node: u32) -> Touch {
     Touch {

@@ -7,7 +7,7 @@
 //! - [`text`]: the section of the human report; [`plot`]: the SVG.
 
 pub mod cost;
-pub mod event;
+pub use crate::event::graph as event;
 pub mod plot;
 pub mod report;
 pub mod text;

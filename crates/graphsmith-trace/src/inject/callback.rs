@@ -14,12 +14,13 @@ use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::addr_of;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use cudarc::cupti::sys::CUpti_CallbackData;
 
 use super::api::{Capturing, Cupti, Driver};
 use super::cbid::{self, is_legacy, Args, Kind, Spec};
+use super::lock::lock;
 use super::readback::{self, GraphApi};
 use super::state::{CaptureTrack, State};
 use super::{nvtx, python, stack, thread};
@@ -59,10 +60,6 @@ pub(crate) struct Tracer {
     check_hazards: bool,
     /// `--graphs`: what each graph costs; `None` when not asked.
     pub graphs: Option<super::graph_cost::GraphCost>,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A runtime call in progress on this thread.
@@ -175,6 +172,14 @@ impl Tracer {
         }
     }
 
+    /// What the `--graphs` hooks read of the tracer.
+    fn view(&self) -> super::graph_cost::TracerView<'_> {
+        super::graph_cost::TracerView {
+            seq: &self.seq,
+            driver: self.driver.as_ref(),
+        }
+    }
+
     pub(crate) fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed)
     }
@@ -223,7 +228,7 @@ impl Tracer {
         if site_u32(data) == ENTER {
             self.driver_calls.fetch_add(1, Ordering::Relaxed);
             if let Some(g) = &self.graphs {
-                g.enter(self, cbid, data);
+                g.enter(&self.view(), cbid, data);
             }
             let _ = FRAMES.try_with(|f| {
                 if let Ok(mut f) = f.try_borrow_mut() {
@@ -248,7 +253,7 @@ impl Tracer {
         }
         let active = self.active.load(Ordering::Relaxed);
         if let Some(g) = &self.graphs {
-            g.exit(self, cbid, data, code, active > 0);
+            g.exit(&self.view(), cbid, data, code, active > 0);
         }
         if active == 0 && (code == 0 || code == NOT_READY) {
             match spec.kind {

@@ -17,7 +17,7 @@ use cudarc::cupti::sys::{
 };
 
 use super::api::{Cupti, Status};
-use super::callback::lock;
+use super::lock::lock;
 use crate::graphs::event::DeviceTimes;
 
 /// `CUPTI_ACTIVITY_KIND_GRAPH_TRACE`.

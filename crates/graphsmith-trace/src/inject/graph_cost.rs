@@ -11,14 +11,16 @@
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use cudarc::cupti::sys::{self as cs, CUpti_CallbackData, CUpti_driver_api_trace_cbid as D};
 use libloading::os::unix::Library;
 
+use super::api::Driver;
 use super::api::{self, Capturing, Status};
-use super::callback::{lock, Tracer};
 use super::cbid::{is_legacy, PER_THREAD};
+use super::lock::lock;
 use super::{graph_activity, python, stack, thread};
 use crate::event::{Event, GRAPHS_VAR};
 use crate::graphs::event::{
@@ -403,7 +405,7 @@ impl GraphCost {
     }
 
     /// The driver callback's entry.
-    pub(crate) fn enter(&self, tracer: &Tracer, cbid: u32, data: &CUpti_CallbackData) {
+    pub(crate) fn enter(&self, tracer: &TracerView<'_>, cbid: u32, data: &CUpti_CallbackData) {
         let Some(hook) = self.hook(cbid) else {
             return;
         };
@@ -438,7 +440,7 @@ impl GraphCost {
     /// The driver callback's exit, before the tracer's own handling.
     pub(crate) fn exit(
         &self,
-        tracer: &Tracer,
+        tracer: &TracerView<'_>,
         cbid: u32,
         data: &CUpti_CallbackData,
         code: u32,
@@ -492,7 +494,7 @@ impl GraphCost {
 
     fn timed(
         &self,
-        tracer: &Tracer,
+        tracer: &TracerView<'_>,
         cbid: u32,
         kind: GraphCallKind,
         hook: &Hook,
@@ -631,8 +633,8 @@ impl GraphCost {
     }
 }
 
-fn capture_of(tracer: &Tracer, stream: Option<u64>) -> Option<u64> {
-    match (stream, &tracer.driver) {
+fn capture_of(tracer: &TracerView<'_>, stream: Option<u64>) -> Option<u64> {
+    match (stream, tracer.driver) {
         (Some(s), Some(d)) if !is_legacy(s) => match d.capturing(s) {
             Capturing::Yes(id) => Some(id),
             _ => None,
@@ -704,5 +706,17 @@ mod tests {
         assert_eq!((a.exec, a.stream), (Some(0xe000), Some(PER_THREAD)));
         let h = hook(D::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch);
         assert!(h.what == What::Launch && !h.per_thread);
+    }
+}
+
+/// What the hooks read of the tracer: its event sequence and the driver's capture query.
+pub(crate) struct TracerView<'a> {
+    pub(crate) seq: &'a AtomicU64,
+    pub(crate) driver: Option<&'a Driver>,
+}
+
+impl TracerView<'_> {
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
     }
 }

@@ -17,6 +17,7 @@ mod callback;
 mod cbid;
 mod graph_activity;
 mod graph_cost;
+mod lock;
 mod nvtx;
 mod python;
 mod readback;

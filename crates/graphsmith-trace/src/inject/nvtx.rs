@@ -12,10 +12,11 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::nvtx::sys::{nvtxDomainHandle_t, nvtxEventAttributes_t, nvtxStringHandle_t, wchar_t};
 
+use super::lock::lock;
 use super::thread;
 use crate::event::{Event, NvtxInit};
 
@@ -31,10 +32,6 @@ struct Entry {
 }
 
 type Stack = Arc<Mutex<Vec<Entry>>>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn threads() -> &'static Mutex<HashMap<u32, Stack>> {
     static T: OnceLock<Mutex<HashMap<u32, Stack>>> = OnceLock::new();

@@ -17,67 +17,17 @@ mod recorder;
 use std::fmt::Write as _;
 
 use graphsmith_analysis::launch_order::{LaunchReport, LaunchSequence, Race};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::event::Event;
 
+pub use crate::event::race::{RaceEvent, RaceFound, RaceSequence, RaceSummary};
 pub use graphsmith_analysis::launch_order::GraphInfo;
 pub use recorder::{event_handle, graph_info, Recorder, MAX_KEPT};
 
 /// The environment variable that asks the traced process to keep its whole launch sequence and
 /// record it at exit (`--launches-out`): `1` to keep it, anything else not to.
 pub const LAUNCHES_VAR: &str = "GRAPHSMITH_TRACE_LAUNCHES";
-
-/// What the injection library records for races across graphs (inside
-/// [`crate::event::Event::Race`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "what", rename_all = "snake_case")]
-pub enum RaceEvent {
-    /// A race, when the launch that makes it is issued.
-    Found(RaceFound),
-    /// At exit: the counts and notes of the whole sequence.
-    Summary(RaceSummary),
-    /// At exit, with `--launches-out`: the whole sequence (one line), which `graphsmith trace`
-    /// writes to the file.
-    Sequence(RaceSequence),
-}
-
-impl RaceEvent {
-    /// The process that recorded it.
-    pub fn pid(&self) -> u32 {
-        match self {
-            RaceEvent::Found(f) => f.pid,
-            RaceEvent::Summary(s) => s.pid,
-            RaceEvent::Sequence(s) => s.pid,
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RaceFound {
-    pub pid: u32,
-    pub seq: u64,
-    pub race: Box<Race>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RaceSummary {
-    pub pid: u32,
-    pub seq: u64,
-    pub launches: usize,
-    /// Executables launched.
-    pub graphs: usize,
-    pub streams: usize,
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct RaceSequence {
-    pub pid: u32,
-    pub seq: u64,
-    pub sequence: LaunchSequence,
-}
 
 /// One process's races across graphs.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::hazard::HazardCheck;
 
+pub mod freed;
+pub mod graph;
+pub mod race;
+
 /// The environment variable naming the event log the injection library appends to.
 pub const OUT_VAR: &str = "GRAPHSMITH_TRACE_OUT";
 
@@ -54,11 +58,11 @@ pub enum Event {
     /// The process is exiting (an `atexit` handler); missing when it crashed or called `_exit`.
     Exit(Exit),
     /// A graph about to be launched touches memory freed since its instantiation (`--freed`).
-    Freed(crate::freed::FreedLaunch),
+    Freed(freed::FreedLaunch),
     /// What a graph cost (`--graphs`): timed graph calls, allocations during captures, launches.
-    Graph(crate::graphs::event::GraphEvent),
+    Graph(graph::GraphEvent),
     /// A race across graphs, or the launch sequence's summary at exit (`--hazards`).
-    Race(crate::races::RaceEvent),
+    Race(race::RaceEvent),
 }
 
 impl Event {

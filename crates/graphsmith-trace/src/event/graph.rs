@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{Frame, PyFrame, PyMissing};
+use super::{Frame, PyFrame, PyMissing};
 
 /// One `--graphs` event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -653,6 +653,18 @@ fn cstr(p: *const std::ffi::c_char) -> String {
         .into_owned()
 }
 
+/// What the hooks read of the tracer: its event sequence and the driver's capture query.
+pub(crate) struct TracerView<'a> {
+    pub(crate) seq: &'a AtomicU64,
+    pub(crate) driver: Option<&'a Driver>,
+}
+
+impl TracerView<'_> {
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -706,17 +718,5 @@ mod tests {
         assert_eq!((a.exec, a.stream), (Some(0xe000), Some(PER_THREAD)));
         let h = hook(D::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch);
         assert!(h.what == What::Launch && !h.per_thread);
-    }
-}
-
-/// What the hooks read of the tracer: its event sequence and the driver's capture query.
-pub(crate) struct TracerView<'a> {
-    pub(crate) seq: &'a AtomicU64,
-    pub(crate) driver: Option<&'a Driver>,
-}
-
-impl TracerView<'_> {
-    fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::Relaxed)
     }
 }

@@ -137,6 +137,21 @@ fn an_entry_round_trips_and_gives_its_choices() {
 }
 
 #[test]
+fn timings_come_back_from_the_file_to_the_last_bit() {
+    // serde_json's default parser may miss a float by one ulp; the cache must not (a cached load
+    // reports the search it read, exactly as it was measured).
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = entry();
+    e.search_ms = 2_412.739_166_000_000_3;
+    if let Some(b) = e.buckets.first_mut() {
+        b.rules_ms = Some(0.048_548_001_796_007_156);
+        b.chosen_ms = Some(0.045_644_000_172_615_05);
+    }
+    store(dir.path(), &e).unwrap();
+    assert_eq!(load(dir.path(), &e.key), Lookup::Hit(Box::new(e)));
+}
+
+#[test]
 fn a_missing_folder_is_made_and_a_missing_entry_is_a_miss() {
     let dir = tempfile::tempdir().unwrap();
     let inner = dir.path().join("a/b");

@@ -1,11 +1,13 @@
 //! The decoder's kernels (`kernels/llama_kernels.cu`): loading the PTX (`ptx`), their launch
-//! geometry (`geometry`), the GEMV launchers (`launch`), cuBLAS (`cublas`) and the prefill's
+//! geometry (`geometry`), the GEMV launchers (`launch`), cuBLAS (`cublas`), cuBLASLt
+//! (`cublaslt`) and the prefill's
 //! kernels (`prefill`).
 //!
 //! What is `pub` here is the launch-level API the kernel tests drive directly; the decoder
 //! uses the rest.
 
 pub(crate) mod cublas;
+pub(crate) mod cublaslt;
 pub(crate) mod geometry;
 pub(crate) mod launch;
 pub(crate) mod prefill;

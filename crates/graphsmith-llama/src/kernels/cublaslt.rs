@@ -19,8 +19,8 @@ use cudarc::cublaslt::sys as lt;
 use graphsmith::{sys, Context, DeviceBuffer, LibraryAccess, Stream};
 
 pub use params::{
-    bucket_label, describe_status, workspace_bytes, workspace_slot, Descriptor, Element, Layout,
-    MatmulParams, Projection, ALIGNMENT,
+    bucket_label, describe_status, workspace_bytes, workspace_slot, Element, MatmulParams, Projection,
+    ALIGNMENT,
 };
 
 use super::cublas::make_loadable;
@@ -88,7 +88,6 @@ impl Drop for Plan {
 /// A cuBLASLt handle with a workspace per bucket and the plans of the matmuls it ran.
 pub struct CublasLt {
     handle: lt::cublasLtHandle_t,
-    label: String,
     version: usize,
     /// The buckets (ascending) whose workspaces these are, then one above them.
     buckets: Vec<usize>,
@@ -157,7 +156,6 @@ impl CublasLt {
         let version = unsafe { lt::cublasLtGetVersion() };
         Ok(CublasLt {
             handle,
-            label: label.to_string(),
             version,
             buckets: buckets.to_vec(),
             workspaces: RefCell::new(workspaces),
@@ -474,11 +472,6 @@ impl CublasLt {
     /// matmul, its bucket and the status.
     pub fn take_failure(&self) -> Option<LlamaError> {
         self.failure.borrow_mut().take()
-    }
-
-    /// The handle's label.
-    pub fn label(&self) -> &str {
-        &self.label
     }
 }
 

@@ -4,7 +4,7 @@
 
 use graphsmith_llama::kernels::Projection;
 use graphsmith_llama::search::{
-    load, pick_lt_candidate, store, BucketResult, CacheEntry, CacheKey, LtChoice, LtEntry, Lookup,
+    load, pick_lt_candidate, store, BucketResult, CacheEntry, CacheKey, Lookup, LtChoice, LtEntry,
     Shape, SEARCH_FORMAT,
 };
 use graphsmith_llama::{Config, Gemm, BUCKETS};
@@ -76,7 +76,11 @@ fn the_cublaslt_algorithms_round_trip_in_the_entry() {
     };
     assert_eq!(*got, e);
     let lt = got.cublaslt.unwrap();
-    assert_eq!(lt.choices.len(), 6 * 5, "every bucket above one row, every matmul");
+    assert_eq!(
+        lt.choices.len(),
+        6 * 5,
+        "every bucket above one row, every matmul"
+    );
     assert_eq!(lt.choices[7].algo, lt_entry().choices[7].algo);
     // The matmuls are spelled by name in the file.
     let text = std::fs::read_to_string(dir.path().join(e.key.file_name())).unwrap();

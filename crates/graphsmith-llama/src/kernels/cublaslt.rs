@@ -19,8 +19,8 @@ use cudarc::cublaslt::sys as lt;
 use graphsmith::{sys, Context, DeviceBuffer, LibraryAccess, Stream};
 
 pub use params::{
-    bucket_label, describe_status, workspace_bytes, workspace_slot, Element, MatmulParams, Projection,
-    ALIGNMENT,
+    bucket_label, describe_status, workspace_bytes, workspace_slot, Element, MatmulParams,
+    Projection, ALIGNMENT,
 };
 
 use super::cublas::make_loadable;
@@ -220,8 +220,14 @@ impl CublasLt {
             )?;
             let transa = if d.transpose_a { &op_t } else { &op_n };
             for (attr, value) in [
-                (lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, transa),
-                (lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, &op_n),
+                (
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                    transa,
+                ),
+                (
+                    lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+                    &op_n,
+                ),
             ] {
                 let st = lt::cublasLtMatmulDescSetAttribute(
                     plan.desc,
@@ -307,7 +313,10 @@ impl CublasLt {
             let n = (count.max(0) as usize).min(CANDIDATES);
             results[..n]
                 .iter()
-                .filter(|r| r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS && r.workspaceSize as u64 <= ws)
+                .filter(|r| {
+                    r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                        && r.workspaceSize as u64 <= ws
+                })
                 .map(|r| r.algo)
                 .collect::<Vec<_>>()
         };

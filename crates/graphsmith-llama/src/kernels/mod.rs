@@ -13,11 +13,11 @@ pub(crate) mod launch;
 pub(crate) mod prefill;
 pub(crate) mod ptx;
 
+pub use cublaslt::{AlgoData, MatmulParams, Projection};
 pub use geometry::{
     async_smem, attention_splits, AttentionLaunch, GemvGrid, ARGMAX_CHUNK, ARGMAX_THREADS,
     ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
-pub use cublaslt::{AlgoData, MatmulParams, Projection};
 pub use launch::{allow_smem, gemv, gemv_async, gemv_head};
 pub use prefill::{prefill_attention_smem, PrefillKernels};
 pub use ptx::{GemvKernels, Kernels, LLAMA_PTX};

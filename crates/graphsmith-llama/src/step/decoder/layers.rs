@@ -234,7 +234,10 @@ impl Decoder {
             stream,
             (&self.cublas, lt_route(&self.lt, self.options.gemm, rows)),
             "gemm lm_head",
-            (Projection::Head, Projection::Head.params(&self.config, rows)),
+            (
+                Projection::Head,
+                Projection::Head.params(&self.config, rows),
+            ),
             operand(&self.xn),
             operand(w.head()),
             output(&mut self.logits, false),
@@ -409,7 +412,16 @@ fn matmul(
     match lt {
         Some(lt) => lt.matmul(stream, label, (projection, m), x, w, y),
         None => cublas.gemm(
-            stream, label, x, w, y, m.rows, m.n, m.k, m.accumulate, m.out_f32,
+            stream,
+            label,
+            x,
+            w,
+            y,
+            m.rows,
+            m.n,
+            m.k,
+            m.accumulate,
+            m.out_f32,
         ),
     }
 }

@@ -46,6 +46,12 @@ impl Decoder {
         self.lt.as_ref()
     }
 
+    /// Whether a step or prefill chunk of `rows` rows runs its matmuls on cuBLASLt (not on the
+    /// GEMV kernels, and routed to it by [`lt_route`]).
+    pub(crate) fn uses_lt(&self, rows: usize) -> bool {
+        !self.uses_gemv(rows) && lt_route(&self.lt, self.options.gemm, rows).is_some()
+    }
+
     /// Why `auto` runs without cuBLASLt (the library could not be loaded), if it does.
     pub(crate) fn lt_missing(&self) -> Option<&str> {
         self.lt_missing.as_deref()

@@ -168,7 +168,13 @@ pub(super) fn measure(ctx: &Context, stream: &Stream, work: &mut Decoder) -> Res
                 *ok = issue(work, stream, bucket, p).is_ok();
             }
             stream.synchronize()?;
-            select(work, 0);
+            let Some(first_ok) = ok.iter().position(|&ok| ok) else {
+                return Err(LlamaError::Input(format!(
+                    "cuBLASLt: no candidate of the {} matmul at bucket {bucket} ran; use --gemm cublas",
+                    p.name()
+                )));
+            };
+            select(work, first_ok);
             let estimate = time(events, work, (bucket, p), 2)?;
             let runs = ((TURN_MS / estimate.max(1e-4)).ceil() as usize).clamp(2, 64);
             let mut times = vec![Vec::new(); lt_count];
@@ -183,13 +189,10 @@ pub(super) fn measure(ctx: &Context, stream: &Stream, work: &mut Decoder) -> Res
             }
             let medians: Vec<f64> = times.iter().map(|t| median(t)).collect();
             let chosen = pick(&medians);
+            let chosen = if ok[chosen] { chosen } else { first_ok };
             select(work, chosen);
-            let algo = work.lt().and_then(|lt| lt.algo(bucket, p));
-            let Some(algo) = algo.filter(|_| ok.get(chosen) == Some(&true)) else {
-                return Err(LlamaError::Input(format!(
-                    "cuBLASLt: no candidate of the {} matmul at bucket {bucket} ran; use --gemm cublas",
-                    p.name()
-                )));
+            let Some(algo) = work.lt().and_then(|lt| lt.algo(bucket, p)) else {
+                continue;
             };
             choices.push(LtChoice {
                 bucket,

@@ -24,8 +24,8 @@ use serde::Serialize;
 pub use cache::{cache_dir, load, store, BucketResult, CacheEntry, Lookup, CACHE_DIR_VAR};
 pub use candidates::{Key, Verdict};
 pub use descent::{descend, Descent};
-pub use lt::{pick as pick_lt_candidate, LtChoice, LtEntry, LT_MIN_GAIN};
 pub use key::{context_class, driver_release, kernels_hash, CacheKey, Shape, SEARCH_FORMAT};
+pub use lt::{pick as pick_lt_candidate, LtChoice, LtEntry, LT_MIN_GAIN};
 
 use super::decoder::Decoder;
 use super::options::Search;

@@ -105,7 +105,7 @@ fn an_entry_without_cublaslt_reads_as_none() {
 
 #[test]
 fn cublaslt_has_its_own_key_and_the_format_was_raised() {
-    assert!(SEARCH_FORMAT >= 2, "entries now hold cuBLASLt's algorithms");
+    const { assert!(SEARCH_FORMAT >= 2, "entries now hold cuBLASLt's algorithms") };
     assert_eq!(key(Gemm::CublasLt).shape.gemm, "cublaslt");
     assert_ne!(key(Gemm::CublasLt).id(), key(Gemm::Cublas).id());
     assert_ne!(key(Gemm::CublasLt).id(), key(Gemm::Auto).id());

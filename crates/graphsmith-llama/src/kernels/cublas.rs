@@ -98,6 +98,18 @@ pub(crate) fn make_loadable(
     ))
 }
 
+/// Makes `ctx` current on this thread before `call` (a library's handle creation) looks for it.
+pub(crate) fn make_current(ctx: &Context, call: &str) -> Result<()> {
+    // SAFETY: ctx.raw() is the live context `ctx` owns.
+    let rc = unsafe { sys::cuCtxSetCurrent(ctx.raw()) };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(LlamaError::CublasMissing(format!(
+            "cuCtxSetCurrent before {call} failed: {rc:?}"
+        )));
+    }
+    Ok(())
+}
+
 fn status_name(status: cb::cublasStatus_t) -> String {
     format!("{status:?}")
 }
@@ -128,13 +140,7 @@ impl Cublas {
             label: label.to_string(),
             status: status_name(status),
         };
-        // SAFETY: the context is made current for this thread before cuBLAS looks for it.
-        let rc = unsafe { sys::cuCtxSetCurrent(ctx.raw()) };
-        if rc != sys::CUresult::CUDA_SUCCESS {
-            return Err(LlamaError::CublasMissing(format!(
-                "cuCtxSetCurrent before cublasCreate failed: {rc:?}"
-            )));
-        }
+        make_current(ctx, "cublasCreate")?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: handle is a valid out pointer; the context is current.
         let st = unsafe { cb::cublasCreate_v2(&mut handle) };

@@ -23,7 +23,7 @@ pub use params::{
     Projection, ALIGNMENT,
 };
 
-use super::cublas::make_loadable;
+use super::cublas::{make_current, make_loadable};
 use crate::error::{LlamaError, Result};
 
 /// Heuristic candidates asked for per matmul (the search times them all).
@@ -141,13 +141,7 @@ impl CublasLt {
             };
             workspaces.push(ctx.alloc::<u8>(&name, workspace_bytes(slot, buckets))?);
         }
-        // SAFETY: the context is made current for this thread before cuBLASLt looks for it.
-        let rc = unsafe { sys::cuCtxSetCurrent(ctx.raw()) };
-        if rc != sys::CUresult::CUDA_SUCCESS {
-            return Err(LlamaError::CublasMissing(format!(
-                "cuCtxSetCurrent before cublasLtCreate failed: {rc:?}"
-            )));
-        }
+        make_current(ctx, "cublasLtCreate")?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: handle is a valid out pointer; the context is current.
         let st = unsafe { lt::cublasLtCreate(&mut handle) };
@@ -313,10 +307,9 @@ impl CublasLt {
             let n = (count.max(0) as usize).min(CANDIDATES);
             results[..n]
                 .iter()
-                .filter(|r| {
-                    r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                        && r.workspaceSize as u64 <= ws
-                })
+                // The status is read as the integer it is (0: success), never as an enum.
+                .filter(|r| std::ptr::addr_of!(r.state).cast::<u32>().read() == 0)
+                .filter(|r| r.workspaceSize as u64 <= ws)
                 .map(|r| r.algo)
                 .collect::<Vec<_>>()
         };

@@ -103,47 +103,33 @@ impl Decoder {
             return Ok(());
         };
         let label = "search: cublaslt matmul";
-        match projection {
-            Projection::Qkv => lt.matmul(
-                stream,
-                label,
-                m,
+        let (x, w, y) = match projection {
+            Projection::Qkv => (
                 operand(&self.xn),
                 operand(&lw.qkv),
                 output(&mut self.qkv, false),
             ),
-            Projection::O => lt.matmul(
-                stream,
-                label,
-                m,
+            Projection::O => (
                 operand(&self.attn),
                 operand(&lw.o),
                 output(&mut self.hidden, true),
             ),
-            Projection::GateUp => lt.matmul(
-                stream,
-                label,
-                m,
+            Projection::GateUp => (
                 operand(&self.xn),
                 operand(&lw.gate_up),
                 output(&mut self.gate_up, false),
             ),
-            Projection::Down => lt.matmul(
-                stream,
-                label,
-                m,
+            Projection::Down => (
                 operand(&self.act),
                 operand(&lw.down),
                 output(&mut self.hidden, true),
             ),
-            Projection::Head => lt.matmul(
-                stream,
-                label,
-                m,
+            Projection::Head => (
                 operand(&self.xn),
                 operand(self.weights.head()),
                 output(&mut self.logits, false),
             ),
-        }
+        };
+        lt.matmul(stream, label, m, x, w, y)
     }
 }

@@ -168,11 +168,19 @@ fn a_prefill_chunk_on_cublaslt_gives_cublas_logits_eager_and_graphs() {
             let got = lt.logits(views.len()).expect("logits");
             let what = format!("{mode:?} prefill in chunks of {chunk}");
             let worst = assert_close(&what, &want, &got, vocab);
-            assert_eq!(
+            let next = (
                 reference.next_tokens(views.len()).expect("next tokens"),
                 lt.next_tokens(views.len()).expect("next tokens"),
-                "{what}: first new tokens"
             );
+            for (s, w) in want.chunks(vocab).enumerate() {
+                // The first new token is each row's argmax: equal where the margin is clear.
+                if top2(w).1 > Tolerance::default().at(w) {
+                    assert_eq!(
+                        next.0[s], next.1[s],
+                        "{what}: sequence {s}'s first new token"
+                    );
+                }
+            }
             println!("{what}: worst diff / tolerance {worst:.3}");
         }
         if mode == Mode::Graphs {
@@ -218,6 +226,11 @@ fn the_measured_algorithms_are_read_back_from_the_cache_on_a_second_load() {
     let ctx = gpu();
     let m = shape("small", 3);
     let searched = options(Gemm::Auto, Search::On);
+    // Another test of this process may have cached this shape's entry: searched afresh here.
+    let entries = cache_folder().join("launch-choices");
+    if entries.exists() {
+        std::fs::remove_dir_all(&entries).expect("the cached entries are removed");
+    }
     let mut first = make(&ctx, &m, Mode::Graphs, searched);
     let report = first.search_report().expect("the search ran").clone();
     for n in &report.notes {
@@ -237,7 +250,7 @@ fn the_measured_algorithms_are_read_back_from_the_cache_on_a_second_load() {
     assert_eq!(got, want, "every bucket above one row, every matmul");
     for c in &lt.choices {
         println!(
-            "bucket {:>2} {:>8}: candidate {} of {}, {:.4} ms (heuristic's first {:.4} ms)",
+            "bucket {:>2} {:>8}: candidate {} of {}, {:?} ms (heuristic's first {:?} ms)",
             c.bucket,
             c.matmul.name(),
             c.rank,
@@ -246,10 +259,11 @@ fn the_measured_algorithms_are_read_back_from_the_cache_on_a_second_load() {
             c.heuristic_ms
         );
         assert!(c.candidates >= 1 && c.rank < c.candidates, "{c:?}");
-        assert!(c.chosen_ms.is_finite() && c.chosen_ms > 0.0, "{c:?}");
+        assert!(c.chosen_ms.is_some_and(|t| t > 0.0), "{c:?}");
         assert_eq!(first.cublaslt_algo(c.bucket, c.matmul), Some(c.algo));
     }
-    assert!(first.uses_cublaslt(8) && first.uses_cublaslt(64));
+    // Up to 8 rows the search may keep the GEMV kernels; above, cuBLASLt runs.
+    assert!(first.uses_cublaslt(16) && first.uses_cublaslt(64));
     assert!(!first.uses_cublaslt(1), "one row stays on the GEMV kernels");
     let mut reference = make(&ctx, &m, Mode::Graphs, options(Gemm::Cublas, Search::Off));
     same_logits(&mut reference, &mut first, &[2, 8, 64], "auto, searched");
@@ -274,7 +288,7 @@ fn the_measured_algorithms_are_read_back_from_the_cache_on_a_second_load() {
             c.matmul.name()
         );
     }
-    assert!(second.uses_cublaslt(8));
+    assert!(second.uses_cublaslt(64));
 }
 
 /// Device ms per step of `model` at `batch` rows: `steps` graph replays between CUDA events.

@@ -32,9 +32,10 @@ pub struct LtChoice {
     pub rank: usize,
     /// Candidates timed.
     pub candidates: usize,
-    /// Median ms of one matmul with the heuristic's first and with the chosen one.
-    pub heuristic_ms: f64,
-    pub chosen_ms: f64,
+    /// Median ms of one matmul with the heuristic's first and with the chosen one (`None`
+    /// where that candidate did not run).
+    pub heuristic_ms: Option<f64>,
+    pub chosen_ms: Option<f64>,
 }
 
 /// The cuBLASLt part of a cache entry.
@@ -200,8 +201,8 @@ pub(super) fn measure(ctx: &Context, stream: &Stream, work: &mut Decoder) -> Res
                 algo,
                 rank: chosen,
                 candidates: lt_count,
-                heuristic_ms: medians.first().copied().unwrap_or(f64::NAN),
-                chosen_ms: medians.get(chosen).copied().unwrap_or(f64::NAN),
+                heuristic_ms: medians.first().copied().filter(|t| t.is_finite()),
+                chosen_ms: medians.get(chosen).copied().filter(|t| t.is_finite()),
             });
         }
     }

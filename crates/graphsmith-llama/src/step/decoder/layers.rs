@@ -1,5 +1,6 @@
 //! A step's layers and lm_head, on the GEMV kernels (one row; norm, SwiGLU and residual fused)
-//! or on cuBLAS, and the attention between the projections.
+//! or on cuBLAS (cuBLASLt where `decoder/lt.rs` routes them), and the attention between the
+//! projections.
 
 use graphsmith::{args, BeforeWait, DeviceBuffer, Kernel, LibraryAccess, Stream};
 

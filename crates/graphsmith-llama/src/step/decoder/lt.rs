@@ -46,6 +46,15 @@ impl Decoder {
         self.lt.as_ref()
     }
 
+    /// Lets cuBLASLt go (`auto` after its measuring failed; before any capture): every matmul
+    /// runs on cuBLAS from now on. Waits for the work issued on `stream` first, so that no
+    /// matmul still uses a workspace when it is freed.
+    pub(crate) fn drop_lt(&mut self, stream: &Stream) -> Result<()> {
+        stream.synchronize()?;
+        self.lt = None;
+        Ok(())
+    }
+
     /// Whether a step or prefill chunk of `rows` rows runs its matmuls on cuBLASLt (not on the
     /// GEMV kernels, and routed to it by [`lt_route`]).
     pub(crate) fn uses_lt(&self, rows: usize) -> bool {

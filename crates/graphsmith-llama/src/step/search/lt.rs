@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{LlamaError, Result};
 use crate::kernels::cublaslt::{AlgoData, Projection};
 use crate::step::decoder::Decoder;
+use crate::step::options::Gemm;
 
 /// Paired turns per matmul (after one warm-up run of each candidate).
 const TURNS: usize = 8;
@@ -105,8 +106,18 @@ pub(super) fn settle(
         )),
         None => {}
     }
-    let entry = measure(ctx, stream, work)?;
-    Ok(Some((entry, true)))
+    match measure(ctx, stream, work) {
+        Ok(entry) => Ok(Some((entry, true))),
+        // `auto` may run without cuBLASLt: cuBLAS takes its place, with a warning.
+        Err(e) if work.options().gemm == Gemm::Auto => {
+            let why = format!("{e}; cuBLAS runs above one row");
+            eprintln!("warning: {why}");
+            notes.push(why);
+            work.drop_lt(stream)?;
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Sets every cached algorithm (each checked by cuBLASLt); the first refused is the error.

@@ -76,11 +76,16 @@ impl Drop for Plan {
         // SAFETY: each was made by its create call in `CublasLt::plan` and is destroyed once;
         // no matmul is pending on the host side (cuBLASLt copies what a launch needs). A
         // failure cannot be reported from drop and leaks the object only.
+        // A plan whose making failed part way holds nulls, which are skipped.
         unsafe {
-            let _ = lt::cublasLtMatrixLayoutDestroy(self.d);
-            let _ = lt::cublasLtMatrixLayoutDestroy(self.b);
-            let _ = lt::cublasLtMatrixLayoutDestroy(self.a);
-            let _ = lt::cublasLtMatmulDescDestroy(self.desc);
+            for layout in [self.d, self.b, self.a] {
+                if !layout.is_null() {
+                    let _ = lt::cublasLtMatrixLayoutDestroy(layout);
+                }
+            }
+            if !self.desc.is_null() {
+                let _ = lt::cublasLtMatmulDescDestroy(self.desc);
+            }
         }
     }
 }
@@ -145,7 +150,13 @@ impl CublasLt {
         let mut handle = std::ptr::null_mut();
         // SAFETY: handle is a valid out pointer; the context is current.
         let st = unsafe { lt::cublasLtCreate(&mut handle) };
-        check(st, "cublasLtCreate", "handle", label)?;
+        if st != lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+            return Err(LlamaError::Cublas {
+                call: "cublasLtCreate",
+                label: label.to_string(),
+                status: describe_status(&format!("{st:?}")),
+            });
+        }
         // SAFETY: a plain query of the loaded library.
         let version = unsafe { lt::cublasLtGetVersion() };
         Ok(CublasLt {
@@ -195,8 +206,7 @@ impl CublasLt {
             b: std::ptr::null_mut(),
             d: std::ptr::null_mut(),
             candidates: Vec::new(),
-            // SAFETY: cublasLtMatmulAlgo_t is plain data (eight u64); zero is overwritten below.
-            algo: unsafe { std::mem::zeroed() },
+            algo: lt::cublasLtMatmulAlgo_t { data: [0; 8] },
         };
         let op_t = Op::CUBLAS_OP_T;
         let op_n = Op::CUBLAS_OP_N;
@@ -238,7 +248,7 @@ impl CublasLt {
             }
         }
         plan.candidates = self.heuristic(&plan, m, (name, &bucket))?;
-        plan.algo = plan.candidates[0];
+        plan.algo = plan.candidates.first().copied().unwrap_or(plan.algo);
         Ok(plan)
     }
 

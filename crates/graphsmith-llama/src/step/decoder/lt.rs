@@ -28,15 +28,21 @@ pub(super) fn make_lt(
     }
 }
 
-/// The cuBLASLt that a step or prefill chunk of `rows` rows runs its matmuls on, if any: every
-/// one with `--gemm cublaslt`; with `auto`, those above one row once the search has chosen the
-/// algorithms (the cuBLAS path otherwise).
+/// The cuBLASLt that a step or prefill chunk of `rows` rows runs its matmuls on, if any
+/// ([`routes_to_lt`]).
 pub(super) fn lt_route(lt: &Option<CublasLt>, gemm: Gemm, rows: usize) -> Option<&CublasLt> {
-    let lt = lt.as_ref()?;
+    lt.as_ref()
+        .filter(|lt| routes_to_lt(gemm, rows, lt.has_chosen()))
+}
+
+/// Whether the matmuls of `rows` rows run on cuBLASLt (where it was made): every one with
+/// `--gemm cublaslt`; with `auto`, those above one row once the search has `chosen` the
+/// algorithms; never otherwise.
+pub(crate) fn routes_to_lt(gemm: Gemm, rows: usize, chosen: bool) -> bool {
     match gemm {
-        Gemm::CublasLt => Some(lt),
-        Gemm::Auto if rows > 1 && lt.has_chosen() => Some(lt),
-        _ => None,
+        Gemm::CublasLt => true,
+        Gemm::Auto => rows > 1 && chosen,
+        Gemm::Cublas | Gemm::Gemv => false,
     }
 }
 
@@ -140,5 +146,26 @@ impl Decoder {
             ),
         };
         lt.matmul(stream, label, m, x, w, y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::routes_to_lt;
+    use crate::step::options::Gemm;
+
+    #[test]
+    fn auto_takes_cublaslt_above_one_row_once_chosen_and_cublaslt_always() {
+        let at = |gemm, chosen| -> Vec<bool> {
+            [1, 2, 8, 64, 512]
+                .iter()
+                .map(|&rows| routes_to_lt(gemm, rows, chosen))
+                .collect()
+        };
+        assert_eq!(at(Gemm::CublasLt, false), vec![true; 5]);
+        assert_eq!(at(Gemm::Auto, true), vec![false, true, true, true, true]);
+        assert_eq!(at(Gemm::Auto, false), vec![false; 5]);
+        assert_eq!(at(Gemm::Cublas, true), vec![false; 5]);
+        assert_eq!(at(Gemm::Gemv, true), vec![false; 5]);
     }
 }

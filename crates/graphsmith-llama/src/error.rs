@@ -61,6 +61,18 @@ pub enum LlamaError {
         /// The cuBLAS status, by name.
         status: String,
     },
+    /// A cuBLASLt call failed (`kernels/cublaslt.rs`).
+    #[error("cuBLASLt call {call} for the {matmul} matmul at {bucket} failed: {status}")]
+    CublasLt {
+        /// The cuBLASLt function.
+        call: &'static str,
+        /// The bucket (or the rows of a step or prefill chunk outside the buckets).
+        bucket: String,
+        /// The matmul (`q/k/v`, `o`, `gate/up`, `down`, `lm_head`), or `handle`.
+        matmul: String,
+        /// The cuBLASLt status, by name, and what to do about it.
+        status: String,
+    },
     /// A graphsmith runtime error (CUDA call, capture, update).
     #[error(transparent)]
     Runtime(#[from] graphsmith::Error),

@@ -72,7 +72,8 @@ enum Command {
         /// the step's largest |reference logit| (see the crate's README).
         #[arg(long)]
         tolerance: Option<f32>,
-        /// The projections' kernels: auto (own GEMV at one row, cuBLAS above), cublas, gemv.
+        /// The projections' kernels: auto (own GEMV at one row, cuBLAS above; cuBLASLt above once
+        /// the search has measured its algorithms), cublas, cublaslt, gemv.
         #[arg(long, default_value = "auto")]
         gemm: Gemm,
         /// Programmatic dependent launch between the decoder's kernels: auto (on where the
@@ -106,7 +107,8 @@ enum Command {
         runs: usize,
         #[arg(long, value_delimiter = ',', default_value = "eager,graphs")]
         mode: Vec<Mode>,
-        /// The projections' kernels: auto (own GEMV at one row, cuBLAS above), cublas, gemv.
+        /// The projections' kernels: auto (own GEMV at one row, cuBLAS above; cuBLASLt above once
+        /// the search has measured its algorithms), cublas, cublaslt, gemv.
         #[arg(long, default_value = "auto")]
         gemm: Gemm,
         /// Programmatic dependent launch, one or more of auto, on, off (each is measured; a

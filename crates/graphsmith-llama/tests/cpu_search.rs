@@ -38,6 +38,7 @@ fn entry() -> CacheEntry {
                 candidates: 3,
             })
             .collect(),
+        cublaslt: None,
     }
 }
 

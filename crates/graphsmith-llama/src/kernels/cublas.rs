@@ -17,7 +17,7 @@ const WORKSPACE_BYTES: usize = 32 << 20;
 static LOADED: OnceLock<std::result::Result<String, String>> = OnceLock::new();
 
 /// libcublas as the workspace's one search for NVIDIA's libraries knows it.
-const CUBLAS: graphsmith_locate::Library = graphsmith_locate::Library {
+pub(crate) const CUBLAS: graphsmith_locate::Library = graphsmith_locate::Library {
     soname: "libcublas.so.13",
     prefix: "libcublas.so",
     env_var: "GRAPHSMITH_CUBLAS",
@@ -64,28 +64,50 @@ fn preload(path: &Path) -> std::result::Result<(), String> {
 pub fn ensure_cublas() -> Result<String> {
     LOADED
         .get_or_init(|| {
-            // By name first (the error then lists that place too), unless the variable is set.
-            let search = graphsmith_locate::Search {
-                by_name: true,
-                ..graphsmith_locate::Search::from_env(&CUBLAS)
-            };
-            // SAFETY: only tries to dlopen the candidate names; no cuBLAS call is made.
-            if search.explicit.is_none() && unsafe { cb::is_culib_present() } {
-                return Ok("found by the loader".to_string());
-            }
-            let path = search.locate(&CUBLAS).map_err(|e| e.to_string())?.path;
-            preload(&path)?;
-            // SAFETY: as above.
-            if unsafe { cb::is_culib_present() } {
-                return Ok(path.display().to_string());
-            }
-            Err(format!(
-                "loaded {} but cudarc still cannot open libcublas.so by name",
-                path.display()
-            ))
+            // SAFETY: only tries to dlopen cudarc's candidate names; no cuBLAS call is made.
+            make_loadable(&CUBLAS, || unsafe { cb::is_culib_present() })
         })
         .clone()
         .map_err(LlamaError::CublasMissing)
+}
+
+/// Makes `lib` loadable by cudarc (whose loader asks for it by name; `present` says whether it
+/// can): by name unless `lib.env_var` is set, else the file graphsmith-locate finds, opened
+/// globally. Returns where it came from, or where the search looked.
+pub(crate) fn make_loadable(
+    lib: &graphsmith_locate::Library,
+    present: impl Fn() -> bool,
+) -> std::result::Result<String, String> {
+    // By name first (the error then lists that place too), unless the variable is set.
+    let search = graphsmith_locate::Search {
+        by_name: true,
+        ..graphsmith_locate::Search::from_env(lib)
+    };
+    if search.explicit.is_none() && present() {
+        return Ok("found by the loader".to_string());
+    }
+    let path = search.locate(lib).map_err(|e| e.to_string())?.path;
+    preload(&path)?;
+    if present() {
+        return Ok(path.display().to_string());
+    }
+    Err(format!(
+        "loaded {} but cudarc still cannot open {} by name",
+        path.display(),
+        lib.prefix
+    ))
+}
+
+/// Makes `ctx` current on this thread before `call` (a library's handle creation) looks for it.
+pub(crate) fn make_current(ctx: &Context, call: &str) -> Result<()> {
+    // SAFETY: ctx.raw() is the live context `ctx` owns.
+    let rc = unsafe { sys::cuCtxSetCurrent(ctx.raw()) };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(LlamaError::CublasMissing(format!(
+            "cuCtxSetCurrent before {call} failed: {rc:?}"
+        )));
+    }
+    Ok(())
 }
 
 fn status_name(status: cb::cublasStatus_t) -> String {
@@ -118,13 +140,7 @@ impl Cublas {
             label: label.to_string(),
             status: status_name(status),
         };
-        // SAFETY: the context is made current for this thread before cuBLAS looks for it.
-        let rc = unsafe { sys::cuCtxSetCurrent(ctx.raw()) };
-        if rc != sys::CUresult::CUDA_SUCCESS {
-            return Err(LlamaError::CublasMissing(format!(
-                "cuCtxSetCurrent before cublasCreate failed: {rc:?}"
-            )));
-        }
+        make_current(ctx, "cublasCreate")?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: handle is a valid out pointer; the context is current.
         let st = unsafe { cb::cublasCreate_v2(&mut handle) };

@@ -1,16 +1,19 @@
 //! The decoder's kernels (`kernels/llama_kernels.cu`): loading the PTX (`ptx`), their launch
-//! geometry (`geometry`), the GEMV launchers (`launch`), cuBLAS (`cublas`) and the prefill's
+//! geometry (`geometry`), the GEMV launchers (`launch`), cuBLAS (`cublas`), cuBLASLt
+//! (`cublaslt`) and the prefill's
 //! kernels (`prefill`).
 //!
 //! What is `pub` here is the launch-level API the kernel tests drive directly; the decoder
 //! uses the rest.
 
 pub(crate) mod cublas;
+pub(crate) mod cublaslt;
 pub(crate) mod geometry;
 pub(crate) mod launch;
 pub(crate) mod prefill;
 pub(crate) mod ptx;
 
+pub use cublaslt::{AlgoData, MatmulParams, Projection};
 pub use geometry::{
     async_smem, attention_splits, AttentionLaunch, GemvGrid, ARGMAX_CHUNK, ARGMAX_THREADS,
     ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,

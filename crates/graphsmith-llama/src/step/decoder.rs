@@ -10,6 +10,7 @@ use super::options::{DecoderOptions, Gemm, Pdl, GEMV_AUTO_MAX_ROWS};
 use super::tuning::Tuning;
 use crate::error::{LlamaError, Result};
 use crate::kernels::cublas::Cublas;
+use crate::kernels::cublaslt::CublasLt;
 use crate::kernels::geometry::{
     async_smem, attention_partials_len, grid, ring_gemv_rule, warps_per_column,
     warps_per_column_max, AttentionLaunch, DEFAULT_SMEM, GEMV_ROWS, QKV_WARPS_PER_COLUMN,
@@ -20,6 +21,7 @@ use crate::load::config::Config;
 use crate::load::weights::DeviceWeights;
 
 mod layers;
+mod lt;
 mod prefill;
 
 pub(crate) use prefill::PrefillBuffers;
@@ -32,6 +34,10 @@ pub(crate) struct Decoder {
     /// (as the options asked).
     kernels: Kernels,
     cublas: Cublas,
+    /// cuBLASLt, where the options may run it (`--gemm cublaslt`, or `auto` with the search);
+    /// `lt_missing` says why it is absent under `auto` (the library not found).
+    lt: Option<CublasLt>,
+    lt_missing: Option<String>,
     weights: DeviceWeights,
     capacity: usize,
     max_ctx: usize,
@@ -129,7 +135,8 @@ impl Decoder {
 
     /// The error a failed cuBLAS call left, if any (it names the call).
     pub(crate) fn take_cublas_failure(&self) -> Option<LlamaError> {
-        self.cublas.take_failure()
+        let lt = || self.lt.as_ref().and_then(CublasLt::take_failure);
+        self.cublas.take_failure().or_else(lt)
     }
 
     /// Allocates the state for `capacity` rows of up to `max_ctx` positions, issuing steps as
@@ -252,6 +259,7 @@ impl Decoder {
             Pdl::On => kernels.programmatic()?,
         };
         let cublas = Cublas::new(ctx, stream, "cublas")?;
+        let (lt, lt_missing) = lt::make_lt(ctx, &options)?;
         let (h, f, v) = (
             config.hidden_size,
             config.intermediate_size,
@@ -303,6 +311,8 @@ impl Decoder {
             config,
             kernels,
             cublas,
+            lt,
+            lt_missing,
             weights,
             capacity,
             max_ctx,
@@ -338,7 +348,7 @@ impl Decoder {
             )));
         }
         self.issue_step(stream, rows)
-            .map_err(|e| self.cublas.take_failure().unwrap_or(LlamaError::Runtime(e)))
+            .map_err(|e| self.take_cublas_failure().unwrap_or(LlamaError::Runtime(e)))
     }
 
     /// Whether steps use programmatic dependent launch.
@@ -357,7 +367,7 @@ impl Decoder {
     /// Whether the rules run a step of `rows` rows on the GEMV kernels.
     fn gemv_by_rule(&self, rows: usize) -> bool {
         match self.options.gemm {
-            Gemm::Cublas => false,
+            Gemm::Cublas | Gemm::CublasLt => false,
             Gemm::Gemv => self.gemv_max_rows > 0,
             Gemm::Auto => rows <= GEMV_AUTO_MAX_ROWS.min(self.gemv_max_rows),
         }

@@ -174,6 +174,22 @@ impl Model {
         }
     }
 
+    /// Whether a step of `rows` rows runs its matmuls on cuBLASLt (`--gemm cublaslt`, or
+    /// `auto` above one row once the search has chosen its algorithms).
+    pub fn uses_cublaslt(&self, rows: usize) -> bool {
+        self.decoder().uses_lt(rows)
+    }
+
+    /// The cuBLASLt algorithm `projection` runs with at `rows` rows (as the cache keeps it),
+    /// once a matmul of that many rows was planned; `None` without cuBLASLt.
+    pub fn cublaslt_algo(
+        &self,
+        rows: usize,
+        projection: crate::kernels::Projection,
+    ) -> Option<crate::kernels::AlgoData> {
+        self.decoder().lt()?.algo(rows, projection)
+    }
+
     /// The stream the model runs on.
     pub fn stream(&self) -> &Stream {
         match &self.runner {

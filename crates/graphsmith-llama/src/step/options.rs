@@ -53,11 +53,16 @@ pub(crate) const GEMV_AUTO_MAX_ROWS: usize = 1;
 #[serde(rename_all = "lowercase")]
 pub enum Gemm {
     /// The decoder's own GEMV kernels (norm, SwiGLU and residual fused) for batches of at most
-    /// `GEMV_AUTO_MAX_ROWS` rows, cuBLAS above.
+    /// `GEMV_AUTO_MAX_ROWS` rows, cuBLAS above (cuBLASLt once the search has chosen its
+    /// algorithms: graphs mode with `Search::On`).
     #[default]
     Auto,
     /// cuBLAS for every batch (separate norm and SwiGLU kernels).
     Cublas,
+    /// cuBLASLt for every batch (as `Cublas`, each matmul with its own descriptor, a
+    /// workspace per bucket, and the algorithm the search measured, else the heuristic's first).
+    #[serde(rename = "cublaslt")]
+    CublasLt,
     /// The GEMV kernels for every batch (in chunks of 8 rows above 8).
     Gemv,
 }
@@ -80,6 +85,7 @@ impl std::str::FromStr for Gemm {
         let choices = [
             ("auto", Gemm::Auto),
             ("cublas", Gemm::Cublas),
+            ("cublaslt", Gemm::CublasLt),
             ("gemv", Gemm::Gemv),
         ];
         parse_choice(s, "GEMM path", &choices)
@@ -114,10 +120,11 @@ mod tests {
     #[test]
     fn choices_parse_and_name_every_choice_when_unknown() {
         assert_eq!("cublas".parse::<Gemm>(), Ok(Gemm::Cublas));
+        assert_eq!("cublaslt".parse::<Gemm>(), Ok(Gemm::CublasLt));
         assert_eq!("off".parse::<Pdl>(), Ok(Pdl::Off));
         assert_eq!(
             "fast".parse::<Gemm>(),
-            Err("unknown GEMM path \"fast\" (want auto, cublas, gemv)".to_string())
+            Err("unknown GEMM path \"fast\" (want auto, cublas, cublaslt, gemv)".to_string())
         );
         assert_eq!(
             "yes".parse::<Pdl>(),

@@ -1,11 +1,14 @@
 //! A step's layers and lm_head, on the GEMV kernels (one row; norm, SwiGLU and residual fused)
-//! or on cuBLAS, and the attention between the projections.
+//! or on cuBLAS (cuBLASLt where `decoder/lt.rs` routes them), and the attention between the
+//! projections.
 
-use graphsmith::{args, BeforeWait, DeviceBuffer, Kernel, Stream};
+use graphsmith::{args, BeforeWait, DeviceBuffer, Kernel, LibraryAccess, Stream};
 
+use super::lt::lt_route;
 use super::Decoder;
 use crate::kernels::cublas::Cublas;
 use crate::kernels::cublas::{operand, output};
+use crate::kernels::cublaslt::{CublasLt, MatmulParams, Projection};
 use crate::kernels::geometry::{
     grid, grid3, AttentionLaunch, GemvGrid, ARGMAX_CHUNK, ARGMAX_THREADS, GEMV_ASYNC_BLOCKS_PER_SM,
     QKV_WARPS_PER_COLUMN,
@@ -228,17 +231,17 @@ impl Decoder {
             grid(rows as u32, 1, 256, 0),
             args![&self.hidden, &w.final_norm, &mut self.xn, h as i32, eps],
         )?;
-        self.cublas.gemm(
+        matmul(
             stream,
+            (&self.cublas, lt_route(&self.lt, self.options.gemm, rows)),
             "gemm lm_head",
+            (
+                Projection::Head,
+                Projection::Head.params(&self.config, rows),
+            ),
             operand(&self.xn),
             operand(w.head()),
             output(&mut self.logits, false),
-            rows,
-            v,
-            h,
-            false,
-            true,
         )?;
         stream.launch(
             "argmax",
@@ -265,6 +268,7 @@ impl Decoder {
             let layer = CublasLayer {
                 stream,
                 cublas: &self.cublas,
+                lt: lt_route(&self.lt, self.options.gemm, rows),
                 kernels: &self.kernels,
                 weights: &self.weights.layers[l],
                 config: &self.config,
@@ -275,6 +279,7 @@ impl Decoder {
             let layer = CublasLayer {
                 stream,
                 cublas: &self.cublas,
+                lt: lt_route(&self.lt, self.options.gemm, rows),
                 kernels: &self.kernels,
                 weights: &self.weights.layers[l],
                 config: &self.config,
@@ -293,6 +298,8 @@ impl Decoder {
 pub(super) struct CublasLayer<'a> {
     pub(super) stream: &'a Stream,
     pub(super) cublas: &'a Cublas,
+    /// cuBLASLt, where this step's matmuls run on it ([`lt_route`]); cuBLAS otherwise.
+    pub(super) lt: Option<&'a CublasLt>,
     pub(super) kernels: &'a Kernels,
     pub(super) weights: &'a DeviceLayer,
     pub(super) config: &'a Config,
@@ -300,6 +307,21 @@ pub(super) struct CublasLayer<'a> {
 }
 
 impl CublasLayer<'_> {
+    /// `projection`'s matmul over the layer's rows, on cuBLASLt or cuBLAS.
+    #[track_caller]
+    fn gemm(
+        &self,
+        label: &str,
+        projection: Projection,
+        x: (u64, LibraryAccess),
+        w: (u64, LibraryAccess),
+        y: (u64, LibraryAccess),
+    ) -> graphsmith::Result<()> {
+        let m = projection.params(self.config, self.rows);
+        let libs = (self.cublas, self.lt);
+        matmul(self.stream, libs, label, (projection, m), x, w, y)
+    }
+
     /// The input norm of `hidden` into `xn`, then the q/k/v GEMM into `qkv`.
     #[track_caller]
     pub(super) fn before_attention(
@@ -316,17 +338,12 @@ impl CublasLayer<'_> {
             grid(self.rows as u32, 1, 256, 0),
             args![hidden, &lw.input_norm, &mut *xn, h, c.rms_norm_eps],
         )?;
-        self.cublas.gemm(
-            self.stream,
+        self.gemm(
             "gemm q/k/v",
+            Projection::Qkv,
             operand(xn),
             operand(&lw.qkv),
             output(qkv, false),
-            self.rows,
-            c.qkv_dim(),
-            c.hidden_size,
-            false,
-            false,
         )
     }
 
@@ -345,17 +362,12 @@ impl CublasLayer<'_> {
     ) -> graphsmith::Result<()> {
         let (c, lw, k, rows) = (self.config, self.weights, self.kernels, self.rows);
         let (h, f) = (c.hidden_size as i32, c.intermediate_size as i32);
-        self.cublas.gemm(
-            self.stream,
+        self.gemm(
             "gemm o + residual",
+            Projection::O,
             operand(attn),
             operand(&lw.o),
             output(&mut *hidden, true),
-            rows,
-            c.hidden_size,
-            c.q_dim(),
-            true,
-            false,
         )?;
         self.stream.launch(
             "post-attention norm",
@@ -363,17 +375,12 @@ impl CublasLayer<'_> {
             grid(rows as u32, 1, 256, 0),
             args![&*hidden, &lw.post_norm, &mut *xn, h, c.rms_norm_eps],
         )?;
-        self.cublas.gemm(
-            self.stream,
+        self.gemm(
             "gemm gate/up",
+            Projection::GateUp,
             operand(xn),
             operand(&lw.gate_up),
             output(&mut *gate_up, false),
-            rows,
-            2 * c.intermediate_size,
-            c.hidden_size,
-            false,
-            false,
         )?;
         let total = rows as i32 * f;
         self.stream.launch(
@@ -382,18 +389,41 @@ impl CublasLayer<'_> {
             grid((total as u32).div_ceil(256).min(4096), 1, 256, 0),
             args![&*gate_up, &mut *act, f, total],
         )?;
-        self.cublas.gemm(
-            self.stream,
+        self.gemm(
             "gemm down + residual",
+            Projection::Down,
             operand(act),
             operand(&lw.down),
             output(hidden, true),
-            rows,
-            c.hidden_size,
-            c.intermediate_size,
-            true,
-            false,
         )
+    }
+}
+
+/// `projection`'s matmul `m` on cuBLASLt where given, else on cuBLAS (the same operands).
+#[track_caller]
+fn matmul(
+    stream: &Stream,
+    (cublas, lt): (&Cublas, Option<&CublasLt>),
+    label: &str,
+    (projection, m): (Projection, MatmulParams),
+    x: (u64, LibraryAccess),
+    w: (u64, LibraryAccess),
+    y: (u64, LibraryAccess),
+) -> graphsmith::Result<()> {
+    match lt {
+        Some(lt) => lt.matmul(stream, label, (projection, m), x, w, y),
+        None => cublas.gemm(
+            stream,
+            label,
+            x,
+            w,
+            y,
+            m.rows,
+            m.n,
+            m.k,
+            m.accumulate,
+            m.out_f32,
+        ),
     }
 }
 

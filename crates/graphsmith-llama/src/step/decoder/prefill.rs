@@ -8,6 +8,7 @@
 use graphsmith::{args, sys, Context, DeviceBuffer, Stream};
 
 use super::layers::CublasLayer;
+use super::lt::lt_route;
 use super::Decoder;
 use crate::error::{LlamaError, Result};
 use crate::kernels::geometry::{grid, DEFAULT_SMEM};
@@ -187,6 +188,7 @@ impl Decoder {
             let layer = CublasLayer {
                 stream,
                 cublas: &self.cublas,
+                lt: lt_route(&self.lt, self.options.gemm, rows),
                 kernels: &self.kernels,
                 weights: &self.weights.layers[l],
                 config: &self.config,

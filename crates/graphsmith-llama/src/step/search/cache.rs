@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::key::CacheKey;
+use super::lt::LtEntry;
 use crate::step::buckets::BucketChoices;
 use crate::step::tuning::Tuning;
 
@@ -49,6 +50,9 @@ pub struct CacheEntry {
     /// The search that found these choices took this long, ms.
     pub search_ms: f64,
     pub buckets: Vec<BucketResult>,
+    /// cuBLASLt's algorithm per (bucket, matmul), where the options run it (`search/lt.rs`).
+    #[serde(default)]
+    pub cublaslt: Option<LtEntry>,
 }
 
 impl CacheEntry {

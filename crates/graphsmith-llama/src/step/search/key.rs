@@ -15,8 +15,8 @@ use crate::load::config::Config;
 use crate::step::options::Gemm;
 
 /// The search's format: raised when its candidates or its entries change meaning, so that
-/// entries written before are not reused.
-pub const SEARCH_FORMAT: u32 = 1;
+/// entries written before are not reused (2: entries hold the cuBLASLt algorithms).
+pub const SEARCH_FORMAT: u32 = 2;
 
 /// The shape and options that change a step's launches.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,7 +32,7 @@ pub struct Shape {
     /// The context the rules size the attention for, rounded up to a power of two (the
     /// attention's splits and clusters follow it; see [`context_class`]).
     pub context: usize,
-    /// Which kernels run the projections (`auto`, `cublas`, `gemv`).
+    /// Which kernels run the projections (`auto`, `cublas`, `cublaslt`, `gemv`).
     pub gemm: String,
     /// Whether the kernels use programmatic dependent launch.
     pub pdl: bool,
@@ -90,6 +90,7 @@ impl Shape {
             gemm: match gemm {
                 Gemm::Auto => "auto",
                 Gemm::Cublas => "cublas",
+                Gemm::CublasLt => "cublaslt",
                 Gemm::Gemv => "gemv",
             }
             .to_string(),

@@ -1,0 +1,386 @@
+//! The index an executable keeps for [`crate::Exec::relocate`]: for every kernel node, where in
+//! its argument bytes a pointer into a tracked allocation sits (argument, byte, allocation,
+//! offset). It is built once, from the model, and kept across swaps: a swap then touches only
+//! the nodes whose pointers lead into a moved allocation, and rewrites only those words,
+//! without scanning any argument or copying the model. After a swap the moved allocations are
+//! tracked at their new addresses, so the next swap (back, or onward) finds them too.
+//!
+//! Pure bookkeeping over the model: no driver call, so it is tested on the CPU.
+
+use std::collections::HashMap;
+
+use graphsmith_model::{self as model, NodeKind};
+
+/// A tracked allocation: where it starts and how many bytes it spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Range {
+    pub base: u64,
+    pub bytes: u64,
+}
+
+/// One pointer word in a kernel node's arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Site {
+    /// The argument, by position.
+    pub arg: u32,
+    /// The word's first byte within the argument's bytes.
+    pub at: u32,
+    /// The tracked allocation it points into.
+    pub slot: u32,
+    /// Its offset from that allocation's start.
+    pub offset: u64,
+}
+
+/// A kernel node with at least one pointer into a tracked allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct IndexedNode {
+    /// The node's index in the model.
+    pub node: usize,
+    /// Whether its kernel (function and parameter layout) is known, so that it can be written
+    /// to the executable.
+    pub known: bool,
+    pub sites: Vec<Site>,
+}
+
+/// The pointer sites of every kernel node, over a set of tracked allocations.
+#[derive(Clone, Debug)]
+pub(crate) struct RelocationIndex {
+    slots: Vec<Range>,
+    by_base: HashMap<u64, u32>,
+    nodes: Vec<IndexedNode>,
+    /// Nodes that use a tracked allocation (by their accesses) without an argument word
+    /// pointing into it, with that allocation: copy and set nodes, and kernels whose pointer
+    /// the index cannot see (e.g. inside a descriptor). Moving that allocation is refused.
+    opaque: Vec<(usize, u32)>,
+}
+
+/// What one relocation moves, by tracked allocation: for each slot, the move that moves it.
+pub(crate) struct Plan {
+    by_slot: Vec<Option<u32>>,
+}
+
+impl Plan {
+    /// The move (its position in the caller's list) of tracked allocation `slot`, if moved.
+    pub(crate) fn move_of(&self, slot: u32) -> Option<usize> {
+        self.by_slot
+            .get(slot as usize)
+            .copied()
+            .flatten()
+            .map(|m| m as usize)
+    }
+}
+
+impl RelocationIndex {
+    /// Indexes every 8-byte-aligned word of every kernel node's arguments (alignment counted
+    /// from the argument's offset in the parameter buffer, so pointers inside struct parameters
+    /// are found too) that points into one of `ranges`. `known(node)` says whether the node's
+    /// kernel can be written to the executable. Ranges with the same start are tracked once.
+    pub(crate) fn build(
+        graph: &model::Graph,
+        known: impl Fn(usize) -> bool,
+        ranges: impl IntoIterator<Item = Range>,
+    ) -> RelocationIndex {
+        let mut slots: Vec<Range> = Vec::new();
+        let mut by_base = HashMap::new();
+        for r in ranges {
+            if r.bytes == 0 || by_base.contains_key(&r.base) {
+                continue;
+            }
+            by_base.insert(r.base, slots.len() as u32);
+            slots.push(r);
+        }
+        // Sorted by start for the build's lookups: most words (sizes, strides, flags) fall
+        // outside [lo, hi) and are rejected by two comparisons.
+        let mut sorted: Vec<u32> = (0..slots.len() as u32).collect();
+        sorted.sort_by_key(|&s| slots[s as usize].base);
+        let lo = sorted.first().map_or(u64::MAX, |&s| slots[s as usize].base);
+        let hi = slots.iter().map(|r| r.base + r.bytes).max().unwrap_or(0);
+        let slot_of = |value: u64| -> Option<(u32, u64)> {
+            if value < lo || value >= hi {
+                return None;
+            }
+            let i = sorted.partition_point(|&s| slots[s as usize].base <= value);
+            let s = sorted[i.checked_sub(1)?];
+            let r = slots[s as usize];
+            (value < r.base + r.bytes).then_some((s, value - r.base))
+        };
+        let (mut nodes, mut opaque) = (Vec::new(), Vec::new());
+        for (index, node) in graph.nodes.iter().enumerate() {
+            let mut sites = Vec::new();
+            let args = match &node.kind {
+                NodeKind::Kernel(k) => k.args.as_slice(),
+                _ => &[],
+            };
+            for (a, arg) in args.iter().enumerate() {
+                let mut j = (8 - arg.offset as usize % 8) % 8;
+                while j + 8 <= arg.bytes.len() {
+                    let mut word = [0u8; 8];
+                    word.copy_from_slice(&arg.bytes[j..j + 8]);
+                    if let Some((slot, offset)) = slot_of(u64::from_le_bytes(word)) {
+                        sites.push(Site {
+                            arg: a as u32,
+                            at: j as u32,
+                            slot,
+                            offset,
+                        });
+                    }
+                    j += 8;
+                }
+            }
+            for access in node.accesses.iter().chain(&node.accesses_before_wait) {
+                if let Some(&slot) = by_base.get(&access.buffer) {
+                    let seen = sites.iter().any(|s| s.slot == slot)
+                        || opaque.iter().any(|&(n, s)| n == index && s == slot);
+                    if !seen {
+                        opaque.push((index, slot));
+                    }
+                }
+            }
+            if !sites.is_empty() {
+                nodes.push(IndexedNode {
+                    node: index,
+                    known: known(index),
+                    sites,
+                });
+            }
+        }
+        RelocationIndex {
+            slots,
+            by_base,
+            nodes,
+            opaque,
+        }
+    }
+
+    /// The tracked allocations, at their current addresses.
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = Range> + '_ {
+        self.slots.iter().copied()
+    }
+
+    /// The tracked allocation that starts at `base`.
+    pub(crate) fn slot_at(&self, base: u64) -> Option<u32> {
+        self.by_base.get(&base).copied()
+    }
+
+    /// The plan of moving each `(old start, bytes)` of `moves`; `None` when one of them is not
+    /// tracked with that size (the index must then be built again over it).
+    pub(crate) fn plan(&self, moves: impl IntoIterator<Item = Range>) -> Option<Plan> {
+        let mut by_slot = vec![None; self.slots.len()];
+        for (m, r) in moves.into_iter().enumerate() {
+            let slot = self.slot_at(r.base)?;
+            if self.slots[slot as usize].bytes != r.bytes {
+                return None;
+            }
+            by_slot[slot as usize] = Some(m as u32);
+        }
+        Some(Plan { by_slot })
+    }
+
+    /// The nodes with a pointer into an allocation `plan` moves, in node order.
+    pub(crate) fn moved_nodes<'a>(
+        &'a self,
+        plan: &'a Plan,
+    ) -> impl Iterator<Item = &'a IndexedNode> + 'a {
+        self.nodes
+            .iter()
+            .filter(move |n| n.sites.iter().any(|s| plan.move_of(s.slot).is_some()))
+    }
+
+    /// The first node that uses an allocation `plan` moves without a pointer word the index
+    /// can rewrite, with that allocation's move.
+    pub(crate) fn first_opaque(&self, plan: &Plan) -> Option<(usize, usize)> {
+        self.opaque
+            .iter()
+            .find_map(|&(node, slot)| Some((node, plan.move_of(slot)?)))
+    }
+
+    /// Tracks each moved allocation at its new start (`new_base(move)`), once the move is done.
+    /// Returns `false`, and the index must be dropped, when a new start is already tracked for
+    /// another allocation (an address reused while the index still tracked it).
+    pub(crate) fn rebase(&mut self, plan: &Plan, new_base: impl Fn(usize) -> u64) -> bool {
+        let mut moved = Vec::new();
+        for (slot, m) in plan.by_slot.iter().enumerate() {
+            if let Some(m) = m {
+                let old = self.slots[slot].base;
+                self.by_base.remove(&old);
+                moved.push((slot, new_base(*m as usize)));
+            }
+        }
+        let mut clean = true;
+        for (slot, base) in moved {
+            self.slots[slot].base = base;
+            clean &= self.by_base.insert(base, slot as u32).is_none();
+        }
+        clean
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graphsmith_model::{Dim3, KernelArg, KernelParams};
+
+    fn kernel(graph: &mut model::Graph, label: &str, args: Vec<KernelArg>) {
+        let one = Dim3 { x: 1, y: 1, z: 1 };
+        graph.add_node(
+            label,
+            NodeKind::Kernel(KernelParams {
+                name: label.into(),
+                grid: one,
+                block: one,
+                shared_mem_bytes: 0,
+                args,
+                cluster: None,
+            }),
+        );
+    }
+
+    fn word(offset: u32, value: u64) -> KernelArg {
+        KernelArg {
+            offset,
+            bytes: value.to_le_bytes().to_vec(),
+        }
+    }
+
+    const A: Range = Range {
+        base: 0x7f00_0000_0000,
+        bytes: 4096,
+    };
+    const B: Range = Range {
+        base: 0x7f00_0001_0000,
+        bytes: 256,
+    };
+
+    fn graph() -> model::Graph {
+        let mut g = model::Graph::new("g");
+        // A pointer into A at offset 16 and a size that points nowhere.
+        kernel(&mut g, "k0", vec![word(0, A.base + 16), word(8, 4096)]);
+        // No pointer into a tracked allocation.
+        kernel(&mut g, "k1", vec![word(0, 12)]);
+        g.add_node(
+            "set",
+            NodeKind::Other {
+                name: "memset".into(),
+            },
+        );
+        // A struct parameter at offset 4 of the buffer: bytes 4..8 are padding, its aligned
+        // word (bytes 4..12 of the argument) points at B's start.
+        let mut s = vec![0u8; 16];
+        s[4..12].copy_from_slice(&B.base.to_le_bytes());
+        kernel(
+            &mut g,
+            "k3",
+            vec![KernelArg {
+                offset: 4,
+                bytes: s,
+            }],
+        );
+        g
+    }
+
+    #[test]
+    fn every_pointer_word_is_found_with_its_allocation_and_offset() {
+        let index = RelocationIndex::build(&graph(), |i| i != 3, [A, B, A]);
+        assert_eq!(index.ranges().collect::<Vec<_>>(), vec![A, B]);
+        assert_eq!(
+            index.nodes,
+            vec![
+                IndexedNode {
+                    node: 0,
+                    known: true,
+                    sites: vec![Site {
+                        arg: 0,
+                        at: 0,
+                        slot: 0,
+                        offset: 16
+                    }],
+                },
+                IndexedNode {
+                    node: 3,
+                    known: false,
+                    sites: vec![Site {
+                        arg: 0,
+                        at: 4,
+                        slot: 1,
+                        offset: 0
+                    }],
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_plan_selects_only_the_nodes_of_moved_allocations() {
+        let index = RelocationIndex::build(&graph(), |_| true, [A, B]);
+        let plan = index.plan([B]).expect("B is tracked");
+        assert_eq!(plan.move_of(1), Some(0));
+        assert_eq!(plan.move_of(0), None);
+        let nodes: Vec<usize> = index.moved_nodes(&plan).map(|n| n.node).collect();
+        assert_eq!(nodes, vec![3]);
+        let nothing = index.plan([]).expect("an empty plan");
+        assert_eq!(index.moved_nodes(&nothing).count(), 0);
+    }
+
+    #[test]
+    fn an_untracked_or_resized_allocation_asks_for_a_new_index() {
+        let index = RelocationIndex::build(&graph(), |_| true, [A]);
+        assert!(index.plan([B]).is_none());
+        let resized = Range {
+            base: A.base,
+            bytes: 8,
+        };
+        assert!(index.plan([resized]).is_none());
+    }
+
+    #[test]
+    fn a_rebased_index_finds_the_moved_allocation_at_its_new_start() {
+        let mut index = RelocationIndex::build(&graph(), |_| true, [A, B]);
+        let new_a = 0x7f00_0100_0000;
+        let plan = index.plan([A]).expect("A is tracked");
+        assert!(index.rebase(&plan, |_| new_a));
+        assert_eq!(index.slot_at(A.base), None);
+        assert_eq!(index.slot_at(new_a), Some(0));
+        // The next swap moves it on from the new start; the sites stay.
+        let moved = Range {
+            base: new_a,
+            bytes: A.bytes,
+        };
+        let plan = index.plan([moved]).expect("tracked at the new start");
+        let nodes: Vec<usize> = index.moved_nodes(&plan).map(|n| n.node).collect();
+        assert_eq!(nodes, vec![0]);
+        // Two allocations swapping starts in one move is not a collision.
+        let plan = index.plan([moved, B]).expect("both tracked");
+        assert!(index.rebase(&plan, |m| [B.base, new_a][m]));
+        assert_eq!(index.slot_at(B.base), Some(0));
+        assert_eq!(index.slot_at(new_a), Some(1));
+    }
+
+    #[test]
+    fn a_node_that_uses_a_moved_allocation_without_a_pointer_word_is_named() {
+        let mut g = graph();
+        let access = |buffer| graphsmith_model::Access {
+            buffer,
+            label: "b".into(),
+            offset: 0,
+            len: 8,
+            mode: graphsmith_model::AccessMode::Write,
+        };
+        // The set node writes B; kernel k0 reads A through its word and, say, B through a
+        // descriptor the index cannot see.
+        g.nodes[2].accesses.push(access(B.base));
+        g.nodes[0].accesses.push(access(A.base));
+        g.nodes[0].accesses.push(access(B.base));
+        let index = RelocationIndex::build(&g, |_| true, [A, B]);
+        let only_a = index.plan([A]).expect("A is tracked");
+        assert_eq!(index.first_opaque(&only_a), None);
+        let b = index.plan([A, B]).expect("both tracked");
+        assert_eq!(index.first_opaque(&b), Some((0, 1)));
+    }
+
+    #[test]
+    fn a_new_start_that_is_already_tracked_drops_the_index() {
+        let mut index = RelocationIndex::build(&graph(), |_| true, [A, B]);
+        let plan = index.plan([A]).expect("A is tracked");
+        assert!(!index.rebase(&plan, |_| B.base));
+    }
+}

@@ -197,7 +197,7 @@ fn a_set_node_on_a_moved_buffer_is_refused_and_nothing_changes() {
     assert!(
         err.contains("Exec::relocate")
             && err.contains(
-                "node 'fill-a' (a memset node) uses 'a' but no argument word of it points there"
+                "node 'fill-a' (a memset node) works on 'a', and relocation rewrites kernel arguments only"
             )
             && err.contains("capture the graph again instead"),
         "{err}"

@@ -171,10 +171,11 @@ impl Exec {
     /// the executable once they have finished (it waits for its streams here unless a capture
     /// runs, then at its next wait).
     ///
-    /// Refused, with nothing changed, for a node that uses a moved buffer but cannot be
-    /// rewritten: a kernel whose arguments were not read back completely, or a node whose
-    /// pointer to it is not an argument word (a copy or set node, a pointer inside a
-    /// descriptor); the error names it. Should the driver refuse a node, the nodes before it
+    /// Refused, with nothing changed, for a node on a moved buffer that cannot be rewritten: a
+    /// kernel whose arguments were not read back completely, or a copy or set node; the error
+    /// names it. A pointer the argument words do not show (e.g. inside a descriptor) is not
+    /// seen: check the moved executable's results before letting go of the old buffers, as
+    /// `graphsmith-llama`'s weight swap does. Should the driver refuse a node, the nodes before it
     /// are switched and the rest are not: the error names the node, the executable keeps both
     /// old and new buffers, and it must be updated or instantiated again.
     #[track_caller]
@@ -263,7 +264,7 @@ impl Exec {
         let (node, m) = index.first_opaque(plan)?;
         let node = &model.nodes[node];
         Some(format!(
-            "node '{}' (a {} node) uses '{}' but no argument word of it points there (a copy or set node, or a pointer inside a descriptor), so it cannot be moved in place: capture the graph again instead",
+            "node '{}' (a {} node) works on '{}', and relocation rewrites kernel arguments only, so it cannot be moved in place: capture the graph again instead",
             node.label,
             node.kind.name(),
             moves[m].old.label

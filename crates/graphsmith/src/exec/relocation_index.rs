@@ -48,9 +48,11 @@ pub(crate) struct RelocationIndex {
     slots: Vec<Range>,
     by_base: HashMap<u64, u32>,
     nodes: Vec<IndexedNode>,
-    /// Nodes that use a tracked allocation (by their accesses) without an argument word
-    /// pointing into it, with that allocation: copy and set nodes, and kernels whose pointer
-    /// the index cannot see (e.g. inside a descriptor). Moving that allocation is refused.
+    /// Copy and set nodes whose operands lie in a tracked allocation, with that allocation:
+    /// relocation rewrites kernel arguments only, so moving it is refused. (A kernel's
+    /// declared accesses are not asked: a library call's are all given to its last node,
+    /// whichever of its kernels takes which pointer; a pointer hidden from the words, e.g. in
+    /// a descriptor, is for the caller's verification to find.)
     opaque: Vec<(usize, u32)>,
 }
 
@@ -127,13 +129,15 @@ impl RelocationIndex {
                     j += 8;
                 }
             }
-            for access in node.accesses.iter().chain(&node.accesses_before_wait) {
-                if let Some(&slot) = by_base.get(&access.buffer) {
-                    let seen = sites.iter().any(|s| s.slot == slot)
-                        || opaque.iter().any(|&(n, s)| n == index && s == slot);
-                    if !seen {
-                        opaque.push((index, slot));
-                    }
+            // A copy's or set's operands are not kernel arguments: relocation cannot move them.
+            let operands = match &node.kind {
+                NodeKind::Memset(m) => [Some(m.dst), None],
+                NodeKind::Memcpy(c) => [Some(c.src.address), Some(c.dst.address)],
+                _ => [None, None],
+            };
+            for (slot, _) in operands.into_iter().flatten().filter_map(slot_of) {
+                if !opaque.contains(&(index, slot)) {
+                    opaque.push((index, slot));
                 }
             }
             if !sites.is_empty() {
@@ -186,8 +190,8 @@ impl RelocationIndex {
             .filter(move |n| n.sites.iter().any(|s| plan.move_of(s.slot).is_some()))
     }
 
-    /// The first node that uses an allocation `plan` moves without a pointer word the index
-    /// can rewrite, with that allocation's move.
+    /// The first copy or set node whose operands lie in an allocation `plan` moves, with that
+    /// allocation's move.
     pub(crate) fn first_opaque(&self, plan: &Plan) -> Option<(usize, usize)> {
         self.opaque
             .iter()
@@ -356,25 +360,46 @@ mod tests {
     }
 
     #[test]
-    fn a_node_that_uses_a_moved_allocation_without_a_pointer_word_is_named() {
+    fn a_copy_or_set_node_on_a_moved_allocation_is_named() {
+        use graphsmith_model::{MemRef, MemcpyParams, MemorySpace, MemsetParams};
         let mut g = graph();
-        let access = |buffer| graphsmith_model::Access {
-            buffer,
+        // A set of B's second half, a copy from A into an untracked buffer.
+        g.nodes[2].kind = NodeKind::Memset(MemsetParams {
+            dst: B.base + 128,
+            element_size: 4,
+            value: 0,
+            width: 32,
+            height: 1,
+            pitch: 0,
+        });
+        let device = |address| MemRef {
+            space: MemorySpace::Device,
+            address,
+        };
+        g.add_node(
+            "copy",
+            NodeKind::Memcpy(MemcpyParams {
+                src: device(A.base),
+                dst: device(0x1000),
+                bytes: 64,
+            }),
+        );
+        // A kernel's declared access without a pointer word is not asked.
+        g.nodes[1].accesses.push(graphsmith_model::Access {
+            buffer: B.base,
             label: "b".into(),
             offset: 0,
             len: 8,
-            mode: graphsmith_model::AccessMode::Write,
-        };
-        // The set node writes B; kernel k0 reads A through its word and, say, B through a
-        // descriptor the index cannot see.
-        g.nodes[2].accesses.push(access(B.base));
-        g.nodes[0].accesses.push(access(A.base));
-        g.nodes[0].accesses.push(access(B.base));
+            mode: graphsmith_model::AccessMode::Read,
+        });
         let index = RelocationIndex::build(&g, |_| true, [A, B]);
+        assert_eq!(index.opaque, vec![(2, 1), (4, 0)]);
+        let only_b = index.plan([B]).expect("B is tracked");
+        assert_eq!(index.first_opaque(&only_b), Some((2, 0)));
         let only_a = index.plan([A]).expect("A is tracked");
-        assert_eq!(index.first_opaque(&only_a), None);
-        let b = index.plan([A, B]).expect("both tracked");
-        assert_eq!(index.first_opaque(&b), Some((0, 1)));
+        assert_eq!(index.first_opaque(&only_a), Some((4, 0)));
+        let neither = index.plan([]).expect("an empty plan");
+        assert_eq!(index.first_opaque(&neither), None);
     }
 
     #[test]

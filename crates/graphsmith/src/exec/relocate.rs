@@ -93,6 +93,25 @@ impl Relocated {
     }
 }
 
+/// Points the accesses of `node` to moved allocations at the new ones.
+fn follow_accesses(
+    node: &mut graphsmith_model::Node,
+    index: &RelocationIndex,
+    plan: &Plan,
+    moves: &[Relocation],
+) {
+    for access in node
+        .accesses
+        .iter_mut()
+        .chain(&mut node.accesses_before_wait)
+    {
+        if let Some(m) = index.slot_at(access.buffer).and_then(|s| plan.move_of(s)) {
+            access.buffer = moves[m].new.ptr;
+            access.label.clone_from(&moves[m].new.label);
+        }
+    }
+}
+
 fn nanos(since: Instant) -> u64 {
     since.elapsed().as_nanos().min(u64::MAX as u128) as u64
 }
@@ -182,28 +201,45 @@ impl Exec {
     pub fn relocate(&mut self, moves: &[Relocation]) -> Result<Relocated> {
         let at = SourceLine::caller();
         let op = "Exec::relocate";
-        let index_ns = self.prepare_relocation_at(moves, op, at)?;
         let t = Instant::now();
+        let olds = || moves.iter().map(Relocation::old_range);
+        // The index kept from an earlier swap, when it covers these moves (the usual case).
+        let kept = match self.overrides.is_empty() {
+            true => self.relocation.as_deref().and_then(|i| i.plan(olds())),
+            false => None,
+        };
+        let (plan, index_ns) = match kept {
+            Some(plan) => (plan, 0),
+            None => {
+                let ns = self.prepare_relocation_at(moves, op, at)?;
+                let plan = self.relocation.as_deref().and_then(|i| i.plan(olds()));
+                let Some(plan) = plan else {
+                    return Err(Error::new(
+                        ErrorKind::InvalidInput {
+                            reason: "the relocation index does not cover the moves".into(),
+                        },
+                        self.object(),
+                        op,
+                        at,
+                    ));
+                };
+                (plan, ns)
+            }
+        };
         let refuse = |exec: &Exec, reason: String| {
             Error::new(ErrorKind::InvalidInput { reason }, exec.object(), op, at)
         };
+        self.template
+            .ctx
+            .bind()
+            .map_err(|f| f.on(self.object(), op, at))?;
         let Some(mut index) = self.relocation.take() else {
             return Err(refuse(self, "the relocation index was not made".into()));
-        };
-        let Some(plan) = index.plan(moves.iter().map(Relocation::old_range)) else {
-            return Err(refuse(
-                self,
-                "the relocation index does not cover the moves".into(),
-            ));
         };
         if let Some(reason) = self.unmovable(&index, &plan, moves) {
             self.relocation = Some(index);
             return Err(refuse(self, reason));
         }
-        self.template
-            .ctx
-            .bind()
-            .map_err(|f| f.on(self.object(), op, at))?;
         let (changed, words, mut used) = self.rewrite_model(&index, &plan, moves);
         let (driver_ns, failed) = self.set_nodes(&changed);
         // The driver template follows when it is next asked for (`Exec::template`).
@@ -237,7 +273,7 @@ impl Exec {
             nodes,
             words,
             driver_ns,
-            host_ns: total.saturating_sub(driver_ns),
+            host_ns: total.saturating_sub(driver_ns + index_ns),
             index_ns,
         })
     }
@@ -272,7 +308,8 @@ impl Exec {
     }
 
     /// Rewrites, in the current template's model (in place: copied only while another graph
-    /// shares it), every pointer word and access of the nodes `plan` touches. Returns those
+    /// shares it), every pointer word and access of the nodes `plan` touches (and the accesses
+    /// of nodes that name a moved allocation without pointing into it). Returns those
     /// nodes, the words rewritten and which moves they used.
     fn rewrite_model(
         &mut self,
@@ -305,18 +342,13 @@ impl Exec {
                     }
                 }
             }
-            for access in node
-                .accesses
-                .iter_mut()
-                .chain(&mut node.accesses_before_wait)
-            {
-                let moved = index.slot_at(access.buffer).and_then(|s| plan.move_of(s));
-                if let Some(m) = moved {
-                    access.buffer = moves[m].new.ptr;
-                    access.label.clone_from(&moves[m].new.label);
-                }
-            }
+            follow_accesses(node, index, plan, moves);
             changed.push(n.node);
+        }
+        for i in index.accessing_moved(plan) {
+            if let Some(node) = model.nodes.get_mut(i) {
+                follow_accesses(node, index, plan, moves);
+            }
         }
         (changed, words, used)
     }

@@ -54,6 +54,10 @@ pub(crate) struct RelocationIndex {
     /// whichever of its kernels takes which pointer; a pointer hidden from the words, e.g. in
     /// a descriptor, is for the caller's verification to find.)
     opaque: Vec<(usize, u32)>,
+    /// Nodes whose declared accesses name a tracked allocation that none of their argument
+    /// words points into (e.g. the last node of a library call, which is given the whole
+    /// call's accesses), with that allocation: their accesses follow a move too.
+    accessing: Vec<(usize, u32)>,
 }
 
 /// What one relocation moves, by tracked allocation: for each slot, the move that moves it.
@@ -106,7 +110,7 @@ impl RelocationIndex {
             let r = slots[s as usize];
             (value < r.base + r.bytes).then_some((s, value - r.base))
         };
-        let (mut nodes, mut opaque) = (Vec::new(), Vec::new());
+        let (mut nodes, mut opaque, mut accessing) = (Vec::new(), Vec::new(), Vec::new());
         for (index, node) in graph.nodes.iter().enumerate() {
             let mut sites = Vec::new();
             let args = match &node.kind {
@@ -140,6 +144,15 @@ impl RelocationIndex {
                     opaque.push((index, slot));
                 }
             }
+            for access in node.accesses.iter().chain(&node.accesses_before_wait) {
+                if let Some(&slot) = by_base.get(&access.buffer) {
+                    let named =
+                        sites.iter().any(|s| s.slot == slot) || accessing.contains(&(index, slot));
+                    if !named {
+                        accessing.push((index, slot));
+                    }
+                }
+            }
             if !sites.is_empty() {
                 nodes.push(IndexedNode {
                     node: index,
@@ -153,6 +166,7 @@ impl RelocationIndex {
             by_base,
             nodes,
             opaque,
+            accessing,
         }
     }
 
@@ -196,6 +210,19 @@ impl RelocationIndex {
         self.opaque
             .iter()
             .find_map(|&(node, slot)| Some((node, plan.move_of(slot)?)))
+    }
+
+    /// The nodes whose accesses, and not their arguments, name an allocation `plan` moves.
+    pub(crate) fn accessing_moved<'a>(
+        &'a self,
+        plan: &'a Plan,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let mut last = None;
+        self.accessing
+            .iter()
+            .filter(move |&&(_, slot)| plan.move_of(slot).is_some())
+            .map(|&(node, _)| node)
+            .filter(move |&node| last.replace(node) != Some(node))
     }
 
     /// Tracks each moved allocation at its new start (`new_base(move)`), once the move is done.
@@ -384,7 +411,7 @@ mod tests {
                 bytes: 64,
             }),
         );
-        // A kernel's declared access without a pointer word is not asked.
+        // A kernel's declared access without a pointer word is not refused...
         g.nodes[1].accesses.push(graphsmith_model::Access {
             buffer: B.base,
             label: "b".into(),
@@ -394,6 +421,12 @@ mod tests {
         });
         let index = RelocationIndex::build(&g, |_| true, [A, B]);
         assert_eq!(index.opaque, vec![(2, 1), (4, 0)]);
+        // ... but its accesses follow a move of B.
+        assert_eq!(index.accessing, vec![(1, 1)]);
+        let b = index.plan([B]).expect("B is tracked");
+        assert_eq!(index.accessing_moved(&b).collect::<Vec<_>>(), vec![1]);
+        let a = index.plan([A]).expect("A is tracked");
+        assert_eq!(index.accessing_moved(&a).count(), 0);
         let only_b = index.plan([B]).expect("B is tracked");
         assert_eq!(index.first_opaque(&only_b), Some((2, 0)));
         let only_a = index.plan([A]).expect("A is tracked");

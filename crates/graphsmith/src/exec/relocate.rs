@@ -93,25 +93,6 @@ impl Relocated {
     }
 }
 
-/// Points the accesses of `node` to moved allocations at the new ones.
-fn follow_accesses(
-    node: &mut graphsmith_model::Node,
-    index: &RelocationIndex,
-    plan: &Plan,
-    moves: &[Relocation],
-) {
-    for access in node
-        .accesses
-        .iter_mut()
-        .chain(&mut node.accesses_before_wait)
-    {
-        if let Some(m) = index.slot_at(access.buffer).and_then(|s| plan.move_of(s)) {
-            access.buffer = moves[m].new.ptr;
-            access.label.clone_from(&moves[m].new.label);
-        }
-    }
-}
-
 fn nanos(since: Instant) -> u64 {
     since.elapsed().as_nanos().min(u64::MAX as u128) as u64
 }
@@ -286,7 +267,10 @@ impl Exec {
         moves: &[Relocation],
     ) -> Option<String> {
         let model = self.current().model();
-        if let Some(n) = index.moved_nodes(plan).find(|n| !n.known) {
+        let unknown = index
+            .moved_nodes(plan)
+            .find(|n| !n.known && n.words_move(plan));
+        if let Some(n) = unknown {
             let node = &model.nodes[n.node];
             let name = match &node.kind {
                 NodeKind::Kernel(k) => k.name.as_str(),
@@ -308,9 +292,9 @@ impl Exec {
     }
 
     /// Rewrites, in the current template's model (in place: copied only while another graph
-    /// shares it), every pointer word and access of the nodes `plan` touches (and the accesses
-    /// of nodes that name a moved allocation without pointing into it). Returns those
-    /// nodes, the words rewritten and which moves they used.
+    /// shares it), every pointer word and declared access into an allocation `plan` moves.
+    /// Returns the nodes whose words changed (to be set in the executable), the words
+    /// rewritten and which moves they used.
     fn rewrite_model(
         &mut self,
         index: &RelocationIndex,
@@ -324,31 +308,42 @@ impl Exec {
             let Some(node) = model.nodes.get_mut(n.node) else {
                 continue;
             };
-            if let NodeKind::Kernel(k) = &mut node.kind {
-                for s in &n.sites {
-                    let Some(m) = plan.move_of(s.slot) else {
-                        continue;
-                    };
-                    let value = moves[m].new.ptr + s.offset;
-                    let at = s.at as usize;
-                    let word = k
-                        .args
-                        .get_mut(s.arg as usize)
-                        .and_then(|a| a.bytes.get_mut(at..at + 8));
-                    if let Some(word) = word {
-                        word.copy_from_slice(&value.to_le_bytes());
-                        used[m] = true;
-                        words += 1;
-                    }
+            for t in &n.touches {
+                let Some(m) = plan.move_of(t.slot) else {
+                    continue;
+                };
+                let list = match t.before_wait {
+                    false => &mut node.accesses,
+                    true => &mut node.accesses_before_wait,
+                };
+                if let Some(access) = list.get_mut(t.at as usize) {
+                    access.buffer = moves[m].new.ptr;
+                    access.label.clone_from(&moves[m].new.label);
                 }
             }
-            follow_accesses(node, index, plan, moves);
-            changed.push(n.node);
-        }
-        for i in index.accessing_moved(plan) {
-            if let Some(node) = model.nodes.get_mut(i) {
-                follow_accesses(node, index, plan, moves);
+            if !n.words_move(plan) {
+                continue;
             }
+            let NodeKind::Kernel(k) = &mut node.kind else {
+                continue;
+            };
+            for s in &n.sites {
+                let Some(m) = plan.move_of(s.slot) else {
+                    continue;
+                };
+                let value = moves[m].new.ptr + s.offset;
+                let at = s.at as usize;
+                let word = k
+                    .args
+                    .get_mut(s.arg as usize)
+                    .and_then(|a| a.bytes.get_mut(at..at + 8));
+                if let Some(word) = word {
+                    word.copy_from_slice(&value.to_le_bytes());
+                    used[m] = true;
+                    words += 1;
+                }
+            }
+            changed.push(n.node);
         }
         (changed, words, used)
     }

@@ -8,6 +8,7 @@
 //! Pure bookkeeping over the model: no driver call, so it is tested on the CPU.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use graphsmith_model::{self as model, NodeKind};
 
@@ -31,7 +32,18 @@ pub(crate) struct Site {
     pub offset: u64,
 }
 
-/// A kernel node with at least one pointer into a tracked allocation.
+/// One declared access of a node to a tracked allocation (its buffer is the allocation's
+/// start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Touch {
+    /// In `accesses_before_wait` rather than `accesses`.
+    pub before_wait: bool,
+    /// Its position in that list.
+    pub at: u32,
+    pub slot: u32,
+}
+
+/// A node with a pointer word into, or a declared access to, a tracked allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct IndexedNode {
     /// The node's index in the model.
@@ -39,14 +51,53 @@ pub(crate) struct IndexedNode {
     /// Whether its kernel (function and parameter layout) is known, so that it can be written
     /// to the executable.
     pub known: bool,
+    /// Its pointer words (a kernel's; none for other nodes).
     pub sites: Vec<Site>,
+    /// Its declared accesses to tracked allocations, which follow a move too: also where no
+    /// word points into the allocation (e.g. the last node of a library call, which is given
+    /// the whole call's accesses).
+    pub touches: Vec<Touch>,
 }
+
+impl IndexedNode {
+    /// Whether one of its pointer words leads into an allocation `plan` moves (then the node
+    /// is set in the executable).
+    pub(crate) fn words_move(&self, plan: &Plan) -> bool {
+        self.sites.iter().any(|s| plan.move_of(s.slot).is_some())
+    }
+    /// Whether one of its declared accesses names an allocation `plan` moves.
+    pub(crate) fn accesses_move(&self, plan: &Plan) -> bool {
+        self.touches.iter().any(|t| plan.move_of(t.slot).is_some())
+    }
+}
+
+/// Hashes an address: allocation starts are aligned (their low bits are zero), so a multiply
+/// and a fold spread them; far cheaper than the default hasher on a swap's lookups.
+#[derive(Default)]
+pub(crate) struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0 ^ u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let x = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = x ^ (x >> 29);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type ByBase = HashMap<u64, u32, BuildHasherDefault<AddressHasher>>;
 
 /// The pointer sites of every kernel node, over a set of tracked allocations.
 #[derive(Clone, Debug)]
 pub(crate) struct RelocationIndex {
     slots: Vec<Range>,
-    by_base: HashMap<u64, u32>,
+    by_base: ByBase,
     nodes: Vec<IndexedNode>,
     /// Copy and set nodes whose operands lie in a tracked allocation, with that allocation:
     /// relocation rewrites kernel arguments only, so moving it is refused. (A kernel's
@@ -54,10 +105,6 @@ pub(crate) struct RelocationIndex {
     /// whichever of its kernels takes which pointer; a pointer hidden from the words, e.g. in
     /// a descriptor, is for the caller's verification to find.)
     opaque: Vec<(usize, u32)>,
-    /// Nodes whose declared accesses name a tracked allocation that none of their argument
-    /// words points into (e.g. the last node of a library call, which is given the whole
-    /// call's accesses), with that allocation: their accesses follow a move too.
-    accessing: Vec<(usize, u32)>,
 }
 
 /// What one relocation moves, by tracked allocation: for each slot, the move that moves it.
@@ -87,7 +134,7 @@ impl RelocationIndex {
         ranges: impl IntoIterator<Item = Range>,
     ) -> RelocationIndex {
         let mut slots: Vec<Range> = Vec::new();
-        let mut by_base = HashMap::new();
+        let mut by_base = ByBase::default();
         for r in ranges {
             if r.bytes == 0 || by_base.contains_key(&r.base) {
                 continue;
@@ -110,7 +157,7 @@ impl RelocationIndex {
             let r = slots[s as usize];
             (value < r.base + r.bytes).then_some((s, value - r.base))
         };
-        let (mut nodes, mut opaque, mut accessing) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut nodes, mut opaque) = (Vec::new(), Vec::new());
         for (index, node) in graph.nodes.iter().enumerate() {
             let mut sites = Vec::new();
             let args = match &node.kind {
@@ -144,20 +191,27 @@ impl RelocationIndex {
                     opaque.push((index, slot));
                 }
             }
-            for access in node.accesses.iter().chain(&node.accesses_before_wait) {
-                if let Some(&slot) = by_base.get(&access.buffer) {
-                    let named =
-                        sites.iter().any(|s| s.slot == slot) || accessing.contains(&(index, slot));
-                    if !named {
-                        accessing.push((index, slot));
-                    }
-                }
-            }
-            if !sites.is_empty() {
+            let by_base = &by_base;
+            let lists = [(false, &node.accesses), (true, &node.accesses_before_wait)];
+            let touches: Vec<Touch> = lists
+                .into_iter()
+                .flat_map(|(before_wait, list)| {
+                    list.iter().enumerate().filter_map(move |(at, a)| {
+                        let slot = *by_base.get(&a.buffer)?;
+                        Some(Touch {
+                            before_wait,
+                            at: at as u32,
+                            slot,
+                        })
+                    })
+                })
+                .collect();
+            if !sites.is_empty() || !touches.is_empty() {
                 nodes.push(IndexedNode {
                     node: index,
                     known: known(index),
                     sites,
+                    touches,
                 });
             }
         }
@@ -166,7 +220,6 @@ impl RelocationIndex {
             by_base,
             nodes,
             opaque,
-            accessing,
         }
     }
 
@@ -194,14 +247,15 @@ impl RelocationIndex {
         Some(Plan { by_slot })
     }
 
-    /// The nodes with a pointer into an allocation `plan` moves, in node order.
+    /// The nodes with a pointer word into, or a declared access to, an allocation `plan`
+    /// moves, in node order.
     pub(crate) fn moved_nodes<'a>(
         &'a self,
         plan: &'a Plan,
     ) -> impl Iterator<Item = &'a IndexedNode> + 'a {
         self.nodes
             .iter()
-            .filter(move |n| n.sites.iter().any(|s| plan.move_of(s.slot).is_some()))
+            .filter(move |n| n.words_move(plan) || n.accesses_move(plan))
     }
 
     /// The first copy or set node whose operands lie in an allocation `plan` moves, with that
@@ -210,19 +264,6 @@ impl RelocationIndex {
         self.opaque
             .iter()
             .find_map(|&(node, slot)| Some((node, plan.move_of(slot)?)))
-    }
-
-    /// The nodes whose accesses, and not their arguments, name an allocation `plan` moves.
-    pub(crate) fn accessing_moved<'a>(
-        &'a self,
-        plan: &'a Plan,
-    ) -> impl Iterator<Item = usize> + 'a {
-        let mut last = None;
-        self.accessing
-            .iter()
-            .filter(move |&&(_, slot)| plan.move_of(slot).is_some())
-            .map(|&(node, _)| node)
-            .filter(move |&node| last.replace(node) != Some(node))
     }
 
     /// Tracks each moved allocation at its new start (`new_base(move)`), once the move is done.
@@ -273,6 +314,16 @@ mod tests {
         }
     }
 
+    fn read_of(buffer: u64) -> graphsmith_model::Access {
+        graphsmith_model::Access {
+            buffer,
+            label: "x".into(),
+            offset: 0,
+            len: 8,
+            mode: graphsmith_model::AccessMode::Read,
+        }
+    }
+
     const A: Range = Range {
         base: 0x7f00_0000_0000,
         bytes: 4096,
@@ -311,7 +362,9 @@ mod tests {
 
     #[test]
     fn every_pointer_word_is_found_with_its_allocation_and_offset() {
-        let index = RelocationIndex::build(&graph(), |i| i != 3, [A, B, A]);
+        let mut g = graph();
+        g.nodes[3].accesses_before_wait.push(read_of(B.base));
+        let index = RelocationIndex::build(&g, |i| i != 3, [A, B, A]);
         assert_eq!(index.ranges().collect::<Vec<_>>(), vec![A, B]);
         assert_eq!(
             index.nodes,
@@ -325,6 +378,7 @@ mod tests {
                         slot: 0,
                         offset: 16
                     }],
+                    touches: vec![],
                 },
                 IndexedNode {
                     node: 3,
@@ -334,6 +388,11 @@ mod tests {
                         at: 4,
                         slot: 1,
                         offset: 0
+                    }],
+                    touches: vec![Touch {
+                        before_wait: true,
+                        at: 0,
+                        slot: 1
                     }],
                 },
             ]
@@ -412,21 +471,26 @@ mod tests {
             }),
         );
         // A kernel's declared access without a pointer word is not refused...
-        g.nodes[1].accesses.push(graphsmith_model::Access {
-            buffer: B.base,
-            label: "b".into(),
-            offset: 0,
-            len: 8,
-            mode: graphsmith_model::AccessMode::Read,
-        });
+        g.nodes[1].accesses.push(read_of(0x1000));
+        g.nodes[1].accesses.push(read_of(B.base));
         let index = RelocationIndex::build(&g, |_| true, [A, B]);
         assert_eq!(index.opaque, vec![(2, 1), (4, 0)]);
-        // ... but its accesses follow a move of B.
-        assert_eq!(index.accessing, vec![(1, 1)]);
+        // ... but its access follows a move of B (with no driver call: no word moves).
+        let k1 = index
+            .nodes
+            .iter()
+            .find(|n| n.node == 1)
+            .expect("k1 is indexed");
+        let b_access = Touch {
+            before_wait: false,
+            at: 1,
+            slot: 1,
+        };
+        assert_eq!((k1.sites.len(), k1.touches.clone()), (0, vec![b_access]));
         let b = index.plan([B]).expect("B is tracked");
-        assert_eq!(index.accessing_moved(&b).collect::<Vec<_>>(), vec![1]);
+        assert!(k1.accesses_move(&b) && !k1.words_move(&b));
         let a = index.plan([A]).expect("A is tracked");
-        assert_eq!(index.accessing_moved(&a).count(), 0);
+        assert!(!k1.accesses_move(&a));
         let only_b = index.plan([B]).expect("B is tracked");
         assert_eq!(index.first_opaque(&only_b), Some((2, 0)));
         let only_a = index.plan([A]).expect("A is tracked");

@@ -16,6 +16,14 @@ fn sums(a: &[f32], b: &[f32]) -> Vec<f32> {
     a.iter().zip(b).map(|(x, y)| x + y).collect()
 }
 
+/// A move from each of `old` to the buffer of the same position in `new`.
+fn pairs(old: &[DeviceBuffer<f32>], new: &[DeviceBuffer<f32>]) -> Vec<Relocation> {
+    old.iter()
+        .zip(new)
+        .map(|(o, n)| Relocation::new(o, n).unwrap())
+        .collect()
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn relocating_back_and_forth_reuses_the_index_and_its_times_add_up() {
@@ -69,11 +77,7 @@ fn relocating_back_and_forth_reuses_the_index_and_its_times_add_up() {
 
     // First swap: pays the read-back and the index.
     let (h2, a2) = set("second", 101);
-    let moves: Vec<_> = a1
-        .iter()
-        .zip(&a2)
-        .map(|(o, n)| Relocation::new(o, n).unwrap())
-        .collect();
+    let moves = pairs(&a1, &a2);
     let first = exec.relocate(&moves).unwrap();
     drop(moves);
     drop(a1);
@@ -89,11 +93,7 @@ fn relocating_back_and_forth_reuses_the_index_and_its_times_add_up() {
 
     // Second swap, onward to new buffers: the index follows the moved allocations.
     let (h3, a3) = set("third", 201);
-    let moves: Vec<_> = a2
-        .iter()
-        .zip(&a3)
-        .map(|(o, n)| Relocation::new(o, n).unwrap())
-        .collect();
+    let moves = pairs(&a2, &a3);
     let prepared = exec.prepare_relocation(&moves).unwrap();
     assert_eq!(
         prepared, 0,

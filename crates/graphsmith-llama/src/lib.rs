@@ -22,6 +22,7 @@ pub use bench::{
     bench, bench_loop, bench_ttft, copy_bandwidth, BenchLine, LoopBench, LoopLine, TtftBench,
     TtftLine,
 };
+pub use bench::{bench_swap, SwapBench, SwapBenchReport};
 pub use error::{LlamaError, Result};
 pub use load::{
     inspect, load_reference, load_weights, parse_ids, random_weights, top2, Codec, Config,

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use graphsmith::Context;
 use graphsmith_llama::{bench, bench_loop, build_model, check, generate_with, load_host};
+use graphsmith_llama::{bench_swap, SwapBench};
 use graphsmith_llama::{Codec, DecoderOptions, Gemm, LlamaError, LoopBench, Mode, Pdl, Source};
 use graphsmith_llama::{PrefillMode, Search, Tolerance, TtftBench, Tuning};
 
@@ -163,6 +164,26 @@ enum Command {
         runs: usize,
         #[arg(long, value_delimiter = ',', default_value = "auto,off")]
         pdl: Vec<Pdl>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The weight swap on one shape: every bucket switched to new weights in place (preparation,
+    /// the driver's per-node updates and graphsmith's own work timed apart), its verification,
+    /// and re-capturing every bucket instead. Exit 1 when a swap was not made in place.
+    SwapBench {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The weights swapped in: a model directory of the same shape. Default: random weights
+        /// of --config with --seed + 1, or --model's own weights loaded again (new buffers, same
+        /// values: the verification cannot then tell a pointer left behind).
+        #[arg(long)]
+        swap_model: Option<PathBuf>,
+        /// Swaps, back and forth between the two weight sets, then as many re-captures.
+        #[arg(long, default_value_t = 9)]
+        rounds: usize,
+        /// The projections' kernels: auto (own GEMV at one row, cuBLAS above), cublas, gemv.
+        #[arg(long, default_value = "auto")]
+        gemm: Gemm,
         #[arg(long)]
         json: bool,
     },
@@ -328,7 +349,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                     println!("prefill bucket {bucket}: {n} hazards");
                 }
                 if let Some(s) = &out.swap {
-                    println!("weight swap ({}): {:.3} ms to switch {} executables ({} nodes); verified in {:.1} ms; upload {:.1} ms; freed {} bytes", s.method, s.switch_ms, s.executables, s.nodes_updated, s.verify_ms, s.upload_ms, s.freed_bytes);
+                    println!("weight swap ({}): {:.3} ms to switch {} executables ({} nodes; driver {:.3} ms, host {:.3} ms) after {:.3} ms preparing; verified in {:.1} ms; upload {:.1} ms; freed {} bytes", s.method, s.switch_ms, s.executables, s.nodes_updated, s.driver_ms, s.host_ms, s.index_ms, s.verify_ms, s.upload_ms, s.freed_bytes);
                 }
                 if let Some(ms) = out.recapture_ms {
                     println!("re-capturing every bucket instead: {ms:.3} ms");
@@ -403,6 +424,58 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 },
             )?;
             Ok(true)
+        }
+        Command::SwapBench {
+            model,
+            swap_model,
+            rounds,
+            gemm,
+            json,
+        } => {
+            let source = model.source()?;
+            let swap_source = match (swap_model, &source) {
+                (Some(dir), _) => Source::Dir(dir),
+                (None, Source::Random { config, seed }) => Source::Random {
+                    config: config.clone(),
+                    seed: seed.wrapping_add(1),
+                },
+                (None, Source::Dir(dir)) => Source::Dir(dir.clone()),
+            };
+            let what = SwapBench {
+                source: &source,
+                swap_source: &swap_source,
+                rounds,
+                options: DecoderOptions {
+                    gemm,
+                    ..DecoderOptions::default()
+                },
+                progress: tty,
+            };
+            let r = bench_swap(context, &what)?;
+            if json {
+                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            } else {
+                println!(
+                    "{} ({} layers, hidden {}): {} executables, {} nodes per swap",
+                    r.model, r.layers, r.hidden, r.executables, r.nodes_updated
+                );
+                println!(
+                    "first swap: preparing {:.3} ms (read back and index, once per executable)",
+                    r.index_ms_first
+                );
+                println!(
+                    "switch {:.3} ms (driver {:.3} ms, {:.3} us/node; host {:.3} ms): {:.2}x the driver, {:.3} us/node",
+                    r.switch_ms, r.driver_ms, r.driver_us_per_node, r.host_ms, r.switch_over_driver, r.switch_us_per_node
+                );
+                println!(
+                    "verification {:.3} ms; re-capture {:.3} ms ({:.1}x the switch)",
+                    r.verify_ms, r.recapture_ms, r.recapture_over_switch
+                );
+                for s in r.swaps.iter().filter(|s| s.method != "relocate") {
+                    println!("not in place: {}", s.method);
+                }
+            }
+            Ok(r.all_relocated)
         }
         Command::BenchLoop {
             model,

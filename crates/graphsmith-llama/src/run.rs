@@ -95,6 +95,16 @@ pub fn build_model(
     Ok(model)
 }
 
+/// Whether two configs have the same shape (the same tensors, so weights of one can be swapped
+/// into a model of the other).
+pub(crate) fn same_shape(a: &Config, b: &Config) -> bool {
+    a.hidden_size == b.hidden_size
+        && a.num_hidden_layers == b.num_hidden_layers
+        && a.vocab_size == b.vocab_size
+        && a.intermediate_size == b.intermediate_size
+        && a.tie_word_embeddings == b.tie_word_embeddings
+}
+
 /// One sequence's result in a check.
 #[derive(Clone, Debug, Serialize)]
 pub struct SequenceCheck {
@@ -348,12 +358,7 @@ pub fn check(
     let swap_data = match swap {
         Some((dir, r)) => {
             let (c2, h2) = load_host(&Source::Dir(dir.to_path_buf()), progress)?;
-            if c2.hidden_size != config.hidden_size
-                || c2.num_hidden_layers != config.num_hidden_layers
-                || c2.vocab_size != config.vocab_size
-                || c2.intermediate_size != config.intermediate_size
-                || c2.tie_word_embeddings != config.tie_word_embeddings
-            {
+            if !same_shape(&c2, &config) {
                 return Err(LlamaError::Input(format!(
                     "--swap-model {} has another shape than --model {}",
                     dir.display(),

@@ -102,6 +102,9 @@ pub struct Exec {
     pub(crate) stale: Vec<bool>,
     pub(crate) any_stale: bool,
     pub(crate) stats: ExecStats,
+    /// Where the kernel nodes' pointer words are, kept across [`Exec::relocate`]s
+    /// (`exec/relocation_index.rs`); dropped by every other change of the arguments.
+    pub(crate) relocation: Option<Box<crate::exec::RelocationIndex>>,
     /// Unique in the process: the executable's id in launch logs (`exec/ordering.rs`).
     pub(crate) id: u64,
     /// The streams this executable was launched or uploaded on since it last waited: waiting
@@ -191,6 +194,7 @@ impl Exec {
             stale: Vec::new(),
             any_stale: false,
             stats: ExecStats::default(),
+            relocation: None,
             id: crate::exec::next_exec_id(),
             launched_on: Vec::new(),
         }

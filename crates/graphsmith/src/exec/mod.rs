@@ -6,10 +6,12 @@ mod executable;
 mod node_updates;
 mod ordering;
 mod relocate;
+mod relocation_index;
 mod update;
 
 pub use executable::*;
 pub(crate) use node_updates::*;
 pub(crate) use ordering::next_exec_id;
 pub use relocate::{Relocated, Relocation};
+pub(crate) use relocation_index::RelocationIndex;
 pub use update::*;

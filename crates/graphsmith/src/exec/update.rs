@@ -48,6 +48,7 @@ impl Exec {
                 .resize_with(self.template.handles().len().max(index + 1), || None);
         }
         self.model_cache.take();
+        self.relocation = None;
         let Some(old) = self.overrides[index].replace(update) else {
             // The node's earlier parameters came from the template, which keeps what they use.
             return Ok(());
@@ -99,6 +100,7 @@ impl Exec {
             ));
         };
         self.current_mut().kernels_mut()[index] = Some(known);
+        self.relocation = None;
         Ok(())
     }
 
@@ -421,6 +423,7 @@ impl Exec {
                 self.model_cache.take();
                 self.stale.clear();
                 self.any_stale = false;
+                self.relocation = None;
                 self.stats.reinstantiations += 1;
                 Ok(UpdateOutcome::Reinstantiated { reasons })
             }
@@ -455,6 +458,7 @@ impl Exec {
                 .collect()
         };
         self.model_cache.take();
+        self.relocation = None;
         // Going back to the graph instantiated from (or staying on the current one) needs no
         // new share: its atomic reference counts are most of an update's own cost on a small
         // graph, next to the driver's.

@@ -1,6 +1,9 @@
 //! Swapping a [`Model`]'s weights in place: every held executable is switched to the new
 //! buffers ([`graphsmith::Exec::relocate`]), checked against an eager step, and re-captured
-//! where that is impossible or incomplete.
+//! where that is impossible or incomplete. Each part is timed apart: preparing the executables
+//! (reading a captured graph back and indexing its pointer words, once per executable), the
+//! switch (the driver's per-node updates and the host's own work), the verification, and
+//! re-capturing every bucket instead ([`Model::bench_swap`]).
 
 use std::time::Instant;
 
@@ -14,18 +17,53 @@ use crate::load::weights::DeviceWeights;
 pub struct SwapReport {
     /// Uploading the new weights into new buffers (while the old ones still serve).
     pub upload_ms: f64,
-    /// Switching every held executable to the new buffers in place.
+    /// Preparing the executables for the switch ([`graphsmith::Exec::prepare_relocation`]):
+    /// reading a captured graph back and indexing its pointer words, once per executable (0
+    /// when every executable kept its index from an earlier swap).
+    pub index_ms: f64,
+    /// Switching every held executable to the new buffers in place (preparation excluded):
+    /// `driver_ms` plus `host_ms` plus the loop over the buckets.
     pub switch_ms: f64,
+    /// Of the switch: the driver's per-node updates (`cuGraphExecKernelNodeSetParams`).
+    pub driver_ms: f64,
+    /// Of the switch: graphsmith's own work per executable (finding the nodes, rewriting the
+    /// model, swapping the kept buffers).
+    pub host_ms: f64,
     /// Executables switched.
     pub executables: usize,
     /// Kernel nodes whose arguments changed, over all executables.
     pub nodes_updated: usize,
+    /// Pointer words rewritten, over all executables.
+    pub words: usize,
     /// Checking every relocated graph against an eager step (before the old weights go).
     pub verify_ms: f64,
     /// `relocate` (in place), or `recapture: <why relocation was impossible or incomplete>`.
     pub method: String,
+    /// Re-capturing every bucket after a failed relocation or verification (0 otherwise).
+    pub fallback_ms: f64,
     /// Device memory given back after the switch (the old set's bytes when all of it was freed).
     pub freed_bytes: u64,
+}
+
+/// The switch's figures, summed over the executables.
+#[derive(Default)]
+struct Switched {
+    index_ms: f64,
+    switch_ms: f64,
+    executables: usize,
+    nodes: usize,
+    words: usize,
+    driver_ns: u64,
+    host_ns: u64,
+}
+
+impl Switched {
+    fn add(&mut self, moved: &graphsmith::Relocated) {
+        self.nodes += moved.nodes;
+        self.words += moved.words;
+        self.driver_ns += moved.driver_ns;
+        self.host_ns += moved.host_ns;
+    }
 }
 
 impl Model {
@@ -57,22 +95,40 @@ impl Model {
                 .collect::<graphsmith::Result<Vec<_>>>()?
         };
         let used_before = self.device_used_bytes()?;
-        let t = Instant::now();
-        let (mut executables, mut nodes_updated) = (0, 0);
         let mut impossible = None;
+        let mut switched = Switched::default();
         if let Runner::Graphs(cache) = &mut self.runner {
+            // What is invariant across swaps first, timed apart (nothing is changed yet).
+            let mut index_ns = 0;
             for bucket in cache.held_buckets() {
                 if let Some(exec) = cache.exec_mut(&bucket) {
-                    match exec.relocate(&moves) {
-                        Ok(moved) => nodes_updated += moved.nodes,
-                        // Nothing of this executable was changed: it is re-captured below.
-                        Err(e) => impossible = Some(e),
+                    match exec.prepare_relocation(&moves) {
+                        Ok(ns) => index_ns += ns,
+                        Err(e) => {
+                            impossible = Some(e);
+                            break;
+                        }
                     }
-                    executables += 1;
                 }
             }
+            switched.index_ms = index_ns as f64 / 1e6;
+            let t = Instant::now();
+            for bucket in cache.held_buckets() {
+                let Some(exec) = cache.exec_mut(&bucket) else {
+                    continue;
+                };
+                switched.executables += 1;
+                if impossible.is_some() {
+                    continue;
+                }
+                match exec.relocate(&moves) {
+                    Ok(moved) => switched.add(&moved),
+                    // Every executable is re-captured below.
+                    Err(e) => impossible = Some(e),
+                }
+            }
+            switched.switch_ms = t.elapsed().as_secs_f64() * 1e3;
         }
-        let mut switch_ms = t.elapsed().as_secs_f64() * 1e3;
         drop(moves);
         let old = match &mut self.runner {
             Runner::Eager { stream, work } => {
@@ -94,16 +150,12 @@ impl Model {
             None => self.verify_graphs()?,
         };
         let verify_ms = t.elapsed().as_secs_f64() * 1e3;
+        let mut fallback_ms = 0.0;
         let method = match mismatch {
             None => "relocate".to_string(),
             Some(reason) => {
                 // Fall back to capturing every bucket again with the new weights.
-                let t = Instant::now();
-                if let Runner::Graphs(cache) = &mut self.runner {
-                    cache.refresh(graphsmith::UpdatePolicy::Reinstantiate)?;
-                    cache.stream().synchronize()?;
-                }
-                switch_ms += t.elapsed().as_secs_f64() * 1e3;
+                fallback_ms = self.recapture_all()?;
                 format!("recapture: {reason}")
             }
         };
@@ -111,11 +163,16 @@ impl Model {
         let used_after = self.device_used_bytes()?;
         Ok(SwapReport {
             upload_ms,
-            switch_ms,
+            index_ms: switched.index_ms,
+            switch_ms: switched.switch_ms,
+            driver_ms: switched.driver_ns as f64 / 1e6,
+            host_ms: switched.host_ns as f64 / 1e6,
+            executables: switched.executables,
+            nodes_updated: switched.nodes,
+            words: switched.words,
             verify_ms,
-            executables,
-            nodes_updated,
             method,
+            fallback_ms,
             freed_bytes: used_before.saturating_sub(used_after).min(old_bytes),
         })
     }

@@ -20,8 +20,8 @@
 # BENCH_TTFT (512,2048: prompt lengths of graphsmith's time to first token, in the report),
 # CHECK_TOLERANCE (empty: graphsmith-llama's default).
 # shapes: SHAPES (shapes.py's names, comma list; default all seven, smallest first), SHAPES_STEPS (64),
-# SHAPES_WARMUP (8), SHAPES_RUNS (5), SHAPES_DEADLINE (540: seconds from the start; shapes not begun
-# by then are skipped, a step is cut at it), SHAPES_SWAP (smollm2-135m,llama-3.2-1b,llama-3.2-3b: the
+# SHAPES_WARMUP (8), SHAPES_RUNS (5), SHAPES_DEADLINE (540: seconds from the start; a shape is
+# skipped when under 30 s are left at its start, a step is cut at the deadline), SHAPES_SWAP (smollm2-135m,llama-3.2-1b,llama-3.2-3b: the
 # shapes swap-bench runs on, when graphsmith-llama has it), SHAPES_SWAP_ROUNDS (5), SHAPES_SCRATCH
 # (/tmp/llama-shapes: each checkpoint, deleted after its shape), SHAPES_TORCH (1; 0: no PyTorch).
 set -uo pipefail
@@ -255,18 +255,23 @@ shapes)
     local left=$((deadline - (SECONDS - started)))
     [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
   }
-  # annotate FILE KEY=VALUE...: the JSON lines on stdin, each with the fields given (a VALUE that
-  # parses as JSON is taken as such, else as a string), appended to FILE.
+  # annotate FILE KEY=VALUE... KEY?=VALUE...: the JSON lines on stdin, each with the fields given
+  # (KEY?= only where the line has no KEY; a VALUE that parses as JSON is taken as such, else as a
+  # string), appended to FILE.
   annotate() {
     local file=$1
     shift
     "$py" -c 'import json,sys
-extra = {}
+extra, absent = {}, {}
 for kv in sys.argv[1:]:
     k, v = kv.split("=", 1)
     try:
-        extra[k] = json.loads(v)
+        v = json.loads(v)
     except ValueError:
+        pass
+    if k.endswith("?"):
+        absent[k[:-1]] = v
+    else:
         extra[k] = v
 for line in sys.stdin:
     line = line.strip()
@@ -277,6 +282,8 @@ for line in sys.stdin:
     except ValueError:
         continue
     row.update(extra)
+    for k, v in absent.items():
+        row.setdefault(k, v)
     print(json.dumps(row))' "$@" >>"$file"
   }
   # timed SHAPE NAME LIMIT CMD...: runs CMD under `timeout LIMIT` (stdout to $tmp), records the
@@ -307,8 +314,9 @@ for line in sys.stdin:
   [ -x "$gs" ] || say "no $gs (build it with scripts/gpu-build.sh): graphsmith-llama not run"
   ran=() skipped=()
   for s in ${list//,/ }; do
-    if [ $((SECONDS - started)) -ge "$deadline" ]; then
-      say "$s: skipped (SHAPES_DEADLINE=$deadline s reached after $((SECONDS - started)) s)"
+    # A shape begun with less than 30 s left would only be cut.
+    if [ $((deadline - (SECONDS - started))) -lt 30 ]; then
+      say "$s: skipped (SHAPES_DEADLINE=$deadline s: $((SECONDS - started)) s gone, under 30 s left)"
       skipped+=("$s")
       continue
     fi
@@ -322,7 +330,9 @@ for line in sys.stdin:
     if timed "$s" make "$(cap 600)" "$py" $here/make_model.py --config "$s" --seed 1 --out "$dir" --skip-reload; then
       if [ -x "$gs" ]; then
         gs_args=(bench --model "$dir" --batch 1,64 --steps "$steps" --warmup "$warmup" --runs "$runs" --mode graphs --json)
-        fields=(shape="$s" config="$s" steps="$steps" warmup="$warmup" prompt_len=32 runs="$runs")
+        # The bench lines carry neither steps, warm-up nor prompt length (the report needs them for
+        # the KV bytes); the time-to-first-token lines keep their own prompt_len.
+        fields=(shape="$s" config="$s" steps?="$steps" warmup?="$warmup" prompt_len?=32 runs?="$runs")
         t0=$SECONDS
         timed "$s" graphsmith-first "$(cap 300)" env GRAPHSMITH_CACHE_DIR="$cache" "$gs" "${gs_args[@]}" --no-ttft
         annotate "$rows" "${fields[@]}" phase=first run_s=$((SECONDS - t0)) <"$tmp"

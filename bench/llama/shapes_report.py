@@ -210,7 +210,7 @@ def render(by_shape, runs, command):
         run_lines.append(f"- `{(env + ' ') if env else ''}{command or 'bash bench/llama/run.sh shapes OUTDIR'}`: "
                          f"{', '.join(r.get('ran', [])) or 'nothing'} in {r.get('seconds', '?')} s "
                          f"(steps {r.get('steps')}, warm-up {r.get('warmup')}, runs {r.get('runs')}; swap-bench "
-                         f"{'run' if r.get('swap_bench') else 'not in this graphsmith-llama'})")
+                         f"{'run' if r.get('swap_bench') else 'not run'})")
     out += ["Commands (from the repository root, `gpu-bin/` built by `scripts/gpu-build.sh`):", ""]
     out += run_lines or [f"- `{command or 'bash bench/llama/run.sh shapes OUTDIR'}`"]
     out += ["", "Random bf16 weights (`make_model.py`, seed 1, built on the GPU), every layer of the published "
@@ -287,7 +287,7 @@ def render(by_shape, runs, command):
     elif any(r.get("swap_bench") for r in runs):
         out += ["swap-bench ran on none of the measured shapes (SHAPES_SWAP), or it failed (see the steps).", ""]
     else:
-        out += ["Not run: this graphsmith-llama has no `swap-bench` (`graphsmith-llama help` does not list it).", ""]
+        out += ["Not run: graphsmith-llama is missing or has no `swap-bench` (`graphsmith-llama help` does not list it).", ""]
     out += ["## Steps", "", "| shape | seconds | steps (exit status, seconds) |", "|---|---:|---|"]
     for s in shapes:
         steps = figs[s]["steps"]
@@ -403,9 +403,9 @@ def self_test():
     assert md.index("| smollm2-135m | batch 1") < md.index("| llama-3.1-8b | batch 1")
     # Without swap-bench, the report says it was not run.
     md = render(by_shape, [dict(runs[0], swap_bench=False)], "")
-    assert "Not run: this graphsmith-llama has no `swap-bench`" not in md  # a swap row is present
+    assert "Not run: graphsmith-llama is missing" not in md  # a swap row is present
     md = render({big: by_shape[big]}, [dict(runs[0], swap_bench=False)], "")
-    assert "Not run: this graphsmith-llama has no `swap-bench`" in md, md
+    assert "Not run: graphsmith-llama is missing" in md, md
     print("shapes_report self-test: ok", file=sys.stderr)
     return 0
 

@@ -81,6 +81,7 @@ def self_test():
                        ("llama-2-7b", 13.477)]:
         assert abs(gb[name] - want) < 0.002, (name, gb[name])
     assert kv_bytes(SHAPES["llama-3.1-8b"], 100, 64) == 2 * 32 * 8 * 128 * 2 * 100 * 64
+    print("shapes self-test: ok", file=sys.stderr)
     return 0
 
 

@@ -261,30 +261,7 @@ shapes)
   annotate() {
     local file=$1
     shift
-    "$py" -c 'import json,sys
-extra, absent = {}, {}
-for kv in sys.argv[1:]:
-    k, v = kv.split("=", 1)
-    try:
-        v = json.loads(v)
-    except ValueError:
-        pass
-    if k.endswith("?"):
-        absent[k[:-1]] = v
-    else:
-        extra[k] = v
-for line in sys.stdin:
-    line = line.strip()
-    if not line.startswith("{"):
-        continue
-    try:
-        row = json.loads(line)
-    except ValueError:
-        continue
-    row.update(extra)
-    for k, v in absent.items():
-        row.setdefault(k, v)
-    print(json.dumps(row))' "$@" >>"$file"
+    "$py" $here/shapes_report.py --annotate "$@" >>"$file"
   }
   # timed SHAPE NAME LIMIT CMD...: runs CMD under `timeout LIMIT` (stdout to $tmp), records the
   # step's exit status and seconds in the shape's file; returns the status (124: cut by timeout).

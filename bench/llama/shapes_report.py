@@ -3,6 +3,7 @@
 
     python3 bench/llama/report.py --shapes OUTDIR/shapes [--md OUT.md] [--command "..."]
     python3 bench/llama/shapes_report.py --self-test      # made-up rows; checks the output (stdlib only)
+    python3 bench/llama/shapes_report.py --annotate KEY=VALUE KEY?=VALUE... <IN >>OUT   # for run.sh shapes
 
 Per shape of shapes.py (full depth, random bf16 weights): graphsmith-llama bench in graphs mode
 (the cached load's lines; the first search's where the cached run has none) against
@@ -28,19 +29,46 @@ KV_FORMULA = ("KV bytes a step reads = 2 (K and V) × layers × KV heads × head
               "+ warm-up steps + (timed steps + 1) / 2 (a step at position p reads p + 1 positions)")
 
 
+def json_lines(lines):
+    """The JSON objects among `lines` (others, and lines not starting with `{`, are skipped)."""
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
+def annotate(argv, lines):
+    """`--annotate KEY=VALUE... KEY?=VALUE...` (run.sh shapes): each JSON line of `lines` with
+    the fields given (KEY?= only where the line has no KEY; a VALUE that parses as JSON is taken
+    as such, else as a string)."""
+    extra, absent = {}, {}
+    for kv in argv:
+        k, v = kv.split("=", 1)
+        try:
+            v = json.loads(v)
+        except ValueError:
+            pass
+        if k.endswith("?"):
+            absent[k[:-1]] = v
+        else:
+            extra[k] = v
+    for row in json_lines(lines):
+        row.update(extra)
+        for k, v in absent.items():
+            row.setdefault(k, v)
+        yield row
+
+
 def load_dir(path):
     """{shape: [rows]} from every `*.jsonl` in path but runs.jsonl, and the run records."""
     by_shape, runs = {}, []
     for name in sorted(glob.glob(os.path.join(path, "*.jsonl"))):
         with open(name) as f:
-            for line in f:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
+            for row in json_lines(f):
                 if row.get("kind") == "shapes-run":
                     runs.append(row)
                 else:
@@ -406,6 +434,10 @@ def self_test():
     assert "Not run: graphsmith-llama is missing" not in md  # a swap row is present
     md = render({big: by_shape[big]}, [dict(runs[0], swap_bench=False)], "")
     assert "Not run: graphsmith-llama is missing" in md, md
+    got = list(annotate(["shape=x", "steps?=64", "prompt_len?=32", "phase=first"],
+                        ["noise", '{"prompt_len": 512, "steps": 8}', "{bad", '{"a": 1}']))
+    assert got == [{"prompt_len": 512, "steps": 8, "shape": "x", "phase": "first"},
+                   {"a": 1, "shape": "x", "phase": "first", "steps": 64, "prompt_len": 32}], got
     print("shapes_report self-test: ok", file=sys.stderr)
     return 0
 
@@ -413,5 +445,9 @@ def self_test():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--self-test"]:
         sys.exit(self_test())
-    print("use: python3 bench/llama/report.py --shapes OUTDIR/shapes [--md OUT.md]; --self-test", file=sys.stderr)
+    if sys.argv[1:2] == ["--annotate"]:
+        for row in annotate(sys.argv[2:], sys.stdin):
+            print(json.dumps(row))
+        sys.exit(0)
+    print("use: python3 bench/llama/report.py --shapes OUTDIR/shapes [--md OUT.md]; --self-test; --annotate", file=sys.stderr)
     sys.exit(2)

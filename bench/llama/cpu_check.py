@@ -93,16 +93,19 @@ def check_model(name, folder):
         # transformers' time to first token: one line per length the context holds, shaped like
         # graphsmith-llama's ttft lines, its token the argmax of a plain forward's last logits.
         lines = []
-        real_print = torch_bench.print if hasattr(torch_bench, "print") else None
-        torch_bench.print = lambda text, flush=False: lines.append(json.loads(text))
+
+        def capture(*args, **kwargs):  # stdout's JSON lines kept; log lines (stderr) printed
+            if "file" in kwargs:
+                print(*args, **kwargs)
+            else:
+                lines.append(json.loads(args[0]))
+
+        torch_bench.print = capture
         try:
             ttft_args = types.SimpleNamespace(prompts=os.path.join(os.path.dirname(__file__), "prompts.json"), runs=3)
             failures = torch_bench.bench_hf_forward(hf, name, [512, 2048], ttft_args, {"gpu": "cpu"})
         finally:
-            if real_print is None:
-                del torch_bench.print
-            else:
-                torch_bench.print = real_print
+            del torch_bench.print
         assert failures == 0, lines
         want_lens = [n for n in (512, 2048) if n < hf.config.max_position_embeddings]
         assert [r["prompt_len"] for r in lines] == want_lens, lines

@@ -241,6 +241,12 @@ shapes)
   # skipped, the settings), OUTDIR/shapes.log, and OUTDIR/shapes-report.md over every shape file.
   all=$("$py" $here/shapes.py | "$py" -c 'import json,sys; print(",".join(json.loads(l)["shape"] for l in sys.stdin))')
   list=${SHAPES:-$all}
+  for s in ${list//,/ }; do
+    if [[ ",$all," != *",$s,"* ]]; then
+      say "unknown shape '$s' in SHAPES: choose from $all (bench/llama/shapes.py)"
+      exit 2
+    fi
+  done
   steps=${SHAPES_STEPS:-64}
   warmup=${SHAPES_WARMUP:-8}
   runs=${SHAPES_RUNS:-5}

@@ -248,8 +248,9 @@ def render(by_shape, runs, command):
             "`torch.compile(mode=\"reduce-overhead\")`), same steps. The floor: weight bytes over the device "
             "copy bandwidth graphsmith-llama measured in the same run (bytes read + written per second). "
             f"{KV_FORMULA}. Time to first token: graphsmith-llama bench's graphs mode (chunks of 512) against "
-            "one plain transformers forward (`hf-forward`: bf16, not compiled, `use_cache` as the config has it), "
-            "device time, batch 1.", ""]
+            "one plain transformers forward (`hf-forward`: bf16, not compiled, `use_cache` as the config has it, "
+            "every position's logits), device time, batch 1; prompts of the same lengths (their ids differ: "
+            "graphsmith-llama's own, prompts.json's).", ""]
     out += ["## Per shape", "",
             "| shape | layers | weights | copy | b1 graphsmith | b1 lean | b1 floor | b64 graphsmith | b64 lean "
             "| b64 floor (w + KV) | TTFT 512 gs / hf | TTFT 2048 gs / hf |",

@@ -30,7 +30,7 @@ cd "$(dirname "$0")/../.."
 mode=${1:-}
 out=${2:-}
 if [ -z "$mode" ] || [ -z "$out" ]; then
-  sed -n '2,30p' "$0"
+  sed -n '2,26p' "$0"
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -360,7 +360,7 @@ print(json.dumps({"kind": "shapes-run", "ran": ran, "skipped": skipped, "seconds
   ;;
 
 *)
-  sed -n '2,30p' "$0"
+  sed -n '2,26p' "$0"
   exit 2
   ;;
 esac

@@ -8,9 +8,11 @@ layout), reference (greedy = argmax of raw logits, file read back, logits equal 
 teacher-forced forward), the lean model against transformers (teacher-forced logits and
 free-running tokens), the lean one-token step traced whole by torch.compile (`aot_eager`: the
 same graph inductor gets, no compiler needed) giving the eager tokens, and the generate contender's
-step count (a stand-in for CUDA events counts the forwards). Timings are not checked here.
+step count (a stand-in for CUDA events counts the forwards), and the hf-forward contender's
+time-to-first-token lines (their fields and first token). Timings are not checked here.
 """
 
+import json
 import os
 import sys
 import tempfile
@@ -88,6 +90,33 @@ def check_model(name, folder):
         steps = types.SimpleNamespace(prompt_len=32, warmup=3, steps=5, runs=1)
         ms, _, _ = torch_bench.bench_generate(hf, False, 2, steps)
         assert ms == 1.0, ms  # exactly `steps` forwards between the two events, one event each
+        # transformers' time to first token: one line per length the context holds, shaped like
+        # graphsmith-llama's ttft lines, its token the argmax of a plain forward's last logits.
+        lines = []
+
+        def capture(*args, **kwargs):  # stdout's JSON lines kept; log lines (stderr) printed
+            if "file" in kwargs:
+                print(*args, **kwargs)
+            else:
+                lines.append(json.loads(args[0]))
+
+        torch_bench.print = capture
+        try:
+            ttft_args = types.SimpleNamespace(prompts=os.path.join(os.path.dirname(__file__), "prompts.json"), runs=3)
+            failures = torch_bench.bench_hf_forward(hf, name, [512, 2048], ttft_args, {"gpu": "cpu"})
+        finally:
+            del torch_bench.print
+        assert failures == 0, lines
+        want_lens = [n for n in (512, 2048) if n < hf.config.max_position_embeddings]
+        assert [r["prompt_len"] for r in lines] == want_lens, lines
+        with open(ttft_args.prompts) as f:
+            prompt512 = json.load(f)["prompt512"]
+        with torch.no_grad():
+            want = int(hf(torch.tensor([prompt512])).logits[0, -1].argmax())
+        for r in lines:
+            assert r["kind"] == "ttft" and r["impl"] == "hf-forward" and r["batch"] == 1, r
+            assert r["ttft_device_ms"] == 1.0 and r["use_cache"] is True, r  # start and end events only
+        assert lines[0]["first_token"] == want, (lines[0], want)
     finally:
         torch.cuda.Event = real
     print(f"cpu_check {name}: ok ({check})", file=sys.stderr)
@@ -96,6 +125,9 @@ def check_model(name, folder):
 def main():
     torch.set_num_threads(min(4, os.cpu_count() or 1))
     torch.cuda.synchronize = lambda *a, **k: None  # bench_generate waits for the device
+    # bench_hf_forward's memory figures: nothing to reset or read on the CPU.
+    torch.cuda.reset_peak_memory_stats = lambda *a, **k: None
+    torch.cuda.max_memory_allocated = lambda *a, **k: 0
     mini3 = dict(make_model.CONFIGS["1b"])
     mini3.update(num_hidden_layers=2, hidden_size=256, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
                  intermediate_size=512, vocab_size=1024)

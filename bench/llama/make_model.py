@@ -1,11 +1,19 @@
 #!/usr/bin/env python3
 """Make a random Llama-architecture checkpoint in the HF layout for graphsmith-llama to load.
 
-    python3 bench/llama/make_model.py --config {tiny,small,1b} --seed N --out DIR [--max-shard-size 1GB]
+    python3 bench/llama/make_model.py --config {tiny,small,1b,SHAPE} --seed N --out DIR [--max-shard-size 1GB]
+        [--device {auto,cpu,cuda}] [--skip-reload]
     python3 bench/llama/make_model.py --self-test     # the layout checker on a synthetic file (stdlib only)
 
 `torch.manual_seed(N)`, `LlamaForCausalLM(config).to(torch.bfloat16)` (HF's init, std 0.02),
 `save_pretrained(DIR)`: `config.json` + `model.safetensors` (or shards with their index).
+SHAPE is one of the seven published shapes of `shapes.py` at full depth (smollm2-135m ...
+llama-3.1-8b). `--device auto` (the default) builds those on the GPU when CUDA is available,
+directly in bf16 (HF's init run on the device: an 8B model in seconds, not minutes and 32 GB of
+fp32 on the CPU), and tiny/small/1b on the CPU as before (their weights for a seed are those of
+earlier runs). The same seed on the same device gives the same weights; the CPU and the GPU
+draw different ones. `--skip-reload` leaves out the reload comparison below (the layout check
+and the forward pass still run), for the large shapes.
 config.json is exactly what transformers 5 writes (`rope_parameters`, `dtype`): nothing is added.
 (`matrix.py` writes the transformers 4 spelling on purpose, beside it.)
 
@@ -25,7 +33,11 @@ import tempfile
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# Shapes of the three configs (bench/llama/README.md).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shapes import SHAPES  # noqa: E402
+
+# Shapes of the three configs (bench/llama/README.md); the seven published shapes are added
+# below, at full depth.
 CONFIGS = {
     "tiny": dict(
         num_hidden_layers=2,
@@ -74,6 +86,10 @@ CONFIGS = {
         },
     ),
 }
+
+
+CPU_CONFIGS = tuple(CONFIGS)  # built on the CPU under --device auto
+CONFIGS.update(SHAPES)
 
 
 def log(msg):
@@ -162,16 +178,42 @@ def check_layout(model_dir, dtype="BF16"):
     return problems
 
 
-def make(config_name, seed, out, max_shard_size):
+def build_device(config_name, device, cuda_available):
+    """Where the model is built: `cpu` or `cuda` as asked; `auto` builds the published shapes on
+    the GPU when there is one, and tiny/small/1b on the CPU."""
+    if device == "auto":
+        return "cuda" if cuda_available and config_name not in CPU_CONFIGS else "cpu"
+    return device
+
+
+def make(config_name, seed, out, max_shard_size, device="auto", skip_reload=False):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     fields = dict(CONFIGS[config_name])
     rope = dict(fields["rope_parameters"])
     config = LlamaConfig(**fields, bos_token_id=1, eos_token_id=2, pad_token_id=None)
-    log(f"{config_name}: building with seed {seed} (HF init, initializer_range {config.initializer_range})")
+    where = build_device(config_name, device, torch.cuda.is_available())
+    log(f"{config_name}: building on {where} with seed {seed} (HF init, initializer_range {config.initializer_range})")
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    if where == "cuda":
+        # Parameters made on the device in bf16 and initialized there (transformers' own
+        # from_config(dtype=...) sets the default dtype the same way).
+        torch.cuda.manual_seed_all(seed)
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with torch.device("cuda"):
+                model = LlamaForCausalLM(config)
+        finally:
+            torch.set_default_dtype(previous)
+        bad = sorted({str(p.dtype) for p in model.parameters()} - {"torch.bfloat16"})
+        if bad:
+            log(f"{config_name}: parameters built on the GPU are {bad}, not bf16")
+            return 1
+        torch.cuda.synchronize()
+    else:
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
     model.eval()
     os.makedirs(out, exist_ok=True)
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
@@ -187,16 +229,20 @@ def make(config_name, seed, out, max_shard_size):
 
     # The saved file loads back into an identical model, and its logits are not degenerate.
     dev = "cuda" if torch.cuda.is_available() else "cpu"
-    reloaded = LlamaForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(dev).eval()
-    got = reloaded.config.rope_parameters
-    if float(got["rope_theta"]) != rope["rope_theta"] or got.get("rope_type") != rope["rope_type"]:
-        log(f"reloaded rope_parameters {got} differ from {rope}")
-        return 1
-    saved = reloaded.state_dict()
-    for name, a in model.state_dict().items():
-        if name not in saved or not torch.equal(a.to(dev), saved[name]):
-            log(f"tensor '{name}' differs after reloading")
+    if skip_reload:
+        log(f"{config_name}: --skip-reload: the saved file is not loaded back (its layout was checked)")
+        reloaded = model.to(dev)
+    else:
+        reloaded = LlamaForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(dev).eval()
+        got = reloaded.config.rope_parameters
+        if float(got["rope_theta"]) != rope["rope_theta"] or got.get("rope_type") != rope["rope_type"]:
+            log(f"reloaded rope_parameters {got} differ from {rope}")
             return 1
+        saved = reloaded.state_dict()
+        for name, a in model.state_dict().items():
+            if name not in saved or not torch.equal(a.to(dev), saved[name]):
+                log(f"tensor '{name}' differs after reloading")
+                return 1
     ids = torch.arange(3, 35, device=dev).unsqueeze(0) % config.vocab_size
     with torch.no_grad():
         logits = reloaded(ids).logits[0].float()
@@ -208,7 +254,7 @@ def make(config_name, seed, out, max_shard_size):
     if not (std > 1e-3 and distinct > 1):
         log("logits look degenerate")
         return 1
-    print(json.dumps({"config": config_name, "seed": seed, "dir": out, "parameters": params}))
+    print(json.dumps({"config": config_name, "seed": seed, "dir": out, "parameters": params, "built_on": where}))
     return 0
 
 
@@ -252,6 +298,15 @@ def self_test():
         assert any("do not fit" in p for p in check_layout(d))
     one_b = dict(CONFIGS["1b"])
     assert expected_tensors(one_b)["model.layers.15.self_attn.q_proj.weight"] == [2048, 2048]
+    # The published shapes at full depth, and where --device auto builds each.
+    eight_b = expected_tensors(CONFIGS["llama-3.1-8b"])
+    assert len(eight_b) == 3 + 9 * 32 and eight_b["lm_head.weight"] == [128256, 4096], len(eight_b)
+    assert eight_b["model.layers.31.self_attn.k_proj.weight"] == [1024, 4096]
+    assert expected_tensors(CONFIGS["llama-3.2-3b"])["model.layers.27.self_attn.q_proj.weight"] == [3072, 3072]
+    assert CONFIGS["smollm2-135m"]["num_hidden_layers"] == 30 and CONFIGS["llama-2-7b"]["num_hidden_layers"] == 32
+    assert build_device("llama-3.1-8b", "auto", True) == "cuda"
+    assert build_device("llama-3.1-8b", "auto", False) == "cpu"
+    assert build_device("small", "auto", True) == "cpu" and build_device("small", "cuda", True) == "cuda"
     print("make_model self-test: ok", file=sys.stderr)
     return 0
 
@@ -262,13 +317,17 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out")
     ap.add_argument("--max-shard-size", default=None, help="e.g. 1GB: write sharded files with an index")
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                    help="where to build: auto = the GPU for the published shapes when CUDA is available")
+    ap.add_argument("--skip-reload", action="store_true",
+                    help="do not load the saved file back to compare (large shapes; the layout is still checked)")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args()
     if args.self_test:
         return self_test()
     if not args.config or not args.out:
         ap.error("--config and --out are required")
-    return make(args.config, args.seed, args.out, args.max_shard_size)
+    return make(args.config, args.seed, args.out, args.max_shard_size, args.device, args.skip_reload)
 
 
 if __name__ == "__main__":

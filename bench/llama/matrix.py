@@ -39,39 +39,10 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 HERE = os.path.dirname(os.path.abspath(__file__))
 NEW_TOKENS = 128
 
-# Published shapes (their public config.json values), at 2 layers.
-SHAPES = {
-    "smollm2-135m": dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3,
-                         vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192, rms_norm_eps=1e-5,
-                         rope_parameters={"rope_type": "default", "rope_theta": 100000.0}),
-    "smollm2-360m": dict(hidden_size=960, intermediate_size=2560, num_attention_heads=15, num_key_value_heads=5,
-                         vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192, rms_norm_eps=1e-5,
-                         rope_parameters={"rope_type": "default", "rope_theta": 100000.0}),
-    "smollm2-1.7b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=32,
-                         vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=8192, rms_norm_eps=1e-5,
-                         rope_parameters={"rope_type": "default", "rope_theta": 130000.0}),
-    "llama-3.2-1b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8,
-                         head_dim=64, vocab_size=128256, tie_word_embeddings=True, max_position_embeddings=131072,
-                         rms_norm_eps=1e-5,
-                         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
-                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                          "original_max_position_embeddings": 8192}),
-    "llama-3.2-3b": dict(hidden_size=3072, intermediate_size=8192, num_attention_heads=24, num_key_value_heads=8,
-                         head_dim=128, vocab_size=128256, tie_word_embeddings=True, max_position_embeddings=131072,
-                         rms_norm_eps=1e-5,
-                         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
-                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                          "original_max_position_embeddings": 8192}),
-    "llama-3.1-8b": dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
-                         head_dim=128, vocab_size=128256, tie_word_embeddings=False, max_position_embeddings=131072,
-                         rms_norm_eps=1e-5,
-                         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
-                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                          "original_max_position_embeddings": 8192}),
-    "llama-2-7b": dict(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32,
-                       vocab_size=32000, tie_word_embeddings=False, max_position_embeddings=4096, rms_norm_eps=1e-5,
-                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
-}
+# Published shapes (their public config.json values; shapes.py holds them at full depth), taken
+# at 2 layers (`all_configs`).
+sys.path.insert(0, HERE)
+from shapes import SHAPES  # noqa: E402
 
 
 def log(msg):

@@ -2,6 +2,7 @@
 """Turn the decode benchmark's JSON lines (graphsmith-llama bench, torch_bench.py) into markdown.
 
     python3 bench/llama/report.py ROWS.jsonl [--md OUT.md] [--command "bash bench/llama/run.sh bench OUTDIR"]
+    python3 bench/llama/report.py --shapes OUTDIR/shapes [--md OUT.md] [--command "..."]   # run.sh shapes' report
     python3 bench/llama/report.py --self-test      # made-up rows; checks the output (stdlib only)
 
 Per config: a table (rows: implementation; columns: batch 1/8/64 steps/s, ms per step, peak
@@ -10,7 +11,8 @@ floor ratio (graphsmith's ms per step over weight bytes / copy bandwidth of the 
 every goal of issue 13 with met/missed, whether PyTorch reached the figures the issue quotes,
 the machine and the command; `graphsmith-llama bench-loop` lines (the device-side loop) get a
 table of their own. Lines that do not start with `{` are ignored; rows with an "error" field
-are listed as failures.
+are listed as failures. `--shapes` renders `run.sh shapes`' folder instead (`shapes_report.py`:
+the seven public shapes' goal table).
 """
 
 import argparse
@@ -18,6 +20,8 @@ import json
 import os
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 GRAPHSMITH = ["graphsmith-eager", "graphsmith-graphs", "graphsmith-eager-nopdl", "graphsmith-graphs-nopdl"]
 PYTORCH = ["hf-generate-eager", "hf-generate-static-compiled", "lean-compiled"]
@@ -383,10 +387,17 @@ def main_args(argv):
     ap.add_argument("rows", nargs="?")
     ap.add_argument("--md", help="write the markdown here too (it always goes to stdout)")
     ap.add_argument("--command", default="", help="the command that made the rows, quoted in the report")
+    ap.add_argument("--shapes", metavar="DIR", help="run.sh shapes' folder of per-shape JSON lines (OUTDIR/shapes)")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args(argv)
     if args.self_test:
-        return self_test()
+        import shapes_report
+
+        return self_test() or shapes_report.self_test()
+    if args.shapes:
+        import shapes_report
+
+        return shapes_report.main(args.shapes, args.md, args.command)
     if not args.rows:
         ap.error("ROWS.jsonl is required")
     rows, errors, loops, ttfts = load(args.rows)

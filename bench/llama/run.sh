@@ -6,6 +6,8 @@
 #   bash bench/llama/run.sh check OUTDIR   # small-a, small-b, 1b: references, graphsmith-llama check (15 checks)
 #   bash bench/llama/run.sh bench OUTDIR   # graphsmith-llama bench + torch_bench, batch 1,8,64, then the report
 #   bash bench/llama/run.sh report OUTDIR  # the report again from OUTDIR/bench-*.jsonl
+#   bash bench/llama/run.sh shapes OUTDIR  # seven public shapes at full depth: graphsmith against the lean
+#                                          # loop and transformers' forward, then OUTDIR/shapes-report.md
 #
 # Models and references go to $LLAMA_MODELS (/tmp/llama-models), made once and reused; JSON and
 # logs go to OUTDIR (a few files; per-check JSON bundled in check-json.tgz).
@@ -17,13 +19,18 @@
 # BENCH_PDL (auto,off: graphsmith with and without programmatic dependent launch),
 # BENCH_TTFT (512,2048: prompt lengths of graphsmith's time to first token, in the report),
 # CHECK_TOLERANCE (empty: graphsmith-llama's default).
+# shapes: SHAPES (shapes.py's names, comma list; default all seven, smallest first), SHAPES_STEPS (64),
+# SHAPES_WARMUP (8), SHAPES_RUNS (5), SHAPES_DEADLINE (540: seconds from the start; a shape is
+# skipped when under 30 s are left at its start, a step is cut at the deadline), SHAPES_SWAP (smollm2-135m,llama-3.2-1b,llama-3.2-3b: the
+# shapes swap-bench runs on, when graphsmith-llama has it), SHAPES_SWAP_ROUNDS (5), SHAPES_SCRATCH
+# (/tmp/llama-shapes: each checkpoint, deleted after its shape), SHAPES_TORCH (1; 0: no PyTorch).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 mode=${1:-}
 out=${2:-}
 if [ -z "$mode" ] || [ -z "$out" ]; then
-  sed -n '2,22p' "$0"
+  sed -n '2,26p' "$0"
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -33,7 +40,8 @@ models=${LLAMA_MODELS:-/tmp/llama-models}
 here=bench/llama
 mkdir -p "$out" "$models"
 log=$out/$mode.log
-: >"$log"
+# shapes appends: a second call for the shapes a first one skipped keeps one log.
+[ "$mode" = shapes ] || : >"$log"
 
 say() { echo "[run.sh $mode] $*" | tee -a "$log" >&2; }
 # step NAME CMD...: runs CMD, its stderr to the log (and the terminal), returns its status.
@@ -221,8 +229,138 @@ report)
   exit $rc
   ;;
 
+shapes)
+  # shapes.py's seven public shapes at full depth, random bf16 weights, one after another (smallest
+  # first): the checkpoint (made in the scratch folder, deleted after the shape), graphsmith-llama
+  # bench in graphs mode at batch 1 and 64 with a fresh launch-choice cache (the first search),
+  # again with the same cache (the cached load; it also measures the time to first token), then
+  # torch_bench's hf-forward (transformers' time to first token) and lean-compiled at batch 1 and
+  # 64 in one process, and, where graphsmith-llama has it, swap-bench. One JSON-lines file per shape
+  # in OUTDIR/shapes/ (every line names its shape; `"kind": "shapes-step"` lines record each step's
+  # exit status and seconds), OUTDIR/shapes/runs.jsonl (one line per call: what ran, what was
+  # skipped, the settings), OUTDIR/shapes.log, and OUTDIR/shapes-report.md over every shape file.
+  all=$("$py" $here/shapes.py | "$py" -c 'import json,sys; print(",".join(json.loads(l)["shape"] for l in sys.stdin))')
+  list=${SHAPES:-$all}
+  for s in ${list//,/ }; do
+    if [[ ",$all," != *",$s,"* ]]; then
+      say "unknown shape '$s' in SHAPES: choose from $all (bench/llama/shapes.py)"
+      exit 2
+    fi
+  done
+  steps=${SHAPES_STEPS:-64}
+  warmup=${SHAPES_WARMUP:-8}
+  runs=${SHAPES_RUNS:-5}
+  deadline=${SHAPES_DEADLINE:-540}
+  swap_list=,${SHAPES_SWAP:-smollm2-135m,llama-3.2-1b,llama-3.2-3b},
+  scratch=${SHAPES_SCRATCH:-/tmp/llama-shapes}
+  rows_dir=$out/shapes
+  mkdir -p "$rows_dir" "$scratch"
+  started=$SECONDS
+  # cap SECONDS: a step's timeout, SECONDS or what is left of the deadline if less.
+  cap() {
+    local left=$((deadline - (SECONDS - started)))
+    [ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+  }
+  # annotate FILE KEY=VALUE... KEY?=VALUE...: the JSON lines on stdin, each with the fields given
+  # (KEY?= only where the line has no KEY; a VALUE that parses as JSON is taken as such, else as a
+  # string), appended to FILE.
+  annotate() {
+    local file=$1
+    shift
+    "$py" $here/shapes_report.py --annotate "$@" >>"$file"
+  }
+  # timed SHAPE NAME LIMIT CMD...: runs CMD under `timeout LIMIT` (stdout to $tmp), records the
+  # step's exit status and seconds in the shape's file; returns the status (124: cut by timeout).
+  timed() {
+    local shape=$1 name=$2 limit=$3
+    shift 3
+    local t0=$SECONDS rc
+    : >"$tmp"
+    if [ "$limit" -le 5 ]; then
+      say "$shape $name: not run (SHAPES_DEADLINE reached)"
+      echo "{\"kind\": \"shapes-step\", \"step\": \"$name\", \"exit\": null, \"seconds\": 0, \"note\": \"deadline\"}" |
+        annotate "$rows_dir/$shape.jsonl" shape="$shape"
+      return 124
+    fi
+    step "$shape $name" timeout --kill-after=15 "$limit" "$@" >"$tmp"
+    rc=$?
+    echo "{\"kind\": \"shapes-step\", \"step\": \"$name\", \"exit\": $rc, \"seconds\": $((SECONDS - t0)), \"timeout_s\": $limit}" |
+      annotate "$rows_dir/$shape.jsonl" shape="$shape"
+    [ $rc -eq 0 ] || fail "$shape $name (exit $rc)"
+    return $rc
+  }
+  tmp=$(mktemp)
+  has_swap=0
+  if [ -x "$gs" ] && "$gs" help 2>/dev/null | grep -qw swap-bench; then
+    has_swap=1
+  fi
+  [ -x "$gs" ] || say "no $gs (build it with scripts/gpu-build.sh): graphsmith-llama not run"
+  ran=() skipped=()
+  for s in ${list//,/ }; do
+    # A shape begun with less than 30 s left would only be cut.
+    if [ $((deadline - (SECONDS - started))) -lt 30 ]; then
+      say "$s: skipped (SHAPES_DEADLINE=$deadline s: $((SECONDS - started)) s gone, under 30 s left)"
+      skipped+=("$s")
+      continue
+    fi
+    ran+=("$s")
+    rows=$rows_dir/$s.jsonl
+    : >"$rows"
+    dir=$scratch/$s
+    cache=$scratch/$s-cache
+    rm -rf "$dir" "$dir-b" "$cache"
+    shape_t0=$SECONDS
+    if timed "$s" make "$(cap 600)" "$py" $here/make_model.py --config "$s" --seed 1 --out "$dir" --skip-reload; then
+      if [ -x "$gs" ]; then
+        gs_args=(bench --model "$dir" --batch 1,64 --steps "$steps" --warmup "$warmup" --runs "$runs" --mode graphs --json)
+        # The bench lines carry neither steps, warm-up nor prompt length (the report needs them for
+        # the KV bytes); the time-to-first-token lines keep their own prompt_len.
+        fields=(shape="$s" config="$s" steps?="$steps" warmup?="$warmup" prompt_len?=32 runs?="$runs")
+        t0=$SECONDS
+        timed "$s" graphsmith-first "$(cap 300)" env GRAPHSMITH_CACHE_DIR="$cache" "$gs" "${gs_args[@]}" --no-ttft
+        annotate "$rows" "${fields[@]}" phase=first run_s=$((SECONDS - t0)) <"$tmp"
+        t0=$SECONDS
+        timed "$s" graphsmith-cached "$(cap 300)" env GRAPHSMITH_CACHE_DIR="$cache" "$gs" "${gs_args[@]}" --ttft 512,2048
+        annotate "$rows" "${fields[@]}" phase=cached run_s=$((SECONDS - t0)) <"$tmp"
+      fi
+      if [ "${SHAPES_TORCH:-1}" != 0 ]; then
+        # hf-forward first: lean-compiled then drops transformers' copy of the weights.
+        timed "$s" torch "$(cap 480)" "$py" $here/torch_bench.py --model "$dir" --config "$s" --batch 1,64 \
+          --steps "$steps" --warmup "$warmup" --runs "$runs" --impls hf-forward,lean-compiled --ttft 512,2048 --json
+        annotate "$rows" shape="$s" <"$tmp"
+      fi
+      if [ $has_swap = 1 ] && [[ $swap_list == *",$s,"* ]]; then
+        # The swapped-in weights: the same shape, seed 2 (the verification then sees a pointer left behind).
+        if timed "$s" make-swap "$(cap 600)" "$py" $here/make_model.py --config "$s" --seed 2 --out "$dir-b" --skip-reload; then
+          timed "$s" swap-bench "$(cap 300)" "$gs" swap-bench --model "$dir" --swap-model "$dir-b" \
+            --rounds "${SHAPES_SWAP_ROUNDS:-5}" --json
+          annotate "$rows" shape="$s" kind=swap <"$tmp"
+        fi
+      fi
+    fi
+    rm -rf "$dir" "$dir-b" "$cache"
+    say "$s: done in $((SECONDS - shape_t0)) s ($((SECONDS - started)) s since the start)"
+  done
+  rm -f "$tmp"
+  "$py" -c 'import json,sys
+ran, skipped = [s for s in sys.argv[4].split(",") if s], [s for s in sys.argv[5].split(",") if s]
+keys = ["SHAPES", "SHAPES_STEPS", "SHAPES_WARMUP", "SHAPES_RUNS", "SHAPES_DEADLINE", "SHAPES_SWAP",
+        "SHAPES_SWAP_ROUNDS", "SHAPES_TORCH"]
+env = {k: v for k, v in ((k, __import__("os").environ.get(k)) for k in keys) if v is not None}
+print(json.dumps({"kind": "shapes-run", "ran": ran, "skipped": skipped, "seconds": int(sys.argv[1]),
+                  "deadline_s": int(sys.argv[2]), "swap_bench": sys.argv[3] == "1", "env": env,
+                  "steps": int(sys.argv[6]), "warmup": int(sys.argv[7]), "runs": int(sys.argv[8])}))' \
+    $((SECONDS - started)) "$deadline" "$has_swap" "$(IFS=,; echo "${ran[*]}")" "$(IFS=,; echo "${skipped[*]}")" \
+    "$steps" "$warmup" "$runs" >>"$rows_dir/runs.jsonl"
+  "$py" $here/report.py --shapes "$rows_dir" --md "$out/shapes-report.md" \
+    --command "bash bench/llama/run.sh shapes OUTDIR" >/dev/null 2>>"$log" || fail "report.py --shapes"
+  rest=""
+  [ ${#skipped[@]} -gt 0 ] && rest="; skipped past SHAPES_DEADLINE: SHAPES=$(IFS=,; echo "${skipped[*]}") bash bench/llama/run.sh shapes $out"
+  echo "llama shapes: ${#ran[@]} shape(s) in $((SECONDS - started)) s, $failures failure(s); report $out/shapes-report.md$rest"
+  ;;
+
 *)
-  sed -n '2,22p' "$0"
+  sed -n '2,26p' "$0"
   exit 2
   ;;
 esac

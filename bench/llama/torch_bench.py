@@ -2,8 +2,8 @@
 """PyTorch's side of the decode benchmark: transformers' generate and a lean gpt-fast-style loop.
 
     python3 bench/llama/torch_bench.py --model DIR --batch 1,8,64 --steps 128 [--warmup 16] \
-        [--impls hf-generate-eager,hf-generate-static-compiled,lean-compiled] [--runs 5] \
-        [--config NAME] [--tune] [--json]
+        [--impls hf-generate-eager,hf-generate-static-compiled,lean-compiled,hf-forward] [--runs 5] \
+        [--config NAME] [--tune] [--ttft 512,2048] [--json]
 
 Contenders (`--impls`, comma-separated):
 - `hf-generate-eager`: `model.generate` greedy, transformers' default dynamic KV cache, no compile.
@@ -17,6 +17,15 @@ Contenders (`--impls`, comma-separated):
   `torch.argmax`. Prefill runs uncompiled. Before timing, its prefill logits are compared with
   transformers' forward on the same ids, and its first greedy tokens with transformers' generate
   (fields `check_max_abs_diff`, `check_tokens_agree`).
+- `hf-forward`: not a decode contender: transformers' time to first token, for graphsmith-llama
+  bench's (`"kind": "ttft"` lines of the same fields). Batch 1, the prompts of `--ttft` lengths
+  from prompts.json (`prompt512`, `prompt2048`), one plain `model(input_ids)` forward (bf16,
+  nothing compiled, the attention transformers loads by default, named in
+  `attn_implementation`; `use_cache` left as a plain forward leaves it: the config's, True, so
+  the forward also fills a DynamicCache, as a prefill must), then `torch.argmax` of the last
+  position's logits. Device time between CUDA events around the forward and the argmax, wall
+  time until the token is read back; two warm-up forwards, then the median of `--runs`. `--batch`
+  does not apply to it.
 
 Every batch uses B random prompts of `--prompt-len` ids (fixed seed), all the same length (no
 padding). Timing: device time between CUDA events, over `--steps` decode steps after `--warmup`
@@ -53,7 +62,10 @@ from transformers import StoppingCriteria, StoppingCriteriaList  # noqa: E402
 
 # Where everything runs; a CPU run (tests of the lean model's arithmetic) sets it to "cpu".
 DEVICE = "cuda"
-IMPLS = ["hf-generate-eager", "hf-generate-static-compiled", "lean-compiled"]
+IMPLS = ["hf-generate-eager", "hf-generate-static-compiled", "lean-compiled", "hf-forward"]
+# Contenders that need transformers' model (the lean one drops it when none comes after it).
+NEEDS_HF = {"hf-generate-eager", "hf-generate-static-compiled", "hf-forward"}
+PROMPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts.json")
 
 
 def log(msg):
@@ -375,6 +387,80 @@ def bench_lean(lean, compiled, batch, args):
     return statistics.median(times), compile_s, {"distinct_tokens_seq0": distinct}
 
 
+def bench_hf_forward(hf, name, lens, args, info):
+    """transformers' time to first token at batch 1: one JSON line per prompt length, shaped like
+    graphsmith-llama bench's `"kind": "ttft"` lines. A length the model's context cannot hold
+    (with one new token) is left out, as graphsmith-llama leaves it out; a length prompts.json
+    lacks is an error line."""
+    with open(args.prompts) as f:
+        table = json.load(f)
+    max_pos = hf.config.max_position_embeddings
+    failures = 0
+    for n in lens:
+        ids_list = table.get(f"prompt{n}")
+        if not isinstance(ids_list, list) or len(ids_list) != n:
+            failures += 1
+            print(json.dumps({"kind": "ttft", "impl": "hf-forward", "config": name, "batch": 1, "prompt_len": n,
+                              "error": f"{args.prompts} has no prompt{n} of {n} ids"}), flush=True)
+            continue
+        if n >= max_pos:
+            log(f"{name}: hf-forward: a prompt of {n} tokens is left out (max_position_embeddings {max_pos})")
+            continue
+        ids = torch.tensor([ids_list], dtype=torch.long, device=DEVICE)
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+        def once():
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                start.record()
+                logits = hf(ids).logits
+                token = torch.argmax(logits[:, -1], dim=-1)
+                end.record()
+            first = int(token[0].item())
+            wall = (time.perf_counter() - t0) * 1e3
+            end.synchronize()
+            return start.elapsed_time(end), wall, first
+
+        try:
+            for _ in range(2):
+                once()
+            runs = [once() for _ in range(args.runs)]
+        except Exception as e:  # one length failing must not hide the others
+            failures += 1
+            log(f"{name}: hf-forward prompt {n} FAILED: {type(e).__name__}: {e}")
+            print(json.dumps({"kind": "ttft", "impl": "hf-forward", "config": name, "batch": 1, "prompt_len": n,
+                              "error": f"{type(e).__name__}: {e}"}), flush=True)
+            continue
+        device_ms = statistics.median(r[0] for r in runs)
+        row = {
+            "kind": "ttft",
+            "impl": "hf-forward",
+            "config": name,
+            "batch": 1,
+            "prompt_len": n,
+            "prefill": "forward",
+            "ttft_device_ms": device_ms,
+            "ttft_wall_ms": statistics.median(r[1] for r in runs),
+            "prefill_tokens_per_s": n / (max(device_ms, 1e-9) * 1e-3),
+            "buckets": [],
+            "graphs_captured": 0,
+            "capture_ms": 0.0,
+            "peak_mem_bytes": torch.cuda.max_memory_allocated(),
+            "first_token": runs[-1][2],
+            "runs": args.runs,
+            "use_cache": bool(getattr(hf.config, "use_cache", True)),
+            "attn_implementation": getattr(hf.config, "_attn_implementation", None),
+            **info,
+        }
+        log(f"{name}: hf-forward prompt {n}: {device_ms:.3f} ms device, {row['ttft_wall_ms']:.3f} ms wall")
+        print(json.dumps(row), flush=True)
+    return failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -384,7 +470,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=16)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--prompt-len", type=int, default=32)
-    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument("--impls", default=",".join(IMPLS[:3]))
+    ap.add_argument("--ttft", default="512,2048", help="hf-forward's prompt lengths (prompts.json's promptN)")
+    ap.add_argument("--prompts", default=PROMPTS, help="hf-forward's prompts (default: prompts.json beside this file)")
     ap.add_argument("--tune", action="store_true",
                     help="inductor's coordinate-descent tuning, as gpt-fast sets it (slower compile: minutes per batch size)")
     ap.add_argument("--json", action="store_true", help="accepted for symmetry with graphsmith-llama; output is always JSON lines")
@@ -423,10 +511,17 @@ def main():
     lean = compiled = None
     for impl in impls:
         extra_impl = {}
+        if impl == "hf-forward":
+            if hf is None:
+                log(f"{name}: hf-forward after lean-compiled: transformers' model was dropped; list it first")
+                failures += 1
+                continue
+            failures += bench_hf_forward(hf, name, [int(n) for n in args.ttft.split(",") if n], args, info)
+            continue
         if impl == "lean-compiled":
             lean = LeanLlama(hf).eval()
             extra_impl = lean_check(hf, lean, args)
-            if not ({"hf-generate-eager", "hf-generate-static-compiled"} & set(impls[impls.index(impl) + 1 :])):
+            if not (NEEDS_HF & set(impls[impls.index(impl) + 1 :])):
                 # Nothing after this needs transformers' model: drop its copies of Q/K/V and gate/up.
                 hf = None
                 gc.collect()
@@ -452,6 +547,8 @@ def main():
                 "config": name,
                 "batch": batch,
                 "steps": args.steps,
+                "warmup": args.warmup,
+                "prompt_len": args.prompt_len,
                 "steps_per_s": 1e3 / ms,
                 "tokens_per_s": batch * 1e3 / ms,
                 "ms_per_step": ms,

@@ -2,24 +2,17 @@
 //! an entry without them, the format raised), the choice among measured candidates, and the
 //! `--gemm cublaslt` spelling in the cache key.
 
+mod common;
+
 use graphsmith_llama::kernels::Projection;
 use graphsmith_llama::search::{
     load, pick_lt_candidate, store, BucketResult, CacheEntry, CacheKey, Lookup, LtChoice, LtEntry,
-    Shape, SEARCH_FORMAT,
+    SEARCH_FORMAT,
 };
-use graphsmith_llama::{Config, Gemm, BUCKETS};
+use graphsmith_llama::{Gemm, BUCKETS};
 
 fn key(gemm: Gemm) -> CacheKey {
-    let config = Config::named("1b").unwrap();
-    CacheKey {
-        gpu: "NVIDIA H200".into(),
-        multiprocessors: 132,
-        driver: "580.159.04 (CUDA 13.0)".into(),
-        graphsmith: "0.1.0".into(),
-        kernels: "00112233aabbccdd".into(),
-        search: SEARCH_FORMAT,
-        shape: Shape::new(&config, 177, gemm, true),
-    }
+    common::cache_key(gemm)
 }
 
 fn lt_entry() -> LtEntry {

@@ -2,6 +2,8 @@
 //! corrupt, unreadable and stale files), candidates and pruning, the verdict, and which bucket's
 //! choices a step takes.
 
+mod common;
+
 use graphsmith_llama::search::candidates::{attention_of, directions, keys, uses_gemv};
 use graphsmith_llama::search::{
     context_class, driver_release, load, store, BucketResult, CacheEntry, CacheKey, Key, Lookup,
@@ -12,16 +14,7 @@ use graphsmith_llama::{
 };
 
 fn key() -> CacheKey {
-    let config = Config::named("1b").unwrap();
-    CacheKey {
-        gpu: "NVIDIA H200".into(),
-        multiprocessors: 132,
-        driver: "580.159.04 (CUDA 13.0)".into(),
-        graphsmith: "0.1.0".into(),
-        kernels: "00112233aabbccdd".into(),
-        search: SEARCH_FORMAT,
-        shape: Shape::new(&config, 177, Gemm::Auto, true),
-    }
+    common::cache_key(Gemm::Auto)
 }
 
 fn entry() -> CacheEntry {

@@ -135,3 +135,19 @@ pub fn model(
     )
     .expect("the model is made")
 }
+
+/// A launch-choices cache key for the 1B config on an H200 (context 177), with `gemm`: the
+/// tests of the cache on disk change one field of it at a time.
+pub fn cache_key(gemm: graphsmith_llama::Gemm) -> graphsmith_llama::search::CacheKey {
+    use graphsmith_llama::search::{CacheKey, Shape, SEARCH_FORMAT};
+    let config = Config::named("1b").unwrap();
+    CacheKey {
+        gpu: "NVIDIA H200".into(),
+        multiprocessors: 132,
+        driver: "580.159.04 (CUDA 13.0)".into(),
+        graphsmith: "0.1.0".into(),
+        kernels: "00112233aabbccdd".into(),
+        search: SEARCH_FORMAT,
+        shape: Shape::new(&config, 177, gemm, true),
+    }
+}

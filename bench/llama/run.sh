@@ -253,6 +253,18 @@ shapes)
   deadline=${SHAPES_DEADLINE:-540}
   swap_list=,${SHAPES_SWAP:-smollm2-135m,llama-3.2-1b,llama-3.2-3b},
   scratch=${SHAPES_SCRATCH:-/tmp/llama-shapes}
+  # SHAPES_PARTS: which parts run (graphsmith, torch, swap; default all). A shape's earlier lines of
+  # the parts left out stay in its file, so a later call can measure again only what is missing.
+  parts=,${SHAPES_PARTS:-graphsmith,torch,swap},
+  for p in ${parts//,/ }; do
+    case $p in
+      graphsmith | torch | swap) ;;
+      *)
+        say "unknown part '$p' in SHAPES_PARTS: choose from graphsmith,torch,swap"
+        exit 2
+        ;;
+    esac
+  done
   rows_dir=$out/shapes
   mkdir -p "$rows_dir" "$scratch"
   started=$SECONDS
@@ -305,13 +317,18 @@ shapes)
     fi
     ran+=("$s")
     rows=$rows_dir/$s.jsonl
+    kept=""
+    if [ -s "$rows" ] && [ "$parts" != ",graphsmith,torch,swap," ]; then
+      kept=$(mktemp)
+      "$py" $here/shapes_report.py --keep-parts "$parts" <"$rows" >"$kept"
+    fi
     : >"$rows"
     dir=$scratch/$s
     cache=$scratch/$s-cache
     rm -rf "$dir" "$dir-b" "$cache"
     shape_t0=$SECONDS
     if timed "$s" make "$(cap 600)" "$py" $here/make_model.py --config "$s" --seed 1 --out "$dir" --skip-reload; then
-      if [ -x "$gs" ]; then
+      if [ -x "$gs" ] && [[ $parts == *,graphsmith,* ]]; then
         gs_args=(bench --model "$dir" --batch 1,64 --steps "$steps" --warmup "$warmup" --runs "$runs" --mode graphs --json)
         # The bench lines carry neither steps, warm-up nor prompt length (the report needs them for
         # the KV bytes); the time-to-first-token lines keep their own prompt_len.
@@ -323,13 +340,13 @@ shapes)
         timed "$s" graphsmith-cached "$(cap 300)" env GRAPHSMITH_CACHE_DIR="$cache" "$gs" "${gs_args[@]}" --ttft 512,2048
         annotate "$rows" "${fields[@]}" phase=cached run_s=$((SECONDS - t0)) <"$tmp"
       fi
-      if [ "${SHAPES_TORCH:-1}" != 0 ]; then
+      if [ "${SHAPES_TORCH:-1}" != 0 ] && [[ $parts == *,torch,* ]]; then
         # hf-forward first: lean-compiled then drops transformers' copy of the weights.
         timed "$s" torch "$(cap 480)" "$py" $here/torch_bench.py --model "$dir" --config "$s" --batch 1,64 \
           --steps "$steps" --warmup "$warmup" --runs "$runs" --impls hf-forward,lean-compiled --ttft 512,2048 --json
         annotate "$rows" shape="$s" <"$tmp"
       fi
-      if [ $has_swap = 1 ] && [[ $swap_list == *",$s,"* ]]; then
+      if [ $has_swap = 1 ] && [[ $parts == *,swap,* ]] && [[ $swap_list == *",$s,"* ]]; then
         # The swapped-in weights: the same shape, seed 2 (the verification then sees a pointer left behind).
         if timed "$s" make-swap "$(cap 600)" "$py" $here/make_model.py --config "$s" --seed 2 --out "$dir-b" --skip-reload; then
           timed "$s" swap-bench "$(cap 300)" "$gs" swap-bench --model "$dir" --swap-model "$dir-b" \
@@ -338,13 +355,17 @@ shapes)
         fi
       fi
     fi
+    if [ -n "$kept" ]; then
+      cat "$kept" >>"$rows"
+      rm -f "$kept"
+    fi
     rm -rf "$dir" "$dir-b" "$cache"
     say "$s: done in $((SECONDS - shape_t0)) s ($((SECONDS - started)) s since the start)"
   done
   rm -f "$tmp"
   "$py" -c 'import json,sys
 ran, skipped = [s for s in sys.argv[4].split(",") if s], [s for s in sys.argv[5].split(",") if s]
-keys = ["SHAPES", "SHAPES_STEPS", "SHAPES_WARMUP", "SHAPES_RUNS", "SHAPES_DEADLINE", "SHAPES_SWAP",
+keys = ["SHAPES", "SHAPES_PARTS", "SHAPES_STEPS", "SHAPES_WARMUP", "SHAPES_RUNS", "SHAPES_DEADLINE", "SHAPES_SWAP",
         "SHAPES_SWAP_ROUNDS", "SHAPES_TORCH"]
 env = {k: v for k, v in ((k, __import__("os").environ.get(k)) for k in keys) if v is not None}
 print(json.dumps({"kind": "shapes-run", "ran": ran, "skipped": skipped, "seconds": int(sys.argv[1]),

@@ -4,6 +4,7 @@
     python3 bench/llama/report.py --shapes OUTDIR/shapes [--md OUT.md] [--command "..."]
     python3 bench/llama/shapes_report.py --self-test      # made-up rows; checks the output (stdlib only)
     python3 bench/llama/shapes_report.py --annotate KEY=VALUE KEY?=VALUE... <IN >>OUT   # for run.sh shapes
+    python3 bench/llama/shapes_report.py --keep-parts graphsmith,torch <OLD >>NEW        # for run.sh shapes
 
 Per shape of shapes.py (full depth, random bf16 weights): graphsmith-llama bench in graphs mode
 (the cached load's lines; the first search's where the cached run has none) against
@@ -61,6 +62,34 @@ def annotate(argv, lines):
         for k, v in absent.items():
             row.setdefault(k, v)
         yield row
+
+
+PARTS = ("graphsmith", "torch", "swap")
+STEP_PART = {"graphsmith-first": "graphsmith", "graphsmith-cached": "graphsmith", "torch": "torch",
+             "make-swap": "swap", "swap-bench": "swap"}
+
+
+def part_of(row):
+    """Which part of a shape's run (`SHAPES_PARTS`) wrote `row`: graphsmith-llama's bench lines
+    (they carry `phase`), swap-bench's (`kind` swap), torch_bench's (the rest); a step record by
+    its step's name. None for the checkpoint's step, which every run makes again."""
+    if row.get("kind") == "shapes-step":
+        return STEP_PART.get(row.get("step"))
+    if "phase" in row:
+        return "graphsmith"
+    if row.get("kind") == "swap":
+        return "swap"
+    return "torch"
+
+
+def keep_parts(rerun, lines):
+    """`--keep-parts PART,...` (run.sh shapes with SHAPES_PARTS): the rows of a shape's earlier
+    file that a run of only the parts `rerun` leaves standing."""
+    rerun = {p for p in rerun.split(",") if p}
+    for row in json_lines(lines):
+        part = part_of(row)
+        if part is not None and part not in rerun:
+            yield row
 
 
 def load_dir(path):
@@ -440,6 +469,13 @@ def self_test():
                         ["noise", '{"prompt_len": 512, "steps": 8}', "{bad", '{"a": 1}']))
     assert got == [{"prompt_len": 512, "steps": 8, "shape": "x", "phase": "first"},
                    {"a": 1, "shape": "x", "phase": "first", "steps": 64, "prompt_len": 32}], got
+    old = ['{"kind": "shapes-step", "step": "make"}', '{"kind": "shapes-step", "step": "torch"}',
+           '{"impl": "graphsmith-graphs", "phase": "cached"}', '{"impl": "lean-compiled"}',
+           '{"kind": "shapes-step", "step": "graphsmith-first"}', '{"kind": "swap"}']
+    got = list(keep_parts("torch", old))
+    assert got == [{"impl": "graphsmith-graphs", "phase": "cached"},
+                   {"kind": "shapes-step", "step": "graphsmith-first"}, {"kind": "swap"}], got
+    assert list(keep_parts("graphsmith,torch,swap", old)) == []
     print("shapes_report self-test: ok", file=sys.stderr)
     return 0
 
@@ -451,5 +487,9 @@ if __name__ == "__main__":
         for row in annotate(sys.argv[2:], sys.stdin):
             print(json.dumps(row))
         sys.exit(0)
-    print("use: python3 bench/llama/report.py --shapes OUTDIR/shapes [--md OUT.md]; --self-test; --annotate", file=sys.stderr)
+    if sys.argv[1:2] == ["--keep-parts"] and len(sys.argv) == 3:
+        for row in keep_parts(sys.argv[2], sys.stdin):
+            print(json.dumps(row))
+        sys.exit(0)
+    print("use: python3 bench/llama/report.py --shapes OUTDIR/shapes [--md OUT.md]; --self-test; --annotate; --keep-parts", file=sys.stderr)
     sys.exit(2)

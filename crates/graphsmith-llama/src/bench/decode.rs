@@ -28,7 +28,8 @@ pub struct BenchLine {
     pub graph_nodes: Option<usize>,
     /// How the timed steps ran: "graph", "eager", or the fallback reason.
     pub path: String,
-    /// Which kernels ran the projections: "gemv" (the decoder's own, fused) or "cublas".
+    /// Which kernels ran the projections: "gemv" (the decoder's own, fused), "cublaslt" or
+    /// "cublas".
     pub projections: String,
     /// Whether the decoder's kernels used programmatic dependent launch.
     pub pdl: bool,
@@ -175,6 +176,8 @@ pub fn bench(
             };
             let projections = if model.uses_gemv(rows) {
                 "gemv"
+            } else if model.uses_cublaslt(rows) {
+                "cublaslt"
             } else {
                 "cublas"
             };

@@ -45,9 +45,8 @@ fn info(raw: &RawGraph) -> GraphInfo {
     graph_info("", &built.graph)
 }
 
-/// The GPU case's graphs: the producer spins then sets `x` (a write); the consumer reads `x`
-/// (`const float*`) into `y`.
-fn producer() -> GraphInfo {
+/// A memset node that writes the 1,024 floats at `X` (to 7).
+fn set_x() -> RawNode {
     let set = Set2D {
         dst: X,
         pitch: 0,
@@ -56,10 +55,16 @@ fn producer() -> GraphInfo {
         width: 1024,
         height: 1,
     };
-    let set = RawNode {
+    RawNode {
         operands: vec![set.operand()],
         ..RawNode::plain(set.kind())
-    };
+    }
+}
+
+/// The GPU case's graphs: the producer spins then sets `x` (a write); the consumer reads `x`
+/// (`const float*`) into `y`.
+fn producer() -> GraphInfo {
+    let set = set_x();
     info(&chain(vec![kernel("_Z4spinx", &[]), set]))
 }
 
@@ -273,18 +278,7 @@ fn the_kept_sequence_is_what_the_doctor_reads_and_finds_the_same_races() {
 #[test]
 fn a_wait_on_an_event_a_graph_records_orders_the_next_launch() {
     let mut r = Recorder::new(false);
-    let set = Set2D {
-        dst: X,
-        pitch: 0,
-        value: 7,
-        element_size: 4,
-        width: 1024,
-        height: 1,
-    };
-    let set = RawNode {
-        operands: vec![set.operand()],
-        ..RawNode::plain(set.kind())
-    };
+    let set = set_x();
     let recorded = RawNode::plain(NodeKind::EventRecord {
         event: format!("event {EV:#x}"),
     });

@@ -1462,12 +1462,13 @@ __device__ __forceinline__ void prefill_attention(const unsigned short* qkv,
                                                   const unsigned short* vcache, const int* pos,
                                                   const int* slot, unsigned short* out, int nq,
                                                   int nkv, int hd, int max_ctx, int slots,
-                                                  float scale) {
+                                                  float scale, int rows) {
     extern __shared__ float smem[];
     const float NEG_INF = __int_as_float(0xff800000);
     pdl_trigger();
     pdl_wait();
     int r = blockIdx.x, kvh = blockIdx.y;
+    if (r >= rows) return;
     int group = nq / nkv;
     int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float* pacc = smem;                   // nw * group * hd
@@ -1590,14 +1591,16 @@ __device__ __forceinline__ void prefill_attention(const unsigned short* qkv,
 }
 
 // The instantiations by elements per lane (head_dim up to 32, 64, 128, 256) for groups of up to
-// 16 query heads, and the _g4 ones for groups of up to 4 (fewer registers); same arguments.
+// 16 query heads, and the _g4 ones for groups of up to 4 (fewer registers); same arguments, the
+// same as ll_prefill_flash_* below (rows: the chunk's rows, the grid's x; a block past it
+// returns).
 #define LL_PREFILL_ATTENTION(NAME, E, G)                                                        \
     extern "C" __global__ void NAME(const unsigned short* qkv, const unsigned short* kcache,    \
                                     const unsigned short* vcache, const int* pos,               \
                                     const int* slot, unsigned short* out, int nq, int nkv,      \
-                                    int hd, int max_ctx, int slots, float scale) {              \
+                                    int hd, int max_ctx, int slots, float scale, int rows) {    \
         prefill_attention<E, G>(qkv, kcache, vcache, pos, slot, out, nq, nkv, hd, max_ctx,      \
-                                slots, scale);                                                  \
+                                slots, scale, rows);                                            \
     }
 LL_PREFILL_ATTENTION(ll_prefill_attention_1, 1, 16)
 LL_PREFILL_ATTENTION(ll_prefill_attention_2, 2, 16)
@@ -1922,14 +1925,16 @@ __device__ __forceinline__ void prefill_flash(const unsigned short* qkv,
     }
 }
 
-// The instantiations by head_dim: ll_prefill_flash_64, ll_prefill_flash_128 (arguments qkv,
-// kcache, vcache, pos, slot, out, nq, nkv, max_ctx, slots, scale, rows: the chunk's rows, grid
-// x is ceil(rows / FA_BM)). Two blocks per multiprocessor at head_dim 128 (shared memory).
+// The instantiations by head_dim: ll_prefill_flash_64, ll_prefill_flash_128, with
+// ll_prefill_attention_*'s arguments (hd is the instantiation's HD: the launch chooses the
+// kernel by it; rows: the chunk's rows, grid x is ceil(rows / FA_BM)). Two blocks per
+// multiprocessor at head_dim 128 (shared memory).
 #define LL_PREFILL_FLASH(HD)                                                                    \
     extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) ll_prefill_flash_##HD(         \
         const unsigned short* qkv, const unsigned short* kcache, const unsigned short* vcache,  \
-        const int* pos, const int* slot, unsigned short* out, int nq, int nkv, int max_ctx,     \
-        int slots, float scale, int rows) {                                                     \
+        const int* pos, const int* slot, unsigned short* out, int nq, int nkv, int hd,          \
+        int max_ctx, int slots, float scale, int rows) {                                        \
+        (void)hd;                                                                               \
         prefill_flash<HD>(qkv, kcache, vcache, pos, slot, out, nq, nkv, max_ctx, slots, scale,  \
                           rows);                                                                \
     }

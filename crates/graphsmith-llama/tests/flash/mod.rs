@@ -240,46 +240,26 @@ pub fn launch(
         SLOTS as i32,
     );
     let scale = 1.0 / (hd as f32).sqrt();
-    let r = match kind {
-        PrefillAttentionKind::Flash => st.launch(
-            "test flash attention",
-            k,
-            l.config(),
-            args![
-                &d.qkv,
-                &d.k,
-                &d.v,
-                &d.pos[positions],
-                &d.slot,
-                &mut d.out,
-                nq,
-                nkv,
-                ctx,
-                slots,
-                scale,
-                rows as i32
-            ],
-        ),
-        PrefillAttentionKind::Rows => st.launch(
-            "test rows attention",
-            k,
-            l.config(),
-            args![
-                &d.qkv,
-                &d.k,
-                &d.v,
-                &d.pos[positions],
-                &d.slot,
-                &mut d.out,
-                nq,
-                nkv,
-                hd,
-                ctx,
-                slots,
-                scale
-            ],
-        ),
-    };
+    let r = st.launch(
+        "test prefill attention",
+        k,
+        l.config(),
+        args![
+            &d.qkv,
+            &d.k,
+            &d.v,
+            &d.pos[positions],
+            &d.slot,
+            &mut d.out,
+            nq,
+            nkv,
+            hd,
+            ctx,
+            slots,
+            scale,
+            rows as i32
+        ],
+    );
     r.unwrap_or_else(|e| panic!("the {kind:?} attention launch of {shape:?} failed: {e}"));
 }
 

@@ -227,47 +227,26 @@ impl Decoder {
                     slots
                 ],
             )?;
-            let kernel = k.attention_kernel(&attention, c.head_dim, group);
-            match attention.kind {
-                PrefillAttentionKind::Flash => stream.launch(
-                    "prefill attention",
-                    kernel,
-                    attention.config(),
-                    args![
-                        &bufs.qkv,
-                        &self.kcache[l],
-                        &self.vcache[l],
-                        &bufs.pos,
-                        &bufs.slot,
-                        &mut bufs.attn,
-                        nq,
-                        nkv,
-                        max_ctx,
-                        slots,
-                        scale,
-                        rows as i32
-                    ],
-                )?,
-                PrefillAttentionKind::Rows => stream.launch(
-                    "prefill attention",
-                    kernel,
-                    attention.config(),
-                    args![
-                        &bufs.qkv,
-                        &self.kcache[l],
-                        &self.vcache[l],
-                        &bufs.pos,
-                        &bufs.slot,
-                        &mut bufs.attn,
-                        nq,
-                        nkv,
-                        hd,
-                        max_ctx,
-                        slots,
-                        scale
-                    ],
-                )?,
-            };
+            stream.launch(
+                "prefill attention",
+                k.attention_kernel(&attention, c.head_dim, group),
+                attention.config(),
+                args![
+                    &bufs.qkv,
+                    &self.kcache[l],
+                    &self.vcache[l],
+                    &bufs.pos,
+                    &bufs.slot,
+                    &mut bufs.attn,
+                    nq,
+                    nkv,
+                    hd,
+                    max_ctx,
+                    slots,
+                    scale,
+                    rows as i32
+                ],
+            )?;
             let acts = (&mut bufs.xn, &mut bufs.gate_up, &mut bufs.act);
             layer.after_attention(&bufs.attn, &mut bufs.hidden, acts)?;
             drop(range);

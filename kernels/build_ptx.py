@@ -66,7 +66,10 @@ LLAMA = {
         f"ll_gemv_{v}_{r}"
         for v in ("norm", "norm_swiglu", "res", "swiglu_res", "norm_f32", "head")
         for r in (1, 2, 4, 8)
-    ],
+    ]
+    + ["ll_prefill_rope", "ll_gather_rows"]
+    + [f"ll_prefill_attention_{e}{g}" for e in (1, 2, 4, 8) for g in ("", "_g4")]
+    + ["ll_prefill_flash_64", "ll_prefill_flash_128"],
 }
 
 NVRTC_SUCCESS = 0

@@ -1462,12 +1462,13 @@ __device__ __forceinline__ void prefill_attention(const unsigned short* qkv,
                                                   const unsigned short* vcache, const int* pos,
                                                   const int* slot, unsigned short* out, int nq,
                                                   int nkv, int hd, int max_ctx, int slots,
-                                                  float scale) {
+                                                  float scale, int rows) {
     extern __shared__ float smem[];
     const float NEG_INF = __int_as_float(0xff800000);
     pdl_trigger();
     pdl_wait();
     int r = blockIdx.x, kvh = blockIdx.y;
+    if (r >= rows) return;
     int group = nq / nkv;
     int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float* pacc = smem;                   // nw * group * hd
@@ -1590,14 +1591,16 @@ __device__ __forceinline__ void prefill_attention(const unsigned short* qkv,
 }
 
 // The instantiations by elements per lane (head_dim up to 32, 64, 128, 256) for groups of up to
-// 16 query heads, and the _g4 ones for groups of up to 4 (fewer registers); same arguments.
+// 16 query heads, and the _g4 ones for groups of up to 4 (fewer registers); same arguments, the
+// same as ll_prefill_flash_* below (rows: the chunk's rows, the grid's x; a block past it
+// returns).
 #define LL_PREFILL_ATTENTION(NAME, E, G)                                                        \
     extern "C" __global__ void NAME(const unsigned short* qkv, const unsigned short* kcache,    \
                                     const unsigned short* vcache, const int* pos,               \
                                     const int* slot, unsigned short* out, int nq, int nkv,      \
-                                    int hd, int max_ctx, int slots, float scale) {              \
+                                    int hd, int max_ctx, int slots, float scale, int rows) {    \
         prefill_attention<E, G>(qkv, kcache, vcache, pos, slot, out, nq, nkv, hd, max_ctx,      \
-                                slots, scale);                                                  \
+                                slots, scale, rows);                                            \
     }
 LL_PREFILL_ATTENTION(ll_prefill_attention_1, 1, 16)
 LL_PREFILL_ATTENTION(ll_prefill_attention_2, 2, 16)
@@ -1607,6 +1610,336 @@ LL_PREFILL_ATTENTION(ll_prefill_attention_1_g4, 1, 4)
 LL_PREFILL_ATTENTION(ll_prefill_attention_2_g4, 2, 4)
 LL_PREFILL_ATTENTION(ll_prefill_attention_4_g4, 4, 4)
 LL_PREFILL_ATTENTION(ll_prefill_attention_8_g4, 8, 4)
+
+// ---- The prefill's attention on tensor cores (FlashAttention-2 style), for head_dim 64 and 128
+// (other head_dims take ll_prefill_attention_* above; crates/graphsmith-llama/src/kernels/
+// prefill.rs, PrefillAttentionLaunch, chooses).
+//
+// Grid (ceil(rows / FA_BM), nq), FA_WARPS warps. Block (x, h) serves query head h (its KV head
+// h / group) for the FA_BM chunk rows from r0 = (gridDim.x - 1 - x) * FA_BM (the tiles of later
+// rows, which see more positions, start first); warp w takes rows r0 + 16w .. r0 + 16w + 15 as
+// the M of m16n8k16 MMAs. One block per query head rather than per KV head with the group's
+// heads as rows: a tile's rows are then consecutive positions (when the chunk is one sequence's),
+// so the causal bound skips whole key tiles, any group size works, and the group's heads read
+// the same K/V tiles from L2.
+//
+// A tile's rows may belong to several sequences (cache slots): the block runs one pass per slot
+// found in the tile (rows in order), over that slot's positions 0..=max pos of its rows in the
+// tile; the other rows are masked in that pass. Per pass, FA_BN positions of K and V at a time
+// are copied into shared memory (cp.async, two buffers: the next tile's copy overlaps this
+// tile's math; positions past the pass's end are zeros), S = Q K^T on tensor cores (bf16 in,
+// f32 accumulation), scores scaled by scale * log2(e) and masked (position > the row's: -inf),
+// the online softmax per row in registers (max m, sum l, exp2), then P rounded to bf16 (as
+// FlashAttention does) and O += P V on tensor cores. A warp skips the math of a key tile past
+// all of its rows' positions. The output row is O / l in bf16, in ll_prefill_attention's layout;
+// a padding row's output is zeros. Reads and writes what ll_prefill_attention does, after the
+// programmatic wait.
+//
+// Fragments (PTX ISA, mma.m16n8k16 with .bf16): g = lane / 4, c = lane % 4; A (16x16, row):
+// a0 = (g, 2c..2c+1), a1 = (g + 8, 2c..), a2 = (g, 2c + 8..), a3 = (g + 8, 2c + 8..); B (16x8,
+// col): b0 = (k 2c..2c+1, n g), b1 = (k 2c + 8.., n g); C: c0, c1 = (g, 2c..2c+1), c2, c3 =
+// (g + 8, 2c..). A and B come from shared memory with ldmatrix (.trans for V, stored [key][dim]),
+// rows padded by 16 bytes so the 8 row addresses of a matrix fall in distinct banks.
+//
+// Dynamic shared memory: 3 * FA_BM ints (rows' positions, slots, pass ends), then Q (FA_BM rows)
+// and two buffers each of K and V (FA_BN rows), rows of (HD + 8) bf16:
+// 3 * FA_BM * 4 + (FA_BM + 4 * FA_BN) * (HD + 8) * 2 bytes (prefill.rs, flash_smem).
+#define FA_BM 64
+#define FA_BN 64
+#define FA_WARPS 4
+
+__device__ __forceinline__ void fa_mma(float (&d)[4], const unsigned int (&a)[4],
+                                       unsigned int b0, unsigned int b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 bf16 matrices from shared memory; lane i gives the address of row i % 8 of matrix
+// i / 8; register j holds lane's piece of matrix j (row lane / 4, columns 2 * (lane % 4)..+1; with
+// TRANS of the transposed matrix).
+template <bool TRANS>
+__device__ __forceinline__ void fa_ldmatrix4(unsigned int (&r)[4], unsigned int addr) {
+    if constexpr (TRANS) {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr)
+                     : "memory");
+    } else {
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr)
+                     : "memory");
+    }
+}
+
+// Two floats as bf16 (round to nearest even), lo in the low half.
+__device__ __forceinline__ unsigned int fa_pack(float lo, float hi) {
+    unsigned int u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+}
+
+// 2^x (ex2.approx: 2 ulp; 2^-inf = +0).
+__device__ __forceinline__ float fa_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Rows t0 .. t0 + FA_BN of `src` (rows of HD bf16) into `dst` (rows of HD + 8), zeros for rows
+// at or past `end`; every thread issues its 16-byte pieces with cp.async.
+template <int HD>
+__device__ __forceinline__ void fa_copy_tile(unsigned short* dst, const unsigned short* src,
+                                             int t0, int end) {
+    constexpr int P = HD / 8;
+#pragma unroll
+    for (int i = threadIdx.x; i < FA_BN * P; i += FA_WARPS * 32) {
+        int row = i / P, c = i % P;
+        bool ok = t0 + row < end;
+        cp_async16(dst + row * (HD + 8) + c * 8, ok ? src + (size_t)(t0 + row) * HD + c * 8 : src,
+                   ok);
+    }
+}
+
+template <int HD>
+__device__ __forceinline__ void prefill_flash(const unsigned short* qkv,
+                                              const unsigned short* kcache,
+                                              const unsigned short* vcache, const int* pos,
+                                              const int* slot, unsigned short* out, int nq,
+                                              int nkv, int max_ctx, int slots, float scale,
+                                              int rows) {
+    constexpr int LD = HD + 8;  // a shared row, in bf16
+    constexpr int KT = HD / 16;  // k steps of S = Q K^T
+    constexpr int NS = FA_BN / 8;  // n tiles of S
+    constexpr int NO = HD / 8;  // n tiles of O
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    int* tpos = (int*)fa_smem;
+    int* tslot = tpos + FA_BM;
+    int* tend = tslot + FA_BM;
+    unsigned short* qs = (unsigned short*)(tend + FA_BM);
+    unsigned short* ks = qs + FA_BM * LD;  // two buffers of FA_BN rows
+    unsigned short* vs = ks + 2 * FA_BN * LD;
+    const float NEG_INF = __int_as_float(0xff800000);
+    pdl_trigger();
+    pdl_wait();
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    int g = lane >> 2, c4 = lane & 3;
+    int r0 = (gridDim.x - 1 - blockIdx.x) * FA_BM;
+    int h = blockIdx.y;
+    int group = nq / nkv;
+    int kvh = h / group;
+    int qkv_row = (nq + 2 * nkv) * HD;
+
+    // Each tile row's position and slot (-1, -1: padding or past the chunk).
+    if (tid < FA_BM) {
+        int r = r0 + tid, p = -1, s = -1;
+        if (r < rows) {
+            p = pos[r];
+            s = slot[r];
+            if (p < 0 || p >= max_ctx || s < 0 || s >= slots) p = s = -1;
+        }
+        tpos[tid] = p;
+        tslot[tid] = s;
+    }
+    __syncthreads();
+    // The passes: a row that is the tile's first of its slot holds that slot's end (max
+    // position + 1 over the tile's rows of the slot); other rows 0.
+    if (tid < FA_BM) {
+        int s = tslot[tid], end = 0;
+        bool first = s >= 0;
+        for (int j = 0; j < tid && first; ++j) first = tslot[j] != s;
+        if (first)
+            for (int j = 0; j < FA_BM; ++j)
+                if (tslot[j] == s) end = max(end, tpos[j] + 1);
+        tend[tid] = end;
+    }
+    // Q of the tile's rows (zeros for padding).
+    for (int i = tid; i < FA_BM * (HD / 8); i += FA_WARPS * 32) {
+        int row = i / (HD / 8), c = i % (HD / 8);
+        bool ok = tslot[row] >= 0;
+        const unsigned short* src = qkv + (size_t)(r0 + row) * qkv_row + (size_t)h * HD + c * 8;
+        cp_async16(qs + row * LD + c * 8, ok ? src : qkv, ok);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    // This warp's Q as A fragments, for the whole kernel.
+    unsigned int qa[KT][4];
+    {
+        int mi = lane >> 3, ri = lane & 7;
+        const unsigned short* base = qs + (warp * 16 + (mi & 1) * 8 + ri) * LD + (mi >> 1) * 8;
+#pragma unroll
+        for (int kk = 0; kk < KT; ++kk) fa_ldmatrix4<false>(qa[kk], smem_u32(base + kk * 16));
+    }
+    // This thread's two rows (g and g + 8 of the warp's 16).
+    int prow[2], srow[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        prow[i] = tpos[warp * 16 + g + 8 * i];
+        srow[i] = tslot[warp * 16 + g + 8 * i];
+    }
+    const float sl2 = scale * 1.4426950408889634f;
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    float o[NO][4];
+#pragma unroll
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int pass = 0; pass < FA_BM; ++pass) {
+        int end = tend[pass];  // the same in every thread
+        if (end == 0) continue;
+        int s = tslot[pass];
+        int lim[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) lim[i] = srow[i] == s ? prow[i] : -1;
+        int wlim = max(lim[0], lim[1]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            wlim = max(wlim, __shfl_xor_sync(0xffffffffu, wlim, off));
+        size_t base = ((size_t)s * nkv + kvh) * (size_t)max_ctx * HD;
+        const unsigned short* kc = kcache + base;
+        const unsigned short* vc = vcache + base;
+        int tiles = (end + FA_BN - 1) / FA_BN;
+        __syncthreads();  // every warp is done with the buffers of the last pass
+        fa_copy_tile<HD>(ks, kc, 0, end);
+        fa_copy_tile<HD>(vs, vc, 0, end);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        for (int j = 0; j < tiles; ++j) {
+            int b = j & 1;
+            if (j + 1 < tiles) {
+                fa_copy_tile<HD>(ks + (b ^ 1) * FA_BN * LD, kc, (j + 1) * FA_BN, end);
+                fa_copy_tile<HD>(vs + (b ^ 1) * FA_BN * LD, vc, (j + 1) * FA_BN, end);
+                asm volatile("cp.async.commit_group;" ::: "memory");
+                asm volatile("cp.async.wait_group 1;" ::: "memory");
+            } else {
+                asm volatile("cp.async.wait_group 0;" ::: "memory");
+            }
+            __syncthreads();
+            int t0 = j * FA_BN;
+            if (t0 <= wlim) {  // warp-uniform
+                const unsigned short* kb = ks + b * FA_BN * LD;
+                const unsigned short* vb = vs + b * FA_BN * LD;
+                // S = Q K^T: ldmatrix x4 gives b0, b1 of n tiles 2n2 and 2n2 + 1.
+                float sc[NS][4];
+#pragma unroll
+                for (int n = 0; n < NS; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+                int mi = lane >> 3, ri = lane & 7;
+#pragma unroll
+                for (int kk = 0; kk < KT; ++kk) {
+#pragma unroll
+                    for (int n2 = 0; n2 < NS / 2; ++n2) {
+                        unsigned int kb4[4];
+                        const unsigned short* a =
+                            kb + (n2 * 16 + (mi >> 1) * 8 + ri) * LD + kk * 16 + (mi & 1) * 8;
+                        fa_ldmatrix4<false>(kb4, smem_u32(a));
+                        fa_mma(sc[2 * n2], qa[kk], kb4[0], kb4[1]);
+                        fa_mma(sc[2 * n2 + 1], qa[kk], kb4[2], kb4[3]);
+                    }
+                }
+                // Scale, mask, the rows' new maxima (the 4 lanes of a quad share a row).
+                float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+                for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        int t = t0 + n * 8 + 2 * c4 + (e & 1);
+                        float v = t <= lim[e >> 1] ? sc[n][e] * sl2 : NEG_INF;
+                        sc[n][e] = v;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                    }
+                }
+                float corr[2], mu[2];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+                    mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+                    float mn = fmaxf(m[i], mx[i]);
+                    // A row with nothing yet (all -inf) keeps 0 as its reference: no NaN.
+                    mu[i] = mn == NEG_INF ? 0.0f : mn;
+                    corr[i] = fa_exp2(m[i] - mu[i]);
+                    m[i] = mn;
+                }
+                float ls[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int n = 0; n < NS; ++n) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float p = fa_exp2(sc[n][e] - mu[e >> 1]);
+                        sc[n][e] = p;
+                        ls[e >> 1] += p;
+                    }
+                }
+                // l stays this thread's part of the row sum (the quad's are added at the end).
+#pragma unroll
+                for (int i = 0; i < 2; ++i) l[i] = l[i] * corr[i] + ls[i];
+#pragma unroll
+                for (int n = 0; n < NO; ++n) {
+                    o[n][0] *= corr[0];
+                    o[n][1] *= corr[0];
+                    o[n][2] *= corr[1];
+                    o[n][3] *= corr[1];
+                }
+                // O += P V: P's C fragments of n tiles 2kk, 2kk + 1 are the A fragment of k step
+                // kk (rounded to bf16); ldmatrix.trans of V [key][dim] gives b0, b1 of O's n
+                // tiles 2n2 and 2n2 + 1.
+#pragma unroll
+                for (int kk = 0; kk < FA_BN / 16; ++kk) {
+                    unsigned int pa[4] = {fa_pack(sc[2 * kk][0], sc[2 * kk][1]),
+                                          fa_pack(sc[2 * kk][2], sc[2 * kk][3]),
+                                          fa_pack(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                          fa_pack(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+                    for (int n2 = 0; n2 < NO / 2; ++n2) {
+                        unsigned int vb4[4];
+                        const unsigned short* a =
+                            vb + (kk * 16 + (mi & 1) * 8 + ri) * LD + n2 * 16 + (mi >> 1) * 8;
+                        fa_ldmatrix4<true>(vb4, smem_u32(a));
+                        fa_mma(o[2 * n2], pa, vb4[0], vb4[1]);
+                        fa_mma(o[2 * n2 + 1], pa, vb4[2], vb4[3]);
+                    }
+                }
+            }
+            __syncthreads();  // every warp is done with buffer b before it is refilled
+        }
+    }
+    // The quad's parts of each row's sum; O / l into the output row (zeros where l = 0: a
+    // padding row); rows past the chunk are not written.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        int r = r0 + warp * 16 + g + 8 * i;
+        if (r >= rows) continue;
+        unsigned short* orow = out + (size_t)r * nq * HD + (size_t)h * HD;
+        bool any = l[i] > 0.0f;
+#pragma unroll
+        for (int n = 0; n < NO; ++n) {
+            float x = any ? o[n][2 * i] / l[i] : 0.0f;
+            float y = any ? o[n][2 * i + 1] / l[i] : 0.0f;
+            *(unsigned int*)(orow + n * 8 + 2 * c4) = fa_pack(x, y);
+        }
+    }
+}
+
+// The instantiations by head_dim: ll_prefill_flash_64, ll_prefill_flash_128, with
+// ll_prefill_attention_*'s arguments (hd is the instantiation's HD: the launch chooses the
+// kernel by it; rows: the chunk's rows, grid x is ceil(rows / FA_BM)). Two blocks per
+// multiprocessor at head_dim 128 (shared memory).
+#define LL_PREFILL_FLASH(HD)                                                                    \
+    extern "C" __global__ void __launch_bounds__(FA_WARPS * 32) ll_prefill_flash_##HD(         \
+        const unsigned short* qkv, const unsigned short* kcache, const unsigned short* vcache,  \
+        const int* pos, const int* slot, unsigned short* out, int nq, int nkv, int hd,          \
+        int max_ctx, int slots, float scale, int rows) {                                        \
+        (void)hd;                                                                               \
+        prefill_flash<HD>(qkv, kcache, vcache, pos, slot, out, nq, nkv, max_ctx, slots, scale,  \
+                          rows);                                                                \
+    }
+LL_PREFILL_FLASH(64)
+LL_PREFILL_FLASH(128)
 
 // dst[s, :] = src[idx[s], :] for each s with idx[s] >= 0 (the chunk row holding the last prompt
 // token of slot s's sequence); other rows of dst keep what they hold. Grid (slots), one block a

@@ -64,6 +64,7 @@ fn entries() -> Vec<String> {
             out.push(format!("ll_prefill_attention_{e}{g}"));
         }
     }
+    out.extend(["ll_prefill_flash_64", "ll_prefill_flash_128"].map(String::from));
     for v in [
         "norm",
         "norm_swiglu",

@@ -4,14 +4,21 @@
 //! first), and decode steps after it, within the bf16 tolerance of `check`; for chunk sizes that
 //! divide the prompt and ones that do not, prompts longer than a chunk, batch 1 and a batch of
 //! 8 prompts of different lengths, eager and graphs (graph replays bit-identical to the first
-//! prefill, every prefill graph hazard-free).
+//! prefill, every prefill graph hazard-free); head_dims 16 (the rows kernel), 64 and 128 (the
+//! tensor-core kernel), grouped and multi-head attention.
+//!
+//! The tensor-core prefill attention (`ll_prefill_flash_*`) alone against a host reference of
+//! causal attention (`flash`), and a benchmark of it against the rows kernel (prints, never
+//! asserts timings).
 //!
 //! Run on a machine with an NVIDIA GPU:
 //! `cargo test -p graphsmith-llama --release --test gpu_prefill -- --ignored --test-threads=1`
 
 mod common;
+mod flash;
 
 use graphsmith::Context;
+use graphsmith_llama::kernels::{Kernels, PrefillAttentionKind, FLASH_HEAD_DIMS};
 use graphsmith_llama::{
     generate_with, random_weights, top2, Config, HostWeights, Mode, Model, PrefillMode, Tolerance,
 };
@@ -254,10 +261,19 @@ fn assert_decode_goes_on(
     }
 }
 
-/// Chunked prefills of `lens` (each chunk size, eager and graphs) against step by step.
+/// Chunked prefills of `lens` (each chunk size, eager and graphs) against step by step, on the
+/// named config.
 fn compare(name: &str, seed: u64, lens: &[usize], chunks: &[usize]) {
+    let c = Config::named(name).expect("a named config");
+    compare_config(&c, seed, lens, chunks);
+}
+
+/// [`compare`] on any config (random weights from `seed`).
+fn compare_config(c: &Config, seed: u64, lens: &[usize], chunks: &[usize]) {
     let ctx = gpu();
-    let (c, w) = config(name, seed);
+    let name = c.name.as_str();
+    let w = random_weights(c, seed);
+    let c = c.clone();
     let ps = prompts(lens, c.vocab_size);
     let max_ctx = lens.iter().copied().max().unwrap_or(1) + 8;
     for mode in [Mode::Eager, Mode::Graphs] {
@@ -326,6 +342,38 @@ fn the_small_config_matches_step_by_step() {
     compare("small", 9, &[33, 7, 120], &[48]);
 }
 
+/// A 2-layer config of `nq` query heads over `nkv` key/value heads of `head_dim`.
+fn heads(name: &str, nq: usize, nkv: usize, head_dim: usize) -> Config {
+    Config {
+        name: name.into(),
+        hidden_size: 256,
+        intermediate_size: 512,
+        num_attention_heads: nq,
+        num_key_value_heads: nkv,
+        head_dim,
+        max_position_embeddings: 4096,
+        ..Config::named("tiny").expect("the tiny config")
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn head_dim_128_and_multi_head_attention_match_step_by_step() {
+    // The tensor-core kernel at head_dim 128 (groups of 4 and 1) and 64 (group 1): one prompt
+    // over several chunks (tiles of 64 rows cut mid-prompt), and a batch sharing chunks.
+    for (i, c) in [
+        heads("hd128-gqa", 8, 2, 128),
+        heads("hd128-mha", 4, 4, 128),
+        heads("hd64-mha", 4, 4, 64),
+    ]
+    .iter()
+    .enumerate()
+    {
+        compare_config(c, 20 + i as u64, &[300], &[100, 512]);
+        compare_config(c, 30 + i as u64, &[5, 170, 41], &[64, 200]);
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_2048_token_prompt_prefills_in_chunks() {
@@ -392,5 +440,117 @@ fn generate_reports_the_time_to_first_token_both_ways() {
             "{mode:?}: time to first token of 300 tokens {:.3} ms device / {:.3} ms wall in chunks of 128, {:.3} / {:.3} ms step by step",
             g.ttft.device_ms, g.ttft.wall_ms, s.ttft.device_ms, s.ttft.wall_ms
         );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn flash_attention_matches_a_host_reference() {
+    // ll_prefill_flash_{64,128} alone, outputs poisoned first: groups of 1, 3, 4 and 8 query
+    // heads per KV head (2 KV heads), chunks of 1, 17, 64 and 512 rows from position 0, from
+    // mid-sequence, and three sequences of different lengths in one chunk.
+    let ctx = gpu();
+    let st = ctx.stream("test").expect("a stream");
+    let kernels = Kernels::load(&ctx).expect("the decoder's kernels load");
+    for hd in FLASH_HEAD_DIMS {
+        for group in [1, 3, 4, 8] {
+            let shape = (2 * group, 2, hd);
+            flash::allow(&kernels, 1, shape);
+            for n in [1, 17, 64, 512] {
+                for (i, (what, rows)) in flash::layouts(n).into_iter().enumerate() {
+                    let what = format!("head_dim {hd}, group {group}: {what}");
+                    let seed = (hd * 1000 + group * 100 + n as usize) as u64 * 3 + i as u64;
+                    let pb = flash::Problem::new(shape, rows, seed);
+                    flash::check(&ctx, &st, &kernels, &what, &pb);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn flash_attention_against_the_rows_kernel_timed() {
+    // Not a pass/fail on speed: one layer's prefill attention of a 512- and a 2,048-token
+    // prompt (chunks of 512 rows, the decoder's default, and the prompt as one chunk), the rows
+    // kernel and the flash kernel alternated turn by turn, device time with CUDA events (medians
+    // of 30 after 3 warm-ups); the two kernels' outputs agree within the flash tolerance.
+    let ctx = gpu();
+    let st = ctx.stream("bench").expect("a stream");
+    let kernels = Kernels::load(&ctx).expect("the decoder's kernels load");
+    let (a, b) = (
+        ctx.event("t0", true).expect("an event"),
+        ctx.event("t1", true).expect("an event"),
+    );
+    for (name, shape) in [
+        ("hd 64, 32q/8kv", (32, 8, 64)),
+        ("hd 128, 32q/8kv", (32, 8, 128)),
+        ("hd 128, 32q/32kv", (32, 32, 128)),
+    ] {
+        for tokens in [512i32, 2048] {
+            let chunkings: &[i32] = if tokens == 512 { &[512] } else { &[512, 2048] };
+            for &chunk in chunkings {
+                let pb = flash::Problem::new(shape, flash::span(0, 0, tokens), 7);
+                flash::allow(&kernels, chunk as usize, shape);
+                // The prompt's first `chunk` rows' queries serve every chunk (positions move on).
+                let mut d = flash::OnDevice::new(&ctx, &st, &pb);
+                let chunks: Vec<usize> = (0..tokens / chunk)
+                    .map(|c| {
+                        let pos: Vec<i32> = (c * chunk..(c + 1) * chunk).collect();
+                        d.add_positions(&ctx, &st, &pos)
+                    })
+                    .collect();
+                let run = |kind: PrefillAttentionKind, d: &mut flash::OnDevice| -> f32 {
+                    st.record(&a).expect("record");
+                    for &c in &chunks {
+                        let n = chunk as usize;
+                        flash::launch(&st, &kernels, kind, shape, n, pb.max_ctx, d, c);
+                    }
+                    st.record(&b).expect("record");
+                    b.synchronize().expect("the timed launches run");
+                    b.elapsed_ms_since(&a).expect("elapsed time")
+                };
+                let kinds = [PrefillAttentionKind::Rows, PrefillAttentionKind::Flash];
+                let mut times = [Vec::new(), Vec::new()];
+                for turn in 0..33 {
+                    for (i, &kind) in kinds.iter().enumerate() {
+                        let t = run(kind, &mut d);
+                        if turn >= 3 {
+                            times[i].push(t);
+                        }
+                    }
+                }
+                // The last chunk's outputs of both kernels (rows first, then flash).
+                let mut outs = Vec::new();
+                for kind in kinds {
+                    d.poison(&st);
+                    run(kind, &mut d);
+                    outs.push(st.download(&d.out).expect("the output download"));
+                }
+                let w = shape.0 * shape.2;
+                for (i, (&x, &y)) in outs[1]
+                    .iter()
+                    .zip(&outs[0])
+                    .take(chunk as usize * w)
+                    .enumerate()
+                {
+                    let (x, y) = (flash::from_bf(x) as f64, flash::from_bf(y) as f64);
+                    let t = flash::tolerance(y, 1.0);
+                    assert!(
+                        x.is_finite() && (x - y).abs() <= t,
+                        "{name}, {tokens} tokens: flash {x} against rows {y} at output {i} (tolerance {t})"
+                    );
+                }
+                let med = |v: &mut Vec<f32>| {
+                    v.sort_by(f32::total_cmp);
+                    v[v.len() / 2]
+                };
+                let (old, new) = (med(&mut times[0]), med(&mut times[1]));
+                println!(
+                    "{name}, {tokens} tokens in chunks of {chunk}: rows kernel {old:.3} ms, flash {new:.3} ms ({:.1}x) per layer",
+                    old / new
+                );
+            }
+        }
     }
 }

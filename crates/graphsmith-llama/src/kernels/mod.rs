@@ -19,7 +19,10 @@ pub use geometry::{
     ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 pub use launch::{allow_smem, gemv, gemv_async, gemv_head};
-pub use prefill::{prefill_attention_smem, PrefillKernels};
+pub use prefill::{
+    flash_smem, prefill_attention_smem, PrefillAttentionKind, PrefillAttentionLaunch,
+    PrefillKernels, FLASH_HEAD_DIMS, FLASH_KEYS, FLASH_ROWS, FLASH_THREADS,
+};
 pub use ptx::{GemvKernels, Kernels, LLAMA_PTX};
 
 /// Each of `ks` opted into programmatic dependent launch.

@@ -13,9 +13,7 @@ use super::Decoder;
 use crate::error::{LlamaError, Result};
 use crate::kernels::geometry::{grid, DEFAULT_SMEM};
 use crate::kernels::launch::{allow_smem, device_attribute};
-use crate::kernels::prefill::{
-    prefill_attention_smem, PREFILL_ATTENTION_THREADS, PREFILL_ROW_THREADS,
-};
+use crate::kernels::prefill::{PrefillAttentionKind, PrefillAttentionLaunch, PREFILL_ROW_THREADS};
 use crate::step::prefill::ChunkInputs;
 
 /// A prefill's inputs and activations, for chunks of up to `rows` rows (the decoder's own
@@ -45,7 +43,8 @@ impl PrefillBuffers {
 
 impl Decoder {
     /// Allocates a prefill's buffers for chunks of up to `rows` rows, and lets the prefill
-    /// attention take the shared memory it needs (an error names the device's limit).
+    /// attention ([`PrefillAttentionLaunch::for_chunk`]'s kernel) take the shared memory it needs
+    /// (an error names the device's limit).
     pub(crate) fn prefill_buffers(
         &self,
         ctx: &Context,
@@ -54,7 +53,8 @@ impl Decoder {
     ) -> Result<PrefillBuffers> {
         let c = &self.config;
         let group = c.num_attention_heads / c.num_key_value_heads;
-        let smem = prefill_attention_smem(PREFILL_ATTENTION_THREADS, group, c.head_dim);
+        let attention = PrefillAttentionLaunch::for_chunk(rows, self.attention_shape());
+        let smem = attention.smem;
         let limit = device_attribute(
             ctx,
             sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
@@ -68,8 +68,19 @@ impl Decoder {
             )));
         }
         if smem + 1024 > DEFAULT_SMEM {
-            for k in self.kernels.prefill.attention_kernels() {
-                allow_smem(k, smem, "ll_prefill_attention_*")?;
+            match attention.kind {
+                PrefillAttentionKind::Rows => {
+                    for k in self.kernels.prefill.attention_kernels() {
+                        allow_smem(k, smem, "ll_prefill_attention_*")?;
+                    }
+                }
+                PrefillAttentionKind::Flash => {
+                    let k = self
+                        .kernels
+                        .prefill
+                        .attention_kernel(&attention, c.head_dim, group);
+                    allow_smem(k, smem, "ll_prefill_flash_*")?;
+                }
             }
         }
         let (h, f) = (c.hidden_size, c.intermediate_size);
@@ -153,7 +164,8 @@ impl Decoder {
 
     /// Issues one prefill chunk of `rows` rows (a bucket: rows past the chunk's are padding):
     /// embedding; per layer the input norm and q/k/v GEMM, RoPE with the K/V write
-    /// (`ll_prefill_rope`), attention (`ll_prefill_attention_*`), then the o GEMM with the
+    /// (`ll_prefill_rope`), attention (`ll_prefill_flash_*` or `ll_prefill_attention_*`, as
+    /// [`PrefillAttentionLaunch::for_chunk`] chooses), then the o GEMM with the
     /// residual, the post-attention norm, gate/up GEMM, SwiGLU and down GEMM with the residual
     /// (the cuBLAS layer of a step, [`CublasLayer`], on the chunk's buffers); then each
     /// sequence whose last prompt token is in the chunk has that row's hidden state copied into
@@ -175,7 +187,7 @@ impl Decoder {
         let group = c.num_attention_heads / c.num_key_value_heads;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         let (max_ctx, slots) = (self.max_ctx as i32, self.capacity as i32);
-        let smem = prefill_attention_smem(PREFILL_ATTENTION_THREADS, group, c.head_dim) as u32;
+        let attention = PrefillAttentionLaunch::for_chunk(rows, self.attention_shape());
         let r = rows as u32;
         stream.launch(
             "prefill embed",
@@ -217,8 +229,8 @@ impl Decoder {
             )?;
             stream.launch(
                 "prefill attention",
-                k.attention_for(c.head_dim, group),
-                grid(r, nkv as u32, PREFILL_ATTENTION_THREADS, smem),
+                k.attention_kernel(&attention, c.head_dim, group),
+                attention.config(),
                 args![
                     &bufs.qkv,
                     &self.kcache[l],
@@ -231,7 +243,8 @@ impl Decoder {
                     hd,
                     max_ctx,
                     slots,
-                    scale
+                    scale,
+                    rows as i32
                 ],
             )?;
             let acts = (&mut bufs.xn, &mut bufs.gate_up, &mut bufs.act);
@@ -244,6 +257,12 @@ impl Decoder {
             grid(self.capacity as u32, 1, PREFILL_ROW_THREADS, 0),
             args![&bufs.hidden, &mut self.hidden, &bufs.last, h],
         )
+    }
+
+    /// The attention's (query heads, KV heads, head_dim).
+    fn attention_shape(&self) -> (usize, usize, usize) {
+        let c = &self.config;
+        (c.num_attention_heads, c.num_key_value_heads, c.head_dim)
     }
 
     /// Layer `l`'s K and V caches (`[rows, n_kv, max_ctx, head_dim]` bf16), to read or

@@ -228,7 +228,14 @@ def profile(args):
     report = prefix + ".ncu-rep"
     if not os.path.exists(report):
         raise KernelTimesError(f"ncu wrote no {report} (nothing profiled?): {tail(said)}")
-    bench = next((json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")), None)
+    bench = None
+    for line in p.stdout.splitlines():
+        try:
+            bench = json.loads(line) if line.startswith("{") else None
+        except ValueError:
+            continue
+        if isinstance(bench, dict):
+            break
     if bench is not None and not bench.get("profiled"):
         raise KernelTimesError(f"the bench line does not say \"profiled\": true: {args.bin} has no --profile")
     imp = call([ncu, "--import", report, "--csv", "--page", "raw"], 120, "ncu --import")

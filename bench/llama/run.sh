@@ -23,14 +23,16 @@
 # SHAPES_WARMUP (8), SHAPES_RUNS (5), SHAPES_DEADLINE (540: seconds from the start; a shape is
 # skipped when under 30 s are left at its start, a step is cut at the deadline), SHAPES_SWAP (smollm2-135m,llama-3.2-1b,llama-3.2-3b: the
 # shapes swap-bench runs on, when graphsmith-llama has it), SHAPES_SWAP_ROUNDS (5), SHAPES_SCRATCH
-# (/tmp/llama-shapes: each checkpoint, deleted after its shape), SHAPES_TORCH (1; 0: no PyTorch).
+# (/tmp/llama-shapes: each checkpoint, deleted after its shape), SHAPES_TORCH (1; 0: no PyTorch),
+# SHAPES_KERNELS (empty; shapes' names, comma list, or all: kernel_times.py's per-kernel times under
+# Nsight Compute at batch 1 and 64 after the cached graphsmith run, up to 120 s each; part graphsmith).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 mode=${1:-}
 out=${2:-}
 if [ -z "$mode" ] || [ -z "$out" ]; then
-  sed -n '2,26p' "$0"
+  sed -n '2,28p' "$0"
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -265,6 +267,15 @@ shapes)
         ;;
     esac
   done
+  # SHAPES_KERNELS: the shapes whose decode steps kernel_times.py profiles (Nsight Compute), or all.
+  kernels=,${SHAPES_KERNELS:-},
+  [ "$kernels" = ",all," ] && kernels=,$all,
+  for k in ${kernels//,/ }; do
+    if [[ ",$all," != *",$k,"* ]]; then
+      say "unknown shape '$k' in SHAPES_KERNELS: choose from $all, or all"
+      exit 2
+    fi
+  done
   rows_dir=$out/shapes
   mkdir -p "$rows_dir" "$scratch"
   started=$SECONDS
@@ -339,6 +350,17 @@ shapes)
         t0=$SECONDS
         timed "$s" graphsmith-cached "$(cap 300)" env GRAPHSMITH_CACHE_DIR="$cache" "$gs" "${gs_args[@]}" --ttft 512,2048
         annotate "$rows" "${fields[@]}" phase=cached run_s=$((SECONDS - t0)) <"$tmp"
+        if [[ $kernels == *",$s,"* ]]; then
+          # The same cache: the profiled steps run the launch choices the search stored. The
+          # Nsight Compute reports stay in OUTDIR/kernels/.
+          mkdir -p "$out/kernels"
+          for kb in 1 64; do
+            limit=$(cap 120)
+            timed "$s" "kernels-b$kb" "$limit" "$py" $here/kernel_times.py run --bin "$gs" --model "$dir" \
+              --batch "$kb" --cache "$cache" --out "$out/kernels/$s-b$kb" --timeout $((limit > 20 ? limit - 10 : 10)) --json
+            annotate "$rows" shape="$s" <"$tmp"
+          done
+        fi
       fi
       if [ "${SHAPES_TORCH:-1}" != 0 ] && [[ $parts == *,torch,* ]]; then
         # hf-forward first: lean-compiled then drops transformers' copy of the weights.
@@ -366,7 +388,7 @@ shapes)
   "$py" -c 'import json,sys
 ran, skipped = [s for s in sys.argv[4].split(",") if s], [s for s in sys.argv[5].split(",") if s]
 keys = ["SHAPES", "SHAPES_PARTS", "SHAPES_STEPS", "SHAPES_WARMUP", "SHAPES_RUNS", "SHAPES_DEADLINE", "SHAPES_SWAP",
-        "SHAPES_SWAP_ROUNDS", "SHAPES_TORCH"]
+        "SHAPES_SWAP_ROUNDS", "SHAPES_TORCH", "SHAPES_KERNELS"]
 env = {k: v for k, v in ((k, __import__("os").environ.get(k)) for k in keys) if v is not None}
 print(json.dumps({"kind": "shapes-run", "ran": ran, "skipped": skipped, "seconds": int(sys.argv[1]),
                   "deadline_s": int(sys.argv[2]), "swap_bench": sys.argv[3] == "1", "env": env,
@@ -381,7 +403,7 @@ print(json.dumps({"kind": "shapes-run", "ran": ran, "skipped": skipped, "seconds
   ;;
 
 *)
-  sed -n '2,26p' "$0"
+  sed -n '2,28p' "$0"
   exit 2
   ;;
 esac

@@ -66,16 +66,17 @@ def annotate(argv, lines):
 
 PARTS = ("graphsmith", "torch", "swap")
 STEP_PART = {"graphsmith-first": "graphsmith", "graphsmith-cached": "graphsmith", "torch": "torch",
-             "make-swap": "swap", "swap-bench": "swap"}
+             "make-swap": "swap", "swap-bench": "swap", "kernels-b1": "graphsmith", "kernels-b64": "graphsmith"}
 
 
 def part_of(row):
     """Which part of a shape's run (`SHAPES_PARTS`) wrote `row`: graphsmith-llama's bench lines
-    (they carry `phase`), swap-bench's (`kind` swap), torch_bench's (the rest); a step record by
-    its step's name. None for the checkpoint's step, which every run makes again."""
+    (they carry `phase`) and kernel_times.py's (`kind` kernels, SHAPES_KERNELS), swap-bench's
+    (`kind` swap), torch_bench's (the rest); a step record by its step's name. None for the
+    checkpoint's step, which every run makes again."""
     if row.get("kind") == "shapes-step":
         return STEP_PART.get(row.get("step"))
-    if "phase" in row:
+    if "phase" in row or row.get("kind") == "kernels":
         return "graphsmith"
     if row.get("kind") == "swap":
         return "swap"
@@ -160,12 +161,58 @@ def shape_figures(shape, rows):
     f["swap"] = next((r for r in reversed(rows) if r.get("kind") == "swap" and "switch_ms" in r), None)
     f["steps"] = [r for r in rows if r.get("kind") == "shapes-step"]
     f["errors"] = [r for r in rows if "error" in r]
+    # kernel_times.py's summaries (SHAPES_KERNELS), the last one per batch.
+    f["kernels"] = {r["batch"]: r for r in rows if r.get("kind") == "kernels" and "error" not in r and r.get("kernels")}
     return f
+
+
+KERNELS_POINTER = "; per-kernel times: see [Where the time goes](#where-the-time-goes)"
+TOP_KERNELS = 8
+
+
+def kernel_section(shapes, figs):
+    """"Where the time goes": per shape with kernel_times.py lines and per batch, the step time
+    graphsmith measured against the summed kernel time, and the top kernels."""
+    with_kernels = [s for s in shapes if figs[s]["kernels"]]
+    if not with_kernels:
+        return []
+    out = ["## Where the time goes", "",
+           "`kernel_times.py` (`SHAPES_KERNELS`): a few decode steps in graphs mode with the cached launch choices, "
+           "profiled by Nsight Compute (`ncu --profile-from-start off --graph-profiling node`; `graphsmith-llama "
+           "bench --profile` turns collection on only around them). Nsight Compute runs the kernels one at a time: "
+           "each time is the kernel alone. The difference between the step time graphsmith measured (its bench "
+           "line, CUDA events, no profiler) and the summed kernel time is the launch gaps, less what programmatic "
+           "dependent launch overlaps (negative where the overlap hides more than the gaps cost). GB/s: DRAM bytes "
+           "read + written over the kernel's time.", ""]
+    for s in with_kernels:
+        f = figs[s]
+        out += [f"### {s}", "", "| batch | step (graphsmith) | kernels summed | difference | floor | launches per step "
+                "| profiled steps | ncu |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for b, k in sorted(f["kernels"].items()):
+            gs, floor = f.get(f"gs{b}"), f.get(f"floor{b}")
+            step_us = ms(gs) * 1e3 if gs else None
+            kern = k["kernel_us_per_step"]
+            diff = f"{step_us - kern:+.1f} µs ({(step_us - kern) / step_us * 100:+.0f}%)" if step_us else "–"
+            out.append(f"| {b} | {fmt(step_us, '.1f')} µs | {kern:.1f} µs | {diff} | {fmt(floor and floor * 1e3, '.1f')} µs "
+                       f"| {fmt(k.get('launches_per_step'), '.0f')} | {k.get('steps')} | {k.get('ncu', '?')} |")
+        for b, k in sorted(f["kernels"].items()):
+            out += ["", f"Top kernels, batch {b} ({len(k['kernels'])} in all):", "",
+                    "| kernel | launches per step | µs per step | median µs | GB/s | share |",
+                    "|---|---:|---:|---:|---:|---:|"]
+            for x in k["kernels"][:TOP_KERNELS]:
+                out.append(f"| `{x['name']}` | {x['per_step']:.1f} | {x['us_per_step']:.1f} | {x['median_us']:.2f} | "
+                           f"{fmt(x.get('gb_s'), '.0f')} | {x['share'] * 100:.1f}% |")
+        out.append("")
+    return out
 
 
 def goal_rows(f):
     """[(figure, goal, measured, status)] of one shape."""
     out, wb = [], f["weight_bytes"]
+
+    def pointer(status):
+        """A missed decode goal of a shape with kernel times points at them."""
+        return KERNELS_POINTER if status == "missed" and f.get("kernels") else ""
     gs1, lean1, floor1 = f["gs1"], f["lean1"], f["floor1"]
     speed1 = ms(lean1) / ms(gs1) if gs1 and lean1 else None
     over1 = ms(gs1) / floor1 if gs1 and floor1 else None
@@ -175,10 +222,10 @@ def goal_rows(f):
              (f", lean {ms(lean1):.3f} ms" if lean1 else "") + (f", floor {floor1:.3f} ms" if floor1 else "")
     if wb is not None and wb < 1 * GB:
         status = "not measured" if speed1 is None else ("met" if speed1 >= 2.0 else "missed")
-        out.append(("batch 1, graphs", "≥ 2x the lean loop (under 1 GB)", f"{both} ({detail})", status))
+        out.append(("batch 1, graphs", "≥ 2x the lean loop (under 1 GB)", f"{both} ({detail}){pointer(status)}", status))
     elif wb is not None and wb > 2 * GB:
         status = "not measured" if over1 is None else ("met" if over1 <= 1.3 else "missed")
-        out.append(("batch 1, graphs", "≤ 1.3x the floor (over 2 GB)", f"{both} ({detail})", status))
+        out.append(("batch 1, graphs", "≤ 1.3x the floor (over 2 GB)", f"{both} ({detail}){pointer(status)}", status))
     else:
         out.append(("batch 1, graphs", "none (1 to 2 GB)", f"{both} ({detail})", "reported"))
     gs64, lean64, floor64 = f["gs64"], f["lean64"], f["floor64"]
@@ -194,7 +241,7 @@ def goal_rows(f):
     else:
         status = "met" if (speed64 or 0) >= 1.3 or (over64 is not None and over64 <= 1.2) else "missed"
     out.append(("batch 64, graphs", "≥ 1.3x the lean loop or ≤ 1.2x the floor (weights + KV)",
-                f"{', '.join(parts)} ({detail})", status))
+                f"{', '.join(parts)} ({detail}){pointer(status)}", status))
     for n in (512, 2048):
         gs, hf = f["ttft"][n]
         if gs and hf:
@@ -312,6 +359,7 @@ def render(by_shape, runs, command):
         out += [f"Not measured: {', '.join(missing)}" +
                 (f" (skipped past the deadline: {', '.join(s for s in missing if s in skipped)})" if skipped & set(missing) else "")
                 + ".", ""]
+    out += kernel_section(shapes, figs)
     out += ["## Launch choices the search picked", "",
             "Per bucket: the choices (`default`: the rules'), ms per step with the rules' and the chosen "
             "choices as the search timed them turn by turn, candidates tried.", "",
@@ -356,7 +404,7 @@ def render(by_shape, runs, command):
     out.append("")
     errors = [(s, e) for s in shapes for e in figs[s]["errors"]]
     if errors:
-        out += ["## Failures", ""] + [f"- {s}: {e.get('impl')} batch {e.get('batch')}"
+        out += ["## Failures", ""] + [f"- {s}: {e.get('impl') or e.get('kind')} batch {e.get('batch')}"
                                       f"{' prompt ' + str(e['prompt_len']) if e.get('prompt_len') else ''}: {e['error']}"
                                       for s, e in errors] + [""]
     return "\n".join(out)
@@ -393,6 +441,15 @@ def self_test():
         return {"kind": "ttft", "impl": impl, "config": shape, "shape": shape, "batch": 1, "prompt_len": n,
                 "ttft_device_ms": dev, "ttft_wall_ms": dev + 1, "prefill_tokens_per_s": n / dev * 1e3}
 
+    def kernels(shape, batch, us):
+        # kernel_times.py's line: two kernels, 3 and 1 launches per step.
+        return {"kind": "kernels", "shape": shape, "batch": batch, "steps": 2, "kernel_us_per_step": us,
+                "launches_per_step": 4.0, "ncu": "Version 2025.3.1.0", "note": "serializes",
+                "kernels": [{"name": "ll_gemv_bf16", "per_step": 3.0, "median_us": us * 0.3, "us_per_step": us * 0.9,
+                             "mb_per_step": 16000.0, "gb_s": 3900.0, "share": 0.9},
+                            {"name": "ll_rmsnorm", "per_step": 1.0, "median_us": us * 0.1, "us_per_step": us * 0.1,
+                             "mb_per_step": None, "gb_s": None, "share": 0.1}]}
+
     key = {"gpu": "NVIDIA H200", "multiprocessors": 132, "driver": "580.65 (CUDA 13.0)"}
     first = {"from_cache": False, "search_ms": 9500.0, "found_in_ms": 9500.0, "out_of_budget": False, "notes": [],
              "key": key, "buckets": [{"bucket": 1, "tuning": "pf=2,cluster=1", "rules_ms": 0.47, "chosen_ms": 0.42,
@@ -415,7 +472,9 @@ def self_test():
                 {"kind": "ttft", "impl": "hf-forward", "shape": small, "batch": 1, "prompt_len": 4096, "error": "OOM"}],
         big: [gs(big, 1, 4.5, "first", slow), gs(big, 64, 6.0, "first", slow),
               gs(big, 1, 4.6, "cached", slow), gs(big, 64, 6.0, "cached", slow),
-              lean(big, 1, 5.0), lean(big, 64, 7.0)],
+              lean(big, 1, 5.0), lean(big, 64, 7.0),
+              kernels(big, 1, 4300.0), kernels(big, 64, 6200.0),
+              {"kind": "kernels", "shape": big, "batch": 64, "steps": 2, "error": "no ncu (Nsight Compute)"}],
     }
     runs = [{"kind": "shapes-run", "ran": [small, big], "skipped": ["llama-2-7b"], "seconds": 530, "deadline_s": 540,
              "swap_bench": True, "env": {"SHAPES": f"{small},{big},llama-2-7b"}, "steps": 64, "warmup": 8, "runs": 5}]
@@ -433,6 +492,7 @@ def self_test():
     g = {(figure): (measured, status) for figure, _, measured, status in goal_rows(shape_figures(small, by_shape[small]))}
     assert g["batch 1, graphs"][1] == "met" and "2.40x the lean loop" in g["batch 1, graphs"][0], g
     assert g["batch 64, graphs"][1] == "missed", g  # 1.25x the lean loop; far above the floor
+    assert KERNELS_POINTER not in g["batch 64, graphs"][0], g  # no kernel lines for this shape
     assert g["time to first token, 512 tokens, batch 1"][1] == "met", g
     assert g["time to first token, 2048 tokens, batch 1"][1] == "missed", g
     assert g["first search"][1] == "met" and "9.5 s" in g["first search"][0], g
@@ -446,7 +506,9 @@ def self_test():
     # 4.6 ms (the cached load's) over 16.06 GB / 4 TB/s = 4.015 ms: 1.15x, met.
     assert g["batch 1, graphs"][1] == "met" and "1.15x the floor" in g["batch 1, graphs"][0], g
     # 7/6 = 1.17x the lean loop, but 6.0 ms over (16.06 GB + 0.63 GB) / 4 TB/s = 4.17 ms is 1.44x: missed.
-    assert g["batch 64, graphs"][1] == "missed", g
+    assert g["batch 64, graphs"][1] == "missed" and g["batch 64, graphs"][0].endswith(KERNELS_POINTER), g
+    assert KERNELS_POINTER not in g["batch 1, graphs"][0], g  # met: no pointer
+    assert sorted(f["kernels"]) == [1, 64] and f["kernels"][64]["kernel_us_per_step"] == 6200.0, f["kernels"]
     assert g["first search"][1] == "missed" and g["cached load"][1] == "missed", g  # 31 s; the second run searched again
     assert g["time to first token, 512 tokens, batch 1"][1] == "not measured", g
     for needle in ["Machine: GPU NVIDIA H200, driver 580.65, torch 2.11.0, CUDA 13.0, transformers 5.17.0.",
@@ -457,9 +519,17 @@ def self_test():
                    "1: `pf=2,cluster=1` 0.470→0.420 ms (9 cand.)", "31.0 s (out of budget)",
                    "| smollm2-135m | 7 | 2100 | 3.000 ms | 1.500 ms | 1.000 ms | 0.500 ms | 1.50x |",
                    "torch **exit 1** 50 s", "hf-forward batch 1 prompt 4096: OOM", "KV bytes a step reads = 2 (K and V)",
-                   "| smollm2-135m | 30 | 0.27 GB | 4.00 TB/s | 0.250 | 0.600 |"]:
+                   "| smollm2-135m | 30 | 0.27 GB | 4.00 TB/s | 0.250 | 0.600 |",
+                   "## Where the time goes", "### llama-3.1-8b",
+                   # 4.6 ms measured, 4300 µs of kernels: 300 µs of gaps; floor 16.06 GB / 4 TB/s.
+                   f"| 1 | 4600.0 µs | 4300.0 µs | +300.0 µs (+7%) | {wb / 4e12 * 1e6:.1f} µs | 4 | 2 | Version 2025.3.1.0 |",
+                   "| 64 | 6000.0 µs | 6200.0 µs | -200.0 µs (-3%) |",
+                   "Top kernels, batch 64 (2 in all):", "| `ll_gemv_bf16` | 3.0 | 5580.0 | 1860.00 | 3900 | 90.0% |",
+                   "| `ll_rmsnorm` | 1.0 | 430.0 | 430.00 | – | 10.0% |",
+                   "- llama-3.1-8b: kernels batch 64: no ncu (Nsight Compute)"]:
         assert needle in md, (needle, md)
     assert md.index("| smollm2-135m | batch 1") < md.index("| llama-3.1-8b | batch 1")
+    assert md.count("### ") == 1 and md.index("## Goals") < md.index("## Where the time goes"), md
     # Without swap-bench, the report says it was not run.
     md = render(by_shape, [dict(runs[0], swap_bench=False)], "")
     assert "Not run: graphsmith-llama is missing" not in md  # a swap row is present
@@ -471,10 +541,13 @@ def self_test():
                    {"a": 1, "shape": "x", "phase": "first", "steps": 64, "prompt_len": 32}], got
     old = ['{"kind": "shapes-step", "step": "make"}', '{"kind": "shapes-step", "step": "torch"}',
            '{"impl": "graphsmith-graphs", "phase": "cached"}', '{"impl": "lean-compiled"}',
-           '{"kind": "shapes-step", "step": "graphsmith-first"}', '{"kind": "swap"}']
+           '{"kind": "shapes-step", "step": "graphsmith-first"}', '{"kind": "swap"}',
+           '{"kind": "kernels", "batch": 1}', '{"kind": "shapes-step", "step": "kernels-b64"}']
     got = list(keep_parts("torch", old))
     assert got == [{"impl": "graphsmith-graphs", "phase": "cached"},
-                   {"kind": "shapes-step", "step": "graphsmith-first"}, {"kind": "swap"}], got
+                   {"kind": "shapes-step", "step": "graphsmith-first"}, {"kind": "swap"},
+                   {"kind": "kernels", "batch": 1}, {"kind": "shapes-step", "step": "kernels-b64"}], got
+    assert [r.get("kind") for r in keep_parts("graphsmith", old)] == ["shapes-step", None, "swap"]
     assert list(keep_parts("graphsmith,torch,swap", old)) == []
     print("shapes_report self-test: ok", file=sys.stderr)
     return 0

@@ -73,6 +73,17 @@ pub enum LlamaError {
         /// The cuBLASLt status, by name, and what to do about it.
         status: String,
     },
+    /// `bench --profile`: the driver refused to turn profile collection on or off.
+    #[error(
+        "bench --profile: {call} failed: {code}; fix: run it under a profiler started with \
+         profiling off at the start (ncu --profile-from-start off), or leave --profile out"
+    )]
+    Profiler {
+        /// `cuProfilerStart`, `cuProfilerStop`, or `cuCtxSetCurrent` before them.
+        call: &'static str,
+        /// The driver's result.
+        code: graphsmith::CudaCode,
+    },
     /// A graphsmith runtime error (CUDA call, capture, update).
     #[error(transparent)]
     Runtime(#[from] graphsmith::Error),

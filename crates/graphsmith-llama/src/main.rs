@@ -144,6 +144,13 @@ enum Command {
         /// (or reading them from the cache).
         #[arg(long)]
         no_search: bool,
+        /// Turn profile collection on (`cuProfilerStart`) only around the last timed run's
+        /// steps of each batch and off (`cuProfilerStop`) after them: a profiler started with
+        /// profiling off at the start (Nsight Compute: `ncu --profile-from-start off`) then sees
+        /// only those decode steps; outside a profiler the calls do nothing. The lines say
+        /// `"profiled": true`.
+        #[arg(long)]
+        profile: bool,
         #[arg(long)]
         json: bool,
     },
@@ -373,6 +380,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
             prefill,
             no_ttft,
             no_search,
+            profile,
             json,
         } => {
             let source = model.source()?;
@@ -397,6 +405,7 @@ fn real_main(cli: Cli) -> Result<bool, LlamaError> {
                 steps,
                 warmup,
                 runs,
+                profile,
                 tty,
                 (!no_ttft).then_some(&ttft),
                 |line| {

@@ -1,12 +1,12 @@
 //! The `bench` command: decode steps per second for each mode, programmatic launch choice,
 //! tuning and batch, timed with CUDA events after a prefill, against the weights' copy floor.
 
-use graphsmith::Context;
+use graphsmith::{sys, Context, CudaCode};
 use serde::Serialize;
 
 use super::median;
 use super::prefill::{bench_ttft, TtftBench, TtftLine};
-use crate::error::Result;
+use crate::error::{LlamaError, Result};
 use crate::run::{bar, bench_prompt, build_model, check_request, load_host, Source};
 use crate::step::{DecoderOptions, Gemm, Mode, Pdl, Search, SearchReport, StepPath, Tuning};
 
@@ -48,6 +48,35 @@ pub struct BenchLine {
     /// spent, whether they came from the cache (graphs mode with the search only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search: Option<SearchReport>,
+    /// Whether the last timed run's steps ran between `cuProfilerStart` and `cuProfilerStop`
+    /// (`bench --profile`); left out when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub profiled: bool,
+}
+
+/// Profile collection on (`cuProfilerStart`) or off (`cuProfilerStop`) for `ctx`, made current
+/// first. A profiler started with profiling off at the start (Nsight Compute:
+/// `ncu --profile-from-start off`) then sees only the work between the two; outside a profiler
+/// both calls do nothing.
+pub(crate) fn profiler(ctx: &Context, on: bool) -> Result<()> {
+    // SAFETY: ctx.raw() is the live context `ctx` owns; making it current touches no memory.
+    let rc = unsafe { sys::cuCtxSetCurrent(ctx.raw()) };
+    let (call, rc) = if rc != sys::CUresult::CUDA_SUCCESS {
+        ("cuCtxSetCurrent", rc)
+    } else if on {
+        // SAFETY: no arguments; acts on the context made current just above.
+        ("cuProfilerStart", unsafe { sys::cuProfilerStart() })
+    } else {
+        // SAFETY: no arguments; acts on the context made current just above.
+        ("cuProfilerStop", unsafe { sys::cuProfilerStop() })
+    };
+    if rc != sys::CUresult::CUDA_SUCCESS {
+        return Err(LlamaError::Profiler {
+            call,
+            code: CudaCode(rc as u32),
+        });
+    }
+    Ok(())
 }
 
 /// Device-to-device copy bandwidth in TB/s (bytes read plus bytes written, per second).
@@ -79,7 +108,9 @@ pub fn copy_bandwidth(ctx: &Context) -> Result<f64> {
 /// launch choices graphs mode searches at load where `search` asks (a line then names each
 /// bucket's and the time spent). Then, with `ttft`, the time to first token per mode
 /// ([`bench_ttft`]: the first programmatic launch choice, the rules' tuning). `ctx` is called
-/// once the inputs have been checked.
+/// once the inputs have been checked. With `profile`, the last timed run's steps of each batch
+/// run between [`profiler`] on and off (after the warm-up, before the counters are read), so a
+/// profiler started with `--profile-from-start off` sees exactly those decode steps.
 #[allow(clippy::too_many_arguments)]
 pub fn bench(
     ctx: impl FnOnce() -> Result<Context>,
@@ -92,6 +123,7 @@ pub fn bench(
     steps: usize,
     warmup: usize,
     runs: usize,
+    profile: bool,
     progress: bool,
     ttft: Option<&TtftBench>,
     mut emit: impl FnMut(&BenchLine),
@@ -148,13 +180,20 @@ pub fn bench(
                 ctx.event("bench/end", true)?,
             );
             let mut times = Vec::new();
-            for _ in 0..runs {
+            for run in 0..runs {
+                let profiled = profile && run + 1 == runs;
                 model.step(&vec![last; batch])?;
                 model.run_free(batch, warmup)?;
                 model.stream().record(&a)?;
+                if profiled {
+                    profiler(ctx, true)?;
+                }
                 model.run_free(batch, steps)?;
                 model.stream().record(&b)?;
                 b.synchronize()?;
+                if profiled {
+                    profiler(ctx, false)?;
+                }
                 times.push(b.elapsed_ms_since(&a)? as f64);
                 pb.inc((warmup + steps) as u64);
             }
@@ -221,6 +260,7 @@ pub fn bench(
                     .search_report()
                     .map(|_| model.options().tuning_for(rows).to_string()),
                 search: model.search_report().cloned(),
+                profiled: profile,
             });
         }
     }
@@ -235,4 +275,24 @@ pub fn bench(
         bench_ttft(ctx, model, what, modes, options, runs, progress, emit_ttft)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiler_error_names_the_call_the_code_and_the_fix() {
+        let e = LlamaError::Profiler {
+            call: "cuProfilerStart",
+            code: CudaCode(5),
+        };
+        assert_eq!(
+            e.to_string(),
+            "bench --profile: cuProfilerStart failed: CUDA_ERROR_PROFILER_DISABLED (5): profiler \
+             disabled while using external profiling tool; fix: run it under a profiler started \
+             with profiling off at the start (ncu --profile-from-start off), or leave --profile out"
+        );
+        assert!(!e.is_bad_input());
+    }
 }

@@ -25,14 +25,15 @@
 # shapes swap-bench runs on, when graphsmith-llama has it), SHAPES_SWAP_ROUNDS (5), SHAPES_SCRATCH
 # (/tmp/llama-shapes: each checkpoint, deleted after its shape), SHAPES_TORCH (1; 0: no PyTorch),
 # SHAPES_KERNELS (empty; shapes' names, comma list, or all: kernel_times.py's per-kernel times under
-# Nsight Compute at batch 1 and 64 after the cached graphsmith run, up to 120 s each; part graphsmith).
+# Nsight Compute at batch 1 and 64 after the cached graphsmith run, up to 120 s each; part graphsmith),
+# SHAPES_KERNELS_BATCHES (1,64: the batches SHAPES_KERNELS profiles).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 mode=${1:-}
 out=${2:-}
 if [ -z "$mode" ] || [ -z "$out" ]; then
-  sed -n '2,28p' "$0"
+  sed -n '2,29p' "$0"
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -269,6 +270,7 @@ shapes)
   done
   # SHAPES_KERNELS: the shapes whose decode steps kernel_times.py profiles (Nsight Compute), or all.
   kernels=,${SHAPES_KERNELS:-},
+  SHAPES_KERNELS_BATCHES=${SHAPES_KERNELS_BATCHES:-1,64}
   [ "$kernels" = ",all," ] && kernels=,$all,
   for k in ${kernels//,/ }; do
     if [[ ",$all," != *",$k,"* ]]; then
@@ -354,7 +356,7 @@ shapes)
           # The same cache: the profiled steps run the launch choices the search stored. The
           # Nsight Compute reports stay in OUTDIR/kernels/.
           mkdir -p "$out/kernels"
-          for kb in 1 64; do
+          for kb in ${SHAPES_KERNELS_BATCHES//,/ }; do
             limit=$(cap 120)
             timed "$s" "kernels-b$kb" "$limit" "$py" $here/kernel_times.py run --bin "$gs" --model "$dir" \
               --batch "$kb" --cache "$cache" --out "$out/kernels/$s-b$kb" --timeout $((limit > 20 ? limit - 10 : 10)) --json
@@ -388,7 +390,8 @@ shapes)
   "$py" -c 'import json,sys
 ran, skipped = [s for s in sys.argv[4].split(",") if s], [s for s in sys.argv[5].split(",") if s]
 keys = ["SHAPES", "SHAPES_PARTS", "SHAPES_STEPS", "SHAPES_WARMUP", "SHAPES_RUNS", "SHAPES_DEADLINE", "SHAPES_SWAP",
-        "SHAPES_SWAP_ROUNDS", "SHAPES_TORCH", "SHAPES_KERNELS"]
+        "SHAPES_SWAP_ROUNDS", "SHAPES_TORCH", "SHAPES_KERNELS",
+        "SHAPES_KERNELS_BATCHES"]
 env = {k: v for k, v in ((k, __import__("os").environ.get(k)) for k in keys) if v is not None}
 print(json.dumps({"kind": "shapes-run", "ran": ran, "skipped": skipped, "seconds": int(sys.argv[1]),
                   "deadline_s": int(sys.argv[2]), "swap_bench": sys.argv[3] == "1", "env": env,
@@ -403,7 +406,7 @@ print(json.dumps({"kind": "shapes-run", "ran": ran, "skipped": skipped, "seconds
   ;;
 
 *)
-  sed -n '2,28p' "$0"
+  sed -n '2,29p' "$0"
   exit 2
   ;;
 esac

@@ -294,8 +294,8 @@ def memory_section(shapes, figs, by_shape):
            "GiB. graphsmith: device memory in use after the run less what was in use before its model was "
            "made (`cuMemGetInfo`: weights, KV cache, activations, graphs, cuBLAS workspaces). PyTorch: "
            "`torch.cuda.max_memory_allocated()` of the run (its caching allocator's reserve is not counted). "
-           "graphsmith's time-to-first-token model holds one sequence of 2,049 positions; its decode model "
-           "64 sequences of 105.", "",
+           "graphsmith's time-to-first-token model is made for one sequence and the longest prompt; its "
+           "decode model for 64 sequences and the prompt plus the warm-up and timed steps.", "",
            "| shape | graphsmith decode (b1 and b64) | lean loop b1 | lean loop b64 | graphsmith TTFT 2048 "
            "| transformers forward 512 | transformers forward 2048 |", "|---|---:|---:|---:|---:|---:|---:|"]
     for s in shapes:

@@ -79,6 +79,17 @@ def short_name(name):
     return base.strip() or name
 
 
+def launch_shape(row):
+    """`grid 256x1x1, block 128x1x1` from ncu's "Grid Size" and "Block Size" columns (`(256, 1,
+    1)`), or "" where the CSV has neither."""
+    parts = []
+    for label, col in (("grid", "Grid Size"), ("block", "Block Size")):
+        dims = re.findall(r"\d+", row.get(col, "") or "")
+        if dims:
+            parts.append(f"{label} {'x'.join(dims)}")
+    return ", ".join(parts)
+
+
 def number(text):
     """A figure as ncu prints it (`1,234.5`), or None (`n/a`, empty)."""
     text = text.strip().replace(",", "")
@@ -134,12 +145,20 @@ def summarize(csv_text, steps, batch=None):
                                "(is --profile given, and the profiler started with --profile-from-start off?)")
     t_scale = scale(units.get(METRICS[0], ""), TIME_US, METRICS[0])
     byte_cols = [(c, scale(units.get(c, ""), BYTES, c)) for c in METRICS[1:] if c in header]
+    # A kernel launched with more than one grid or block (e.g. one GEMV kernel serving two
+    # projections of different widths) is split by launch shape, so each row is one kind of work.
+    shapes = {}
+    for r in rows:
+        shapes.setdefault(short_name(r[name_col]), set()).add(launch_shape(r))
     groups = {}
     for r in rows:
         us = number(r.get(METRICS[0], ""))
         if us is None:
             continue
-        g = groups.setdefault(short_name(r[name_col]), {"us": [], "bytes": 0.0, "bytes_seen": False})
+        name = short_name(r[name_col])
+        if len(shapes[name]) > 1 and launch_shape(r):
+            name = f"{name} [{launch_shape(r)}]"
+        g = groups.setdefault(name, {"us": [], "bytes": 0.0, "bytes_seen": False})
         g["us"].append(us * t_scale)
         for c, s in byte_cols:
             v = number(r.get(c, ""))
@@ -292,6 +311,13 @@ def self_test():
     assert abs(gb["mb_per_step"] - (2 * 1200e3 + 2 * 16e3) / 2 / 1e6) < 1e-9, gb  # each figure x1e3, read as byte
     assert short_name("void a::b<int>(float)") == "a::b" and short_name("plain") == "plain"
     assert "ll_gemv_bf16" in table(s) and "µs of kernels per step" in table(s)
+    # One kernel launched with two grids (two projections of different widths): two rows.
+    lines = text.splitlines()
+    lines[6] = lines[6].replace('"(132, 1, 1)"', '"(64, 1, 1)"')  # the second ll_gemv_bf16 launch
+    two = {x["name"]: x for x in summarize("\n".join(lines), 2)["kernels"]}
+    wide, narrow = two["ll_gemv_bf16 [grid 132x1x1, block 256x1x1]"], two["ll_gemv_bf16 [grid 64x1x1, block 256x1x1]"]
+    assert (wide["median_us"], narrow["median_us"], wide["per_step"]) == (1500.0, 1300.0, 0.5), two
+    assert "ll_rmsnorm" in two, two  # one launch shape: the name alone
     for bad, why in [("nothing\n", "no header row"), (text.splitlines()[1] + "\n" + text.splitlines()[2], "no kernel"),
                      (text.replace("usecond", "fortnight"), "unit 'fortnight'")]:
         try:

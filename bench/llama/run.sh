@@ -25,7 +25,8 @@
 # shapes swap-bench runs on, when graphsmith-llama has it), SHAPES_SWAP_ROUNDS (5), SHAPES_SCRATCH
 # (/tmp/llama-shapes: each checkpoint, deleted after its shape), SHAPES_TORCH (1; 0: no PyTorch),
 # SHAPES_KERNELS (empty; shapes' names, comma list, or all: kernel_times.py's per-kernel times under
-# Nsight Compute at batch 1 and 64 after the cached graphsmith run, up to 120 s each; part graphsmith),
+# Nsight Compute and timeline/'s kernels in the replayed graph (CUPTI), at batch 1 and 64 after the
+# cached graphsmith run, up to 120 s each; part graphsmith),
 # SHAPES_KERNELS_BATCHES (1,64: the batches SHAPES_KERNELS profiles).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -33,7 +34,7 @@ cd "$(dirname "$0")/../.."
 mode=${1:-}
 out=${2:-}
 if [ -z "$mode" ] || [ -z "$out" ]; then
-  sed -n '2,29p' "$0"
+  sed -n '2,30p' "$0"
   exit 2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1
@@ -361,6 +362,12 @@ shapes)
             timed "$s" "kernels-b$kb" "$limit" "$py" $here/kernel_times.py run --bin "$gs" --model "$dir" \
               --batch "$kb" --cache "$cache" --out "$out/kernels/$s-b$kb" --timeout $((limit > 20 ? limit - 10 : 10)) --json
             annotate "$rows" shape="$s" <"$tmp"
+            # The same steps as they run in the replayed graph (CUPTI's activity records,
+            # programmatic dependent launch on): what each kernel adds to the step.
+            tl=$out/timeline/$s-b$kb
+            timed "$s" "timeline-b$kb" "$(cap 120)" env BATCH="$kb" GRAPHSMITH_CACHE_DIR="$cache" \
+              GRAPHSMITH_LLAMA="$gs" bash $here/timeline/run.sh "$dir" "$tl" &&
+              annotate "$rows" shape="$s" kind=timeline batch="$kb" <"$tl/summary.json"
           done
         fi
       fi
@@ -406,7 +413,7 @@ print(json.dumps({"kind": "shapes-run", "ran": ran, "skipped": skipped, "seconds
   ;;
 
 *)
-  sed -n '2,29p' "$0"
+  sed -n '2,30p' "$0"
   exit 2
   ;;
 esac

@@ -66,7 +66,9 @@ def annotate(argv, lines):
 
 PARTS = ("graphsmith", "torch", "swap")
 STEP_PART = {"graphsmith-first": "graphsmith", "graphsmith-cached": "graphsmith", "torch": "torch",
-             "make-swap": "swap", "swap-bench": "swap", "kernels-b1": "graphsmith", "kernels-b64": "graphsmith"}
+             "make-swap": "swap", "swap-bench": "swap"}
+# SHAPES_KERNELS' steps (kernels-bN, timeline-bN) and lines belong to the graphsmith part.
+PROFILE_KINDS = ("kernels", "timeline")
 
 
 def part_of(row):
@@ -75,8 +77,11 @@ def part_of(row):
     (`kind` swap), torch_bench's (the rest); a step record by its step's name. None for the
     checkpoint's step, which every run makes again."""
     if row.get("kind") == "shapes-step":
-        return STEP_PART.get(row.get("step"))
-    if "phase" in row or row.get("kind") == "kernels":
+        step = row.get("step") or ""
+        if step.split("-b")[0] in PROFILE_KINDS:
+            return "graphsmith"
+        return STEP_PART.get(step)
+    if "phase" in row or row.get("kind") in PROFILE_KINDS:
         return "graphsmith"
     if row.get("kind") == "swap":
         return "swap"
@@ -163,6 +168,8 @@ def shape_figures(shape, rows):
     f["errors"] = [r for r in rows if "error" in r]
     # kernel_times.py's summaries (SHAPES_KERNELS), the last one per batch.
     f["kernels"] = {r["batch"]: r for r in rows if r.get("kind") == "kernels" and "error" not in r and r.get("kernels")}
+    # timeline/'s summaries (SHAPES_KERNELS): each kernel inside the replayed graph, per batch.
+    f["timeline"] = {r["batch"]: r for r in rows if r.get("kind") == "timeline" and r.get("kinds")}
     return f
 
 
@@ -173,7 +180,7 @@ TOP_KERNELS = 8
 def kernel_section(shapes, figs):
     """"Where the time goes": per shape with kernel_times.py lines and per batch, the step time
     graphsmith measured against the summed kernel time, and the top kernels."""
-    with_kernels = [s for s in shapes if figs[s]["kernels"]]
+    with_kernels = [s for s in shapes if figs[s]["kernels"] or figs[s]["timeline"]]
     if not with_kernels:
         return []
     out = ["## Where the time goes", "",
@@ -183,11 +190,15 @@ def kernel_section(shapes, figs):
            "each time is the kernel alone. The difference between the step time graphsmith measured (its bench "
            "line, CUDA events, no profiler) and the summed kernel time is the launch gaps, less what programmatic "
            "dependent launch overlaps (negative where the overlap hides more than the gaps cost). GB/s: DRAM bytes "
-           "read + written over the kernel's time.", ""]
+           "read + written over the kernel's time. `timeline/` (CUPTI's activity records of the replayed graph, "
+           "programmatic dependent launch on) shows the same step as it runs: what each kernel adds to the "
+           "step (its end less the previous kernel's end), how long it runs, and how early it starts.", ""]
     for s in with_kernels:
         f = figs[s]
-        out += [f"### {s}", "", "| batch | step (graphsmith) | kernels summed | difference | floor | launches per step "
-                "| profiled steps | ncu |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
+        out += [f"### {s}", ""]
+        if f["kernels"]:
+            out += ["| batch | step (graphsmith) | kernels summed | difference | floor | launches per step "
+                    "| profiled steps | ncu |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
         for b, k in sorted(f["kernels"].items()):
             gs, floor = f.get(f"gs{b}"), f.get(f"floor{b}")
             step_us = ms(gs) * 1e3 if gs else None
@@ -202,6 +213,13 @@ def kernel_section(shapes, figs):
             for x in k["kernels"][:TOP_KERNELS]:
                 out.append(f"| `{x['name']}` | {x['per_step']:.1f} | {x['us_per_step']:.1f} | {x['median_us']:.2f} | "
                            f"{fmt(x.get('gb_s'), '.0f')} | {x['share'] * 100:.1f}% |")
+        for b, t in sorted(f["timeline"].items()):
+            out += ["", f"In the replayed graph, batch {b} (`timeline/`, {t.get('launches', '?')} steps): a step spans "
+                    f"{t['step_span_ns'] / 1e3:.1f} µs over {t.get('kernels_per_step', '?')} kernels.", "",
+                    "| kernel | per step | adds µs | runs µs | starts early µs |", "|---|---:|---:|---:|---:|"]
+            for name, d in list(t["kinds"].items())[:TOP_KERNELS]:
+                out.append(f"| `{name}` | {d['count']} | {d['adds_ns'] / 1e3:.1f} | {d['run_ns'] / 1e3:.1f} | "
+                           f"{d['early_ns'] / 1e3:.1f} |")
         out.append("")
     return out
 
@@ -212,7 +230,7 @@ def goal_rows(f):
 
     def pointer(status):
         """A missed decode goal of a shape with kernel times points at them."""
-        return KERNELS_POINTER if status == "missed" and f.get("kernels") else ""
+        return KERNELS_POINTER if status == "missed" and (f.get("kernels") or f.get("timeline")) else ""
     gs1, lean1, floor1 = f["gs1"], f["lean1"], f["floor1"]
     speed1 = ms(lean1) / ms(gs1) if gs1 and lean1 else None
     over1 = ms(gs1) / floor1 if gs1 and floor1 else None
@@ -591,6 +609,23 @@ def self_test():
                    {"kind": "kernels", "batch": 1}, {"kind": "shapes-step", "step": "kernels-b64"}], got
     assert [r.get("kind") for r in keep_parts("graphsmith", old)] == ["shapes-step", None, "swap"]
     assert list(keep_parts("graphsmith,torch,swap", old)) == []
+    timeline_rows = ['{"kind": "timeline", "batch": 1}', '{"kind": "shapes-step", "step": "timeline-b1"}']
+    assert list(keep_parts("graphsmith", timeline_rows)) == [] and len(list(keep_parts("torch", timeline_rows))) == 2
+    # timeline/'s summary of a replayed step (summarize.py --json, annotated), on a shape without
+    # kernel_times.py lines: its own table, and the pointer from a missed goal.
+    tl = {"kind": "timeline", "shape": small, "batch": 64, "graph_id": 7, "launches": 230, "kernels_per_step": 3,
+          "step_span_ns": 801000.0, "kinds": {"ll_gemv": {"count": 2, "run_ns": 700000.0, "adds_ns": 650000.0,
+                                                           "early_ns": 20000.0},
+                                               "ll_attention": {"count": 1, "run_ns": 160000.0, "adds_ns": 150000.0,
+                                                                "early_ns": 5000.0}}, "first": [], "shapes": {}}
+    f = shape_figures(small, by_shape[small] + [tl])
+    section = "\n".join(kernel_section([small], {small: f}))
+    for needle in ["### smollm2-135m", "In the replayed graph, batch 64 (`timeline/`, 230 steps): a step spans 801.0 µs "
+                   "over 3 kernels.", "| `ll_gemv` | 2 | 650.0 | 700.0 | 20.0 |", "| `ll_attention` | 1 | 150.0 | 160.0 | 5.0 |"]:
+        assert needle in section, (needle, section)
+    assert "| batch | step (graphsmith) | kernels summed" not in section, section  # no kernel_times.py line
+    g = {figure: measured for figure, _, measured, _ in goal_rows(f)}
+    assert g["batch 64, graphs"].endswith(KERNELS_POINTER), g  # missed, with a timeline
     print("shapes_report self-test: ok", file=sys.stderr)
     return 0
 

@@ -306,7 +306,7 @@ def gib(row):
     return row["peak_mem_bytes"] / 2**30 if row and row.get("peak_mem_bytes") is not None else None
 
 
-def memory_section(shapes, figs, by_shape):
+def memory_section(shapes, figs):
     """Peak device memory of every contender per shape, GiB."""
     out = ["## Peak device memory", "",
            "GiB. graphsmith: device memory in use after the run less what was in use before its model was "
@@ -317,7 +317,7 @@ def memory_section(shapes, figs, by_shape):
            "| shape | graphsmith decode (b1 and b64) | lean loop b1 | lean loop b64 | graphsmith TTFT 2048 "
            "| transformers forward 512 | transformers forward 2048 |", "|---|---:|---:|---:|---:|---:|---:|"]
     for s in shapes:
-        f, rows = figs[s], by_shape[s]
+        f = figs[s]
         gs_ttft, hf512, hf2048 = f["ttft"][2048][0], f["ttft"][512][1], f["ttft"][2048][1]
         cells = [gib(f["gs1"] or f["gs64"]), gib(f["lean1"]), gib(f["lean64"]), gib(gs_ttft), gib(hf512), gib(hf2048)]
         out.append(f"| {s} | " + " | ".join(fmt(c, ".2f") for c in cells) + " |")
@@ -409,7 +409,7 @@ def render(by_shape, runs, command):
                 (f" (skipped past the deadline: {', '.join(s for s in missing if s in skipped)})" if skipped & set(missing) else "")
                 + ".", ""]
     out += kernel_section(shapes, figs)
-    out += memory_section(shapes, figs, by_shape)
+    out += memory_section(shapes, figs)
     out += ["## Launch choices the search picked", "",
             "Per bucket: the choices (`default`: the rules'), ms per step with the rules' and the chosen "
             "choices as the search timed them turn by turn, candidates tried.", "",
@@ -582,7 +582,7 @@ def self_test():
     # Peak memory: lean rows carry none here; a graphsmith and an hf-forward row with it.
     by_mem = {small: [dict(r, peak_mem_bytes=3 * 2**30) if r.get("impl") in ("graphsmith-graphs", "hf-forward") else r
                       for r in by_shape[small]]}
-    mem = "\n".join(memory_section([small], {small: shape_figures(small, by_mem[small])}, by_mem))
+    mem = "\n".join(memory_section([small], {small: shape_figures(small, by_mem[small])}))
     assert "| smollm2-135m | 3.00 | – | – | 3.00 | 3.00 | 3.00 |" in mem, mem
     # The stretch goal, on its shape only.
     one = [dict(r, shape=STRETCH_SHAPE, config=STRETCH_SHAPE) for r in by_shape[small]]

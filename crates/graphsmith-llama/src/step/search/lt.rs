@@ -49,6 +49,30 @@ pub struct LtEntry {
     pub choices: Vec<LtChoice>,
 }
 
+impl LtEntry {
+    /// Whether the entry holds an algorithm for every matmul of `bucket`.
+    pub fn covers(&self, bucket: usize) -> bool {
+        Projection::ALL
+            .iter()
+            .all(|p| self.choices.iter().any(|c| c.bucket == bucket && c.matmul == *p))
+    }
+
+    /// This entry's choices with `older`'s for the buckets this one lacks (both of one
+    /// cuBLASLt version: the caller checks), ordered by bucket and matmul.
+    pub fn merged_over(mut self, older: &LtEntry) -> LtEntry {
+        let ours: Vec<usize> = self.choices.iter().map(|c| c.bucket).collect();
+        self.choices.extend(
+            older
+                .choices
+                .iter()
+                .filter(|c| !ours.contains(&c.bucket))
+                .cloned(),
+        );
+        self.choices.sort_by_key(|c| (c.bucket, c.matmul));
+        self
+    }
+}
+
 /// The median of `v` (0 when empty).
 fn median(v: &[f64]) -> f64 {
     let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
@@ -120,9 +144,11 @@ pub(super) fn settle(
     }
 }
 
-/// Sets every cached algorithm (each checked by cuBLASLt); the first refused is the error.
+/// Sets every cached algorithm of the decoder's buckets (each checked by cuBLASLt); the first
+/// refused is the error.
 fn apply(work: &Decoder, entry: &LtEntry) -> Result<()> {
-    for c in &entry.choices {
+    let buckets = work.lt_buckets();
+    for c in entry.choices.iter().filter(|c| buckets.contains(&c.bucket)) {
         work.set_lt_algo(c.bucket, c.matmul, c.algo)?;
     }
     if let Some(lt) = work.lt() {

@@ -79,7 +79,11 @@ impl Decoder {
     /// chosen: every one with `--gemm cublaslt`, those above one row with `auto`.
     pub(crate) fn lt_buckets(&self) -> Vec<usize> {
         let from = usize::from(self.options.gemm == Gemm::Auto) + 1;
-        self.buckets().iter().copied().filter(|&b| b >= from).collect()
+        self.buckets()
+            .iter()
+            .copied()
+            .filter(|&b| b >= from)
+            .collect()
     }
 
     /// Sets `projection`'s algorithm at `rows` rows (from the cache; checked by cuBLASLt).

@@ -2,8 +2,8 @@
 //! and kept until the weights change.
 
 use super::{bucket_for, Model};
-use crate::step::buckets::check_batch;
 use crate::error::{LlamaError, Result};
+use crate::step::buckets::check_batch;
 use crate::step::device_loop::{DecodeLoop, LoopRun};
 
 impl Model {

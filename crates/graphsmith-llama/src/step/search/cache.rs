@@ -66,8 +66,8 @@ impl CacheEntry {
             .copied()
             .filter(|b| {
                 let launch = self.buckets.iter().any(|r| r.bucket == *b);
-                let lt = !lt_needed.contains(b)
-                    || self.cublaslt.as_ref().is_none_or(|lt| lt.covers(*b));
+                let lt =
+                    !lt_needed.contains(b) || self.cublaslt.as_ref().is_none_or(|lt| lt.covers(*b));
                 !(launch && lt)
             })
             .collect()

@@ -52,9 +52,11 @@ pub struct LtEntry {
 impl LtEntry {
     /// Whether the entry holds an algorithm for every matmul of `bucket`.
     pub fn covers(&self, bucket: usize) -> bool {
-        Projection::ALL
-            .iter()
-            .all(|p| self.choices.iter().any(|c| c.bucket == bucket && c.matmul == *p))
+        Projection::ALL.iter().all(|p| {
+            self.choices
+                .iter()
+                .any(|c| c.bucket == bucket && c.matmul == *p)
+        })
     }
 
     /// This entry's choices with `older`'s for the buckets this one lacks (both of one

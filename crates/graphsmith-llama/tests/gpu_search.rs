@@ -2,7 +2,8 @@
 //! choices (and hand-set ones off the rules in every bucket) give the rules' logits within the
 //! check's tolerance, a second load reads the cache and searches nothing (a corrupt entry is a
 //! warning and a new search), and every bucket of a searched model is hazard-free and replays
-//! what an eager step computes.
+//! what an eager step computes. A model of fewer sequences searches only its own buckets: an
+//! entry that lacks some of a later model's is searched for them, and the union kept.
 //!
 //! The cache goes to a temporary folder (`GRAPHSMITH_CACHE_DIR`, set once per process).
 //! Run on a machine with an NVIDIA GPU:
@@ -34,21 +35,22 @@ fn noop(_: usize, _: usize) {}
 
 fn make(
     ctx: &Context,
-    (c, w): &(Config, HostWeights),
+    m: &(Config, HostWeights),
     max_ctx: usize,
     options: DecoderOptions,
 ) -> Model {
+    make_for(ctx, m, (64, max_ctx), options)
+}
+
+/// A graphs-mode model of `size` (rows, positions), the cache in [`cache_folder`].
+fn make_for(
+    ctx: &Context,
+    (c, w): &(Config, HostWeights),
+    size: (usize, usize),
+    options: DecoderOptions,
+) -> Model {
     cache_folder();
-    Model::new(
-        ctx,
-        c.clone(),
-        w,
-        (64, max_ctx),
-        Mode::Graphs,
-        options,
-        noop,
-    )
-    .expect("the model is made")
+    Model::new(ctx, c.clone(), w, size, Mode::Graphs, options, noop).expect("the model is made")
 }
 
 fn searched() -> DecoderOptions {
@@ -292,4 +294,87 @@ fn every_bucket_of_a_searched_model_is_hazard_free() {
         assert_eq!(model.verify_graphs().unwrap(), None, "{}", m.0.name);
         assert!(model.attention_counters().unwrap().iter().all(|&n| n == 0));
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_entry_lacking_a_models_buckets_is_searched_for_them_and_keeps_the_union() {
+    let ctx = Context::new(0).expect("a CUDA GPU is needed for this test");
+    let m = tiny();
+    // A context class no other test of this file uses (1024 positions).
+    let max_ctx = 600;
+    let buckets = |r: &SearchReport| r.buckets.iter().map(|b| b.bucket).collect::<Vec<_>>();
+    // Whatever an earlier load left: start from no entry.
+    let first = make_for(&ctx, &m, (1, max_ctx), searched());
+    let file = PathBuf::from(
+        first
+            .search_report()
+            .unwrap()
+            .cache_file
+            .clone()
+            .expect("the entry's file"),
+    );
+    drop(first);
+    std::fs::remove_file(&file).unwrap();
+    let dir = file.parent().unwrap().to_path_buf();
+
+    // Three sequences: buckets 1, 2 and 4 searched, and no others.
+    let three = make_for(&ctx, &m, (3, max_ctx), searched());
+    let a = three.search_report().unwrap().clone();
+    say(&a);
+    assert!(!a.from_cache);
+    assert_eq!(buckets(&a), [1, 2, 4]);
+    let Lookup::Hit(entry) = load(&dir, &a.key) else {
+        panic!("the entry of three sequences is written");
+    };
+    assert_eq!(entry.buckets, a.buckets);
+    drop(three);
+
+    // One sequence: bucket 1 is in the entry, read and nothing searched.
+    let one = make_for(&ctx, &m, (1, max_ctx), searched());
+    let b = one.search_report().unwrap().clone();
+    say(&b);
+    assert!(b.from_cache, "{:?}", b.notes);
+    assert_eq!(b.search_ms, 0.0);
+    assert_eq!(b.buckets, a.buckets[..1].to_vec());
+    drop(one);
+
+    // Eight sequences: bucket 8 is missing, so the model's buckets are searched and the union
+    // of both searches stored.
+    let eight = make_for(&ctx, &m, (8, max_ctx), searched());
+    let c = eight.search_report().unwrap().clone();
+    say(&c);
+    assert!(!c.from_cache);
+    assert!(c.search_ms > 0.0);
+    assert_eq!(buckets(&c), [1, 2, 4, 8]);
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.contains("no choices for buckets [8]")),
+        "{:?}",
+        c.notes
+    );
+    drop(eight);
+
+    // Four sequences after both: read, nothing searched (the union covers 1, 2 and 4).
+    let four = make_for(&ctx, &m, (4, max_ctx), searched());
+    let d = four.search_report().unwrap().clone();
+    say(&d);
+    assert!(d.from_cache, "{:?}", d.notes);
+    assert_eq!(d.search_ms, 0.0);
+    assert_eq!(d.buckets, c.buckets[..3].to_vec());
+    let Lookup::Hit(entry) = load(&dir, &a.key) else {
+        panic!("the union is written");
+    };
+    assert_eq!(
+        entry.buckets.iter().map(|b| b.bucket).collect::<Vec<_>>(),
+        [1, 2, 4, 8]
+    );
+    assert_eq!(&entry.buckets[..3], &d.buckets[..]);
+    // A model of 64 sequences lacks 16, 32 and 64: searched again, all seven kept.
+    drop(four);
+    let wide = make(&ctx, &m, max_ctx, searched());
+    let e = wide.search_report().unwrap();
+    assert!(!e.from_cache);
+    assert_eq!(buckets(e), BUCKETS.to_vec());
 }

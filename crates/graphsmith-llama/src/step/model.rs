@@ -82,9 +82,9 @@ pub struct Model {
 impl Model {
     /// Uploads `host` and prepares `mode` for batches of up to `capacity` rows and `max_ctx`
     /// positions, its steps issued as `options` says (for the model's life). Graphs mode serves
-    /// the buckets up to the one that holds `capacity` ([`buckets_for_capacity`]), each
-    /// captured on first use, and sizes its decoder (and so its KV cache) for that bucket's
-    /// rows: a model of one sequence holds one sequence's KV cache.
+    /// the buckets up to the one that holds `capacity` ([`buckets_for_capacity`]; the largest
+    /// captured here, the others on first use) and sizes its decoder (and so its KV cache) for
+    /// that bucket's rows: a model of one sequence holds one sequence's KV cache.
     pub fn new(
         ctx: &Context,
         config: Config,

@@ -46,6 +46,19 @@ pub fn check_batch(call: &str, batch: usize, capacity: usize) -> Result<(), Llam
     )))
 }
 
+/// Appends to `ours` the items of `older` whose bucket (`bucket_of`) none of `ours` has, then
+/// orders them by bucket (stably): the union of two searches' results, the newer winning.
+pub fn union_by_bucket<T: Clone>(ours: &mut Vec<T>, older: &[T], bucket_of: impl Fn(&T) -> usize) {
+    let have: Vec<usize> = ours.iter().map(&bucket_of).collect();
+    ours.extend(
+        older
+            .iter()
+            .filter(|x| !have.contains(&bucket_of(x)))
+            .cloned(),
+    );
+    ours.sort_by_key(|x| bucket_of(x));
+}
+
 /// Launch choices per bucket: a step of `rows` rows takes the choices of the bucket that holds
 /// it ([`bucket_for`]); a step above the largest bucket (run eagerly) takes the largest's. The
 /// default holds the rules' choice ([`Tuning::default`]) everywhere.

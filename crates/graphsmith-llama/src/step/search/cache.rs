@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::key::CacheKey;
 use super::lt::LtEntry;
-use crate::step::buckets::BucketChoices;
+use crate::step::buckets::{union_by_bucket, BucketChoices};
 use crate::step::tuning::Tuning;
 
 /// The variable that puts the cache elsewhere (a folder; `launch-choices/` is made inside it).
@@ -78,15 +78,7 @@ impl CacheEntry {
     /// cuBLASLt version (an older entry's algorithms stay where this search ran none). What is
     /// stored after a search, so that a model using fewer buckets never narrows the entry.
     pub fn merged_over(mut self, older: &CacheEntry) -> CacheEntry {
-        let ours: Vec<usize> = self.buckets.iter().map(|r| r.bucket).collect();
-        self.buckets.extend(
-            older
-                .buckets
-                .iter()
-                .filter(|r| !ours.contains(&r.bucket))
-                .cloned(),
-        );
-        self.buckets.sort_by_key(|r| r.bucket);
+        union_by_bucket(&mut self.buckets, &older.buckets, |r| r.bucket);
         self.cublaslt = match (self.cublaslt.take(), &older.cublaslt) {
             (Some(new), Some(old)) if new.version == old.version => Some(new.merged_over(old)),
             (None, old) => old.clone(),

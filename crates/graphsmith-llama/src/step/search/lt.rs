@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LlamaError, Result};
 use crate::kernels::cublaslt::{AlgoData, Projection};
+use crate::step::buckets::union_by_bucket;
 use crate::step::decoder::Decoder;
 use crate::step::options::Gemm;
 
@@ -62,15 +63,8 @@ impl LtEntry {
     /// This entry's choices with `older`'s for the buckets this one lacks (both of one
     /// cuBLASLt version: the caller checks), ordered by bucket and matmul.
     pub fn merged_over(mut self, older: &LtEntry) -> LtEntry {
-        let ours: Vec<usize> = self.choices.iter().map(|c| c.bucket).collect();
-        self.choices.extend(
-            older
-                .choices
-                .iter()
-                .filter(|c| !ours.contains(&c.bucket))
-                .cloned(),
-        );
-        self.choices.sort_by_key(|c| (c.bucket, c.matmul));
+        self.choices.sort_by_key(|c| c.matmul);
+        union_by_bucket(&mut self.choices, &older.choices, |c| c.bucket);
         self
     }
 }

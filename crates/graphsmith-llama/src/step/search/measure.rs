@@ -129,9 +129,9 @@ fn progress(len: u64) -> indicatif::ProgressBar {
     pb
 }
 
-/// Searches every bucket of the decoder ([`Decoder::buckets`]), largest first, within `budget` (shared out by [`budget_share`];
-/// time a bucket leaves unspent goes to the next), leaving each bucket's winner in the
-/// decoder's choices and every row padding.
+/// Searches every bucket of the decoder ([`Decoder::buckets`]), largest first, within `budget`
+/// (shared out by [`budget_share`]; time a bucket leaves unspent goes to the next), leaving each
+/// bucket's winner in the decoder's choices and every row padding.
 pub(super) fn search_all(
     ctx: &Context,
     stream: &Stream,

@@ -35,8 +35,9 @@ pub use run::{
     Generation, SequenceCheck, Source, TourDecode, Ttft,
 };
 pub use step::{
-    bucket_for, chunk_inputs, plan_prefill, prefill_bucket, row_inputs, Chunk, ChunkInputs,
-    DecodeLoop, DecoderOptions, Gemm, LoopRun, Mode, Model, Pdl, PrefillMode, PrefillRun, Span,
-    StepPath, SwapReport, Tuning, BUCKETS, DEFAULT_PREFILL_CHUNK, PREFILL_BUCKETS,
+    bucket_for, buckets_for_capacity, chunk_inputs, plan_prefill, prefill_bucket, row_inputs,
+    Chunk, ChunkInputs, DecodeLoop, DecoderOptions, Gemm, LoopRun, Mode, Model, Pdl, PrefillMode,
+    PrefillRun, Span, StepPath, SwapReport, Tuning, BUCKETS, DEFAULT_PREFILL_CHUNK,
+    PREFILL_BUCKETS,
 };
 pub use step::{search, BucketChoices, BucketFacts, Search, SearchReport};

@@ -9,6 +9,8 @@
 //! Run on a machine with an NVIDIA GPU:
 //! `cargo test -p graphsmith-llama --release --test gpu_cublaslt -- --ignored --test-threads=1 --nocapture`
 
+mod common;
+
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -63,37 +65,6 @@ fn make(
     m
 }
 
-/// `got`'s rows of logits against `want`'s: finite, within the check's default tolerance, the
-/// argmax equal where the reference's top-2 margin exceeds it. Returns the worst diff over
-/// the tolerance.
-fn assert_close(what: &str, want: &[f32], got: &[f32], vocab: usize) -> f32 {
-    assert_eq!(want.len(), got.len(), "{what}: logits' lengths");
-    let tolerance = Tolerance::default();
-    let mut worst = 0.0f32;
-    for (r, (w, g)) in want.chunks(vocab).zip(got.chunks(vocab)).enumerate() {
-        assert!(
-            g.iter().all(|v| v.is_finite()),
-            "{what}: row {r}: NaN or infinity left in the logits"
-        );
-        let tol = tolerance.at(w);
-        let diff = w
-            .iter()
-            .zip(g)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
-        worst = worst.max(diff / tol);
-        assert!(
-            diff <= tol,
-            "{what}: row {r}: |logit diff| {diff} above the tolerance {tol}"
-        );
-        let (top, margin) = top2(w);
-        if margin > tol {
-            assert_eq!(top2(g).0, top, "{what}: row {r}: argmax");
-        }
-    }
-    worst
-}
-
 /// Steps both models `steps` times at each batch (the same token ids, from position 0) and
 /// holds `model`'s logits to `reference`'s.
 fn same_logits(reference: &mut Model, model: &mut Model, batches: &[usize], what: &str) {
@@ -110,7 +81,7 @@ fn same_logits(reference: &mut Model, model: &mut Model, batches: &[usize], what
             let want = reference.logits(batch).expect("logits");
             let got = model.logits(batch).expect("logits");
             let at = format!("{what}: batch {batch} step {t}");
-            worst = worst.max(assert_close(&at, &want, &got, vocab));
+            worst = worst.max(common::assert_close(&at, &want, &got, vocab));
         }
         println!("{what}: batch {batch}: worst diff / tolerance {worst:.3}");
     }
@@ -167,7 +138,7 @@ fn a_prefill_chunk_on_cublaslt_gives_cublas_logits_eager_and_graphs() {
             let want = reference.logits(views.len()).expect("logits");
             let got = lt.logits(views.len()).expect("logits");
             let what = format!("{mode:?} prefill in chunks of {chunk}");
-            let worst = assert_close(&what, &want, &got, vocab);
+            let worst = common::assert_close(&what, &want, &got, vocab);
             let next = (
                 reference.next_tokens(views.len()).expect("next tokens"),
                 lt.next_tokens(views.len()).expect("next tokens"),

@@ -1,6 +1,7 @@
 //! GPU tests (ignored without a GPU): eager against graphs, logits against a host f32 forward
 //! pass of the tiny model with the same bf16 rounding points, hazard checks of every captured
-//! bucket, the weight swap, the oversize fallback and the tour's decode.
+//! bucket, the weight swap, the oversize fallback, the memory and buckets of a graphs-mode
+//! model made for fewer sequences than the largest bucket, and the tour's decode.
 //!
 //! Run on a machine with an NVIDIA GPU:
 //! `cargo test -p graphsmith-llama --release --test gpu_decode -- --ignored --test-threads=1`
@@ -9,6 +10,7 @@ mod common;
 
 use graphsmith::model::NodeKind;
 use graphsmith::Context;
+use graphsmith_llama::buckets_for_capacity;
 use graphsmith_llama::{
     generate, random_weights, top2, tour_decode_with, Config, DecoderOptions, Gemm, HostWeights,
     Mode, Model, StepPath, Tuning, BUCKETS,
@@ -403,7 +405,8 @@ fn weight_swap_in_place_gives_the_new_models_results() {
     let (c, w) = tiny();
     let w2 = random_weights(&c, 12);
     let prompt = [9, 8, 7, 6, 5];
-    let mut model = common::model(&ctx, &c, &w, (1, 64), Mode::Graphs);
+    // Capacity 64: the model holds every bucket, and the swap switches each one.
+    let mut model = common::model(&ctx, &c, &w, (64, 64), Mode::Graphs);
     model.capture_all().unwrap();
     let before = generate(&mut model, &prompt, 24).unwrap();
     let before_logits = model.logits(1).unwrap();
@@ -470,4 +473,151 @@ fn tour_decode_eager_equals_graphs() {
     assert!(t.equal);
     assert_eq!(t.hazards, 0);
     assert!(t.graphs_tokens_per_s > 0.0 && t.eager_tokens_per_s > 0.0);
+}
+
+/// Device memory in use now (the free memory's complement), bytes.
+fn used_now(ctx: &Context) -> u64 {
+    let (free, total) = ctx.memory_info().expect("cuMemGetInfo");
+    total.saturating_sub(free) as u64
+}
+
+/// Runs `model` (capacity 1) from token 7 at position 0 through `segments` of free-running
+/// steps (each step's argmax feeds the next, on the device), its KV cache and logits poisoned
+/// first; returns the logits after the first step and after each segment.
+fn long_decode(model: &mut Model, segments: &[usize]) -> Vec<Vec<f32>> {
+    model.poison_kv_cache().unwrap();
+    model.poison_logits().unwrap();
+    model.step(&[(7, 0)]).unwrap();
+    let mut out = vec![model.logits(1).unwrap()];
+    for &n in segments {
+        model.poison_logits().unwrap();
+        model.run_free(1, n).unwrap();
+        out.push(model.logits(1).unwrap());
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_graphs_model_of_one_sequence_holds_one_sequences_kv_cache() {
+    let ctx = Context::new(0).expect("a CUDA GPU is needed for this test");
+    let c = Config::named("small").unwrap();
+    let w = random_weights(&c, 3);
+    let max_ctx = 4096;
+    // Positions 0, then 1..=511, ..=2047, ..=4094: every step attends over all before it.
+    let segments = [511, 1536, 2047];
+    let weights = c.weight_bytes();
+    let kv_one =
+        (2 * c.num_hidden_layers * c.num_key_value_heads * max_ctx * c.head_dim * 2) as u64;
+    // What a model holds besides its weights and KV cache: activations and logits of its rows,
+    // the kernels' module, cuBLAS's handle and workspace, the step graph (a 64-row decoder's
+    // KV cache alone would be 63 more sequences', about 5.9 GB here).
+    let margin: u64 = 256 << 20;
+
+    let before = used_now(&ctx);
+    let mut eager = common::model(&ctx, &c, &w, (1, max_ctx), Mode::Eager);
+    let want = long_decode(&mut eager, &segments);
+    let eager_used = used_now(&ctx).saturating_sub(before);
+    drop(eager);
+
+    let before = used_now(&ctx);
+    let mut graphs = common::model(&ctx, &c, &w, (1, max_ctx), Mode::Graphs);
+    let got = long_decode(&mut graphs, &segments);
+    let graphs_used = used_now(&ctx).saturating_sub(before);
+    println!(
+        "small, capacity 1, context {max_ctx}: weights {} MiB, one sequence's KV cache {} MiB; eager held {} MiB, graphs {} MiB",
+        weights >> 20,
+        kv_one >> 20,
+        eager_used >> 20,
+        graphs_used >> 20
+    );
+    assert_eq!(graphs.buckets(), [1]);
+    assert!(graphs.node_count(1).is_some() && graphs.node_count(2).is_none());
+    assert!(
+        graphs_used <= weights + kv_one + margin,
+        "graphs mode held {graphs_used} bytes: weights {weights} + one sequence's KV cache {kv_one} + {margin}"
+    );
+    assert!(
+        graphs_used <= eager_used + (128 << 20),
+        "graphs mode held {graphs_used} bytes, an eager model of the same capacity {eager_used}"
+    );
+    assert_eq!(got.len(), want.len());
+    for (i, (gl, el)) in got.iter().zip(&want).enumerate() {
+        let what = format!("checkpoint {i}: graphs' logits against eager's");
+        common::assert_close(&what, el, gl, c.vocab_size);
+    }
+    // Positions 0 and 4094 give other logits (a test on logits that never changed would mean
+    // nothing), whatever tokens the random model repeats.
+    assert_ne!(got[0], got[got.len() - 1]);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_capacity_3_model_runs_batches_up_to_3_in_bucket_4_and_refuses_more() {
+    let ctx = Context::new(0).expect("a CUDA GPU is needed for this test");
+    let (c, w) = tiny();
+    let refusal = |call: &str, batch: usize| {
+        format!(
+            "bad input: {call}: a batch of {batch} sequences, but the model was made for at most 3; \
+             make the model with a capacity of at least {batch} (`Model::new`'s rows, or `bench --batch {batch}`)"
+        )
+    };
+    // Every step at position 0 (tokens told apart by `t`): it writes each row's position 0 and
+    // attends over that alone. At position t a row would read positions 0..t, which rows that
+    // join a later, larger batch never wrote (the caches are poisoned, so that would be NaN).
+    let rows = |batch: usize, t: i32| -> Vec<(i32, i32)> {
+        (0..batch)
+            .map(|r| ((r as i32 * 97 + t * 13 + 5) % 512, 0))
+            .collect()
+    };
+    let mut eager = common::model(&ctx, &c, &w, (3, 32), Mode::Eager);
+    let mut graphs = common::model(&ctx, &c, &w, (3, 32), Mode::Graphs);
+    eager.poison_kv_cache().unwrap();
+    graphs.poison_kv_cache().unwrap();
+    assert_eq!(graphs.buckets(), buckets_for_capacity(3));
+    assert_eq!(graphs.buckets(), [1, 2, 4]);
+    for (t, (batch, bucket)) in [(1, 1), (2, 2), (3, 4)].into_iter().enumerate() {
+        let r = rows(batch, t as i32);
+        eager.poison_logits().unwrap();
+        graphs.poison_logits().unwrap();
+        assert_eq!(eager.step(&r).unwrap(), StepPath::Eager);
+        assert_eq!(graphs.step(&r).unwrap(), StepPath::Graph { bucket });
+        let (e, g) = (eager.logits(batch).unwrap(), graphs.logits(batch).unwrap());
+        let what = format!("batch {batch}: graphs' logits against eager's");
+        common::assert_close(&what, &e, &g, c.vocab_size);
+    }
+    // Both modes refuse a batch above the capacity alike, before anything runs; bucket 4 has
+    // room for a fourth row, but the model was made for three.
+    for model in [&mut eager, &mut graphs] {
+        for batch in [4, 5] {
+            let mode = model.mode();
+            let got = model.step(&rows(batch, 3)).unwrap_err().to_string();
+            assert_eq!(got, refusal("Model::step", batch), "{mode:?}");
+            let got = model.run_free(batch, 1).unwrap_err().to_string();
+            assert_eq!(got, refusal("Model::run_free", batch), "{mode:?}");
+            let prompt: &[i32] = &[1, 2, 3];
+            let got = model
+                .prefill(&vec![prompt; batch], 16)
+                .unwrap_err()
+                .to_string();
+            assert_eq!(got, refusal("Model::prefill", batch), "{mode:?}");
+        }
+    }
+    let got = graphs.decode_loop(5, 4, None).unwrap_err().to_string();
+    assert_eq!(got, refusal("Model::decode_loop", 5));
+    // The model captures its own buckets and no others.
+    graphs.capture_all().unwrap();
+    let held: Vec<usize> = graphs
+        .hazard_reports()
+        .unwrap()
+        .iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(held, [1, 2, 4]);
+    assert_eq!(graphs.node_count(8), None);
+    // A batch of 3 still runs after the refusals.
+    assert_eq!(
+        graphs.step(&rows(3, 4)).unwrap(),
+        StepPath::Graph { bucket: 4 }
+    );
 }

@@ -402,7 +402,8 @@ fn bad_prefill_requests_are_refused_with_their_reason() {
     );
     assert_eq!(
         err(&mut m, &three, 64),
-        "bad input: a prefill of 3 sequences: the model holds 2"
+        "bad input: Model::prefill: a batch of 3 sequences, but the model was made for at most 2; \
+         make the model with a capacity of at least 3 (`Model::new`'s rows, or `bench --batch 3`)"
     );
     assert_eq!(
         err(&mut m, &[&[1, 2]], 0),

@@ -55,7 +55,8 @@ fn swaps_back_and_forth_reuse_the_index_and_give_the_new_models_bits() {
     let ctx = ctx();
     let c = Config::named("tiny").unwrap();
     let (w, w2) = (random_weights(&c, 21), random_weights(&c, 22));
-    let mut model = common::model(&ctx, &c, &w, (1, 64), Mode::Graphs);
+    // Capacity 64: the model holds every bucket, and each swap switches every one.
+    let mut model = common::model(&ctx, &c, &w, (64, 64), Mode::Graphs);
     model.capture_all().unwrap();
 
     let there = model.swap_weights(&w2).unwrap();

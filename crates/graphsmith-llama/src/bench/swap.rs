@@ -130,6 +130,7 @@ pub fn bench_swap(
         )));
     }
     let ctx = &ctx()?;
+    // The largest bucket: the model holds (and every swap switches) every bucket's executable.
     let capacity = BUCKETS.last().copied().unwrap_or(1);
     let size = (capacity, 64);
     let mut model: Model = build_model(

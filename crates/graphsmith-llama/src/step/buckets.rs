@@ -1,7 +1,10 @@
-//! The batch buckets of graphs mode, which bucket a batch runs in, and the launch choices of
-//! each bucket ([`BucketChoices`]: the rules', or what the search measured at first load).
+//! The batch buckets of graphs mode, which bucket a batch runs in, which buckets a model of a
+//! given capacity uses ([`buckets_for_capacity`]: its captures, its search, its decoder's
+//! rows), the error of a batch above the capacity, and the launch choices of each bucket
+//! ([`BucketChoices`]: the rules', or what the search measured at first load).
 
 use super::tuning::Tuning;
+use crate::error::LlamaError;
 
 /// The batch buckets captured in graphs mode.
 pub const BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
@@ -10,6 +13,50 @@ pub const BUCKETS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
 /// largest (such a batch runs eagerly); the same rule as the cache's dispatch.
 pub fn bucket_for(batch: usize) -> Option<usize> {
     BUCKETS.iter().copied().find(|&b| batch <= b && batch > 0)
+}
+
+/// The buckets a model made for batches of up to `capacity` sequences uses: every bucket up to
+/// the one that holds `capacity` (all of them above the largest, whose larger batches run
+/// eagerly). Its captures, its search of the launch choices and its cuBLASLt workspaces cover
+/// these and no others.
+pub fn buckets_for_capacity(capacity: usize) -> &'static [usize] {
+    let n = BUCKETS
+        .iter()
+        .position(|&b| b >= capacity)
+        .map_or(BUCKETS.len(), |i| i + 1);
+    &BUCKETS[..n]
+}
+
+/// The rows of the decoder of a graphs-mode model of `capacity`: the bucket that holds it (its
+/// padding rows need buffers too), or `capacity` itself above the largest bucket.
+pub fn graph_rows(capacity: usize) -> usize {
+    bucket_for(capacity).unwrap_or(capacity)
+}
+
+/// Checks a batch of `batch` sequences given to `call` against the model's `capacity`: above it
+/// is an error naming both and the fix (in either mode, before anything runs).
+pub fn check_batch(call: &str, batch: usize, capacity: usize) -> Result<(), LlamaError> {
+    if batch <= capacity {
+        return Ok(());
+    }
+    Err(LlamaError::Input(format!(
+        "{call}: a batch of {batch} sequences, but the model was made for at most {capacity}; \
+         make the model with a capacity of at least {batch} (`Model::new`'s rows, or \
+         `bench --batch {batch}`)"
+    )))
+}
+
+/// Appends to `ours` the items of `older` whose bucket (`bucket_of`) none of `ours` has, then
+/// orders them by bucket (stably): the union of two searches' results, the newer winning.
+pub fn union_by_bucket<T: Clone>(ours: &mut Vec<T>, older: &[T], bucket_of: impl Fn(&T) -> usize) {
+    let have: Vec<usize> = ours.iter().map(&bucket_of).collect();
+    ours.extend(
+        older
+            .iter()
+            .filter(|x| !have.contains(&bucket_of(x)))
+            .cloned(),
+    );
+    ours.sort_by_key(|x| bucket_of(x));
 }
 
 /// Launch choices per bucket: a step of `rows` rows takes the choices of the bucket that holds
@@ -84,4 +131,34 @@ pub struct BucketFacts {
     pub max_ctx: usize,
     /// Multiprocessors of the device.
     pub sm_count: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{buckets_for_capacity, check_batch, graph_rows};
+
+    #[test]
+    fn a_capacity_uses_the_buckets_up_to_the_one_that_holds_it() {
+        assert_eq!(buckets_for_capacity(1), [1]);
+        assert_eq!(buckets_for_capacity(2), [1, 2]);
+        assert_eq!(buckets_for_capacity(3), [1, 2, 4]);
+        assert_eq!(buckets_for_capacity(4), [1, 2, 4]);
+        assert_eq!(buckets_for_capacity(33), [1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(buckets_for_capacity(64), [1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(buckets_for_capacity(100), [1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(
+            [1, 3, 5, 64, 65, 100].map(graph_rows),
+            [1, 4, 8, 64, 65, 100]
+        );
+    }
+
+    #[test]
+    fn a_batch_above_the_capacity_names_both_and_the_fix() {
+        assert!(check_batch("Model::step", 3, 3).is_ok());
+        assert_eq!(
+            check_batch("Model::step", 5, 3).unwrap_err().to_string(),
+            "bad input: Model::step: a batch of 5 sequences, but the model was made for at most 3; \
+             make the model with a capacity of at least 5 (`Model::new`'s rows, or `bench --batch 5`)"
+        );
+    }
 }

@@ -102,6 +102,12 @@ impl Decoder {
         self.capacity
     }
 
+    /// The buckets a decoder of these rows serves (`buckets_for_capacity`): what the search
+    /// measures and cuBLASLt keeps a workspace for.
+    pub(crate) fn buckets(&self) -> &'static [usize] {
+        crate::step::buckets::buckets_for_capacity(self.capacity)
+    }
+
     /// Positions each row's KV cache holds.
     pub(crate) fn max_ctx(&self) -> usize {
         self.max_ctx
@@ -259,7 +265,7 @@ impl Decoder {
             Pdl::On => kernels.programmatic()?,
         };
         let cublas = Cublas::new(ctx, stream, "cublas")?;
-        let (lt, lt_missing) = lt::make_lt(ctx, &options)?;
+        let (lt, lt_missing) = lt::make_lt(ctx, &options, capacity)?;
         let (h, f, v) = (
             config.hidden_size,
             config.intermediate_size,

@@ -18,7 +18,7 @@ pub use buckets::{BucketChoices, BucketFacts};
 pub use decoder::row_inputs;
 pub use device_loop::{DecodeLoop, LoopRun};
 pub use model::PrefillRun;
-pub use model::{bucket_for, Mode, Model, StepPath, SwapReport, BUCKETS};
+pub use model::{bucket_for, buckets_for_capacity, Mode, Model, StepPath, SwapReport, BUCKETS};
 pub use options::{DecoderOptions, Gemm, Pdl, Search};
 pub use prefill::{
     chunk_inputs, plan_prefill, prefill_bucket, Chunk, ChunkInputs, PrefillMode, Span,

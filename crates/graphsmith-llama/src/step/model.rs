@@ -1,6 +1,8 @@
 //! A loaded model ready to decode: weights on the device, the [`Decoder`] state, and either a
-//! plain stream (eager) or a [`GraphCache`] with batch buckets 1..64 (graphs). Requests above
-//! the largest bucket run eagerly with the cache's reason.
+//! plain stream (eager) or a [`GraphCache`] with the batch buckets up to the one that holds the
+//! model's capacity (graphs; `buckets_for_capacity`), its decoder sized for that bucket's rows.
+//! A batch above the capacity is an error in both modes; above the largest bucket (a capacity
+//! above 64) a batch runs eagerly with the cache's reason.
 
 use std::collections::HashMap;
 
@@ -22,7 +24,8 @@ mod swap;
 pub use prefill::PrefillRun;
 pub use swap::SwapReport;
 
-pub use super::buckets::{bucket_for, BUCKETS};
+pub use super::buckets::{bucket_for, buckets_for_capacity, BUCKETS};
+use super::buckets::{check_batch, graph_rows};
 
 /// Eager launches, or replays of captured graphs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -64,6 +67,9 @@ pub struct Model {
     ctx: Context,
     runner: Runner,
     mode: Mode,
+    /// The most sequences a step or prefill may hold (the batch the model was made for; in
+    /// graphs mode the decoder holds the rows of the bucket that holds it).
+    capacity: usize,
     /// Device-side decode loops by bucket (`device_loop.rs`), built on first use; dropped
     /// when the weights change.
     loops: HashMap<usize, DecodeLoop>,
@@ -75,8 +81,10 @@ pub struct Model {
 
 impl Model {
     /// Uploads `host` and prepares `mode` for batches of up to `capacity` rows and `max_ctx`
-    /// positions, its steps issued as `options` says (for the model's life). Graphs mode
-    /// captures the largest bucket here (the others on first use).
+    /// positions, its steps issued as `options` says (for the model's life). Graphs mode serves
+    /// the buckets up to the one that holds `capacity` ([`buckets_for_capacity`]; the largest
+    /// captured here, the others on first use) and sizes its decoder (and so its KV cache) for
+    /// that bucket's rows: a model of one sequence holds one sequence's KV cache.
     pub fn new(
         ctx: &Context,
         config: Config,
@@ -105,15 +113,15 @@ impl Model {
                 }
             }
             Mode::Graphs => {
-                let capacity = capacity.max(*BUCKETS.last().unwrap_or(&1));
+                let rows = graph_rows(capacity);
                 let mut work =
-                    Decoder::new(ctx, &upload, config, weights, (capacity, max_ctx), options)?;
+                    Decoder::new(ctx, &upload, config, weights, (rows, max_ctx), options)?;
                 upload.synchronize()?;
                 search = super::search::run(ctx, &upload, &mut work)?;
                 let cache = GraphCache::new(
                     ctx,
                     CacheConfig {
-                        buckets: BUCKETS.to_vec(),
+                        buckets: buckets_for_capacity(capacity).to_vec(),
                         budget_bytes: u64::MAX,
                         warmup_runs: 1,
                         mode: CaptureMode::Global,
@@ -128,6 +136,7 @@ impl Model {
             ctx: ctx.clone(),
             runner,
             mode,
+            capacity,
             loops: HashMap::new(),
             prefill: None,
             search,
@@ -164,6 +173,16 @@ impl Model {
     /// The mode.
     pub fn mode(&self) -> Mode {
         self.mode
+    }
+
+    /// The most sequences a step or prefill may hold (the batch the model was made for).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The buckets the model captures in graphs mode ([`buckets_for_capacity`]).
+    pub fn buckets(&self) -> &'static [usize] {
+        buckets_for_capacity(self.capacity)
     }
 
     /// The decoder state.
@@ -220,11 +239,12 @@ impl Model {
     }
 
     /// Writes (token, position) for each row and runs one step for them; rows past
-    /// `rows.len()` in the bucket are padding.
+    /// `rows.len()` in the bucket are padding. More rows than the model's capacity is an error.
     pub fn step(&mut self, rows: &[(i32, i32)]) -> Result<StepPath> {
         if rows.is_empty() {
             return Err(LlamaError::Input("a batch of zero sequences".into()));
         }
+        check_batch("Model::step", rows.len(), self.capacity)?;
         match &mut self.runner {
             Runner::Eager { stream, work } => {
                 work.write_rows(stream, rows)?;
@@ -261,6 +281,10 @@ impl Model {
     /// Runs `steps` steps for `rows` rows without writing anything from the host: each step's
     /// advance feeds the next (greedy decoding on the device). For timing.
     pub fn run_free(&mut self, rows: usize, steps: usize) -> Result<()> {
+        if rows == 0 {
+            return Err(LlamaError::Input("a batch of zero sequences".into()));
+        }
+        check_batch("Model::run_free", rows, self.capacity)?;
         for _ in 0..steps {
             match &mut self.runner {
                 Runner::Eager { stream, work } => work.step(stream, rows)?,
@@ -349,10 +373,12 @@ impl Model {
         }
     }
 
-    /// Captures every bucket now (each is otherwise captured on first use).
+    /// Captures every bucket of the model ([`Model::buckets`]) now (each is otherwise captured
+    /// on first use).
     pub fn capture_all(&mut self) -> Result<()> {
+        let buckets = self.buckets();
         if let Runner::Graphs(cache) = &mut self.runner {
-            for b in BUCKETS {
+            for &b in buckets {
                 let mut failed = None;
                 cache.run_with(&b, |stream, work, _| {
                     failed = work.write_rows(stream, &[]).err();

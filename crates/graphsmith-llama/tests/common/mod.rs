@@ -1,11 +1,14 @@
-//! Helpers shared by the tests: a tiny model directory written in the HF layout.
+//! Helpers shared by the tests: a tiny model directory written in the HF layout, models with
+//! the default options, a cache key, and logits held to the check's tolerance.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use graphsmith::Context;
-use graphsmith_llama::{random_weights, Config, DecoderOptions, HostWeights, Mode, Model};
+use graphsmith_llama::{
+    random_weights, top2, Config, DecoderOptions, HostWeights, Mode, Model, Tolerance,
+};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 
@@ -150,4 +153,35 @@ pub fn cache_key(gemm: graphsmith_llama::Gemm) -> graphsmith_llama::search::Cach
         search: SEARCH_FORMAT,
         shape: Shape::new(&config, 177, gemm, true),
     }
+}
+
+/// `got`'s rows of logits against `want`'s: finite, within the check's default tolerance, the
+/// argmax equal where the reference's top-2 margin exceeds it. Returns the worst diff over
+/// the tolerance.
+pub fn assert_close(what: &str, want: &[f32], got: &[f32], vocab: usize) -> f32 {
+    assert_eq!(want.len(), got.len(), "{what}: logits' lengths");
+    let tolerance = Tolerance::default();
+    let mut worst = 0.0f32;
+    for (r, (w, g)) in want.chunks(vocab).zip(got.chunks(vocab)).enumerate() {
+        assert!(
+            g.iter().all(|v| v.is_finite()),
+            "{what}: row {r}: NaN or infinity left in the logits"
+        );
+        let tol = tolerance.at(w);
+        let diff = w
+            .iter()
+            .zip(g)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        worst = worst.max(diff / tol);
+        assert!(
+            diff <= tol,
+            "{what}: row {r}: |logit diff| {diff} above the tolerance {tol}"
+        );
+        let (top, margin) = top2(w);
+        if margin > tol {
+            assert_eq!(top2(g).0, top, "{what}: row {r}: argmax");
+        }
+    }
+    worst
 }

@@ -8,19 +8,22 @@ use super::Decoder;
 use crate::error::Result;
 use crate::kernels::cublas::{operand, output};
 use crate::kernels::cublaslt::{AlgoData, CublasLt, Projection};
-use crate::step::buckets::BUCKETS;
+use crate::step::buckets::buckets_for_capacity;
 use crate::step::options::{DecoderOptions, Gemm, Search};
 
-/// cuBLASLt for `options`: made with `--gemm cublaslt` (an error when it cannot be), and with
-/// `auto` when the search runs (then a missing library leaves cuBLAS in its place, and the
-/// second value says why); none otherwise.
+/// cuBLASLt for `options` with a workspace per bucket of a decoder of `capacity` rows: made
+/// with `--gemm cublaslt` (an error when it cannot be), and with `auto` when the search runs
+/// (then a missing library leaves cuBLAS in its place, and the second value says why); none
+/// otherwise.
 pub(super) fn make_lt(
     ctx: &Context,
     options: &DecoderOptions,
+    capacity: usize,
 ) -> Result<(Option<CublasLt>, Option<String>)> {
+    let buckets = buckets_for_capacity(capacity);
     match (options.gemm, options.search) {
-        (Gemm::CublasLt, _) => Ok((Some(CublasLt::new(ctx, "cublaslt", &BUCKETS)?), None)),
-        (Gemm::Auto, Search::On) => match CublasLt::new(ctx, "cublaslt", &BUCKETS) {
+        (Gemm::CublasLt, _) => Ok((Some(CublasLt::new(ctx, "cublaslt", buckets)?), None)),
+        (Gemm::Auto, Search::On) => match CublasLt::new(ctx, "cublaslt", buckets) {
             Ok(lt) => Ok((Some(lt), None)),
             Err(e) => Ok((None, Some(format!("{e}; cuBLAS runs above one row")))),
         },
@@ -72,11 +75,15 @@ impl Decoder {
         self.lt_missing.as_deref()
     }
 
-    /// The buckets whose matmuls run on cuBLASLt once chosen: every bucket with `--gemm
-    /// cublaslt`, those above one row with `auto`.
+    /// The buckets of the decoder ([`Decoder::buckets`]) whose matmuls run on cuBLASLt once
+    /// chosen: every one with `--gemm cublaslt`, those above one row with `auto`.
     pub(crate) fn lt_buckets(&self) -> Vec<usize> {
         let from = usize::from(self.options.gemm == Gemm::Auto) + 1;
-        BUCKETS.iter().copied().filter(|&b| b >= from).collect()
+        self.buckets()
+            .iter()
+            .copied()
+            .filter(|&b| b >= from)
+            .collect()
     }
 
     /// Sets `projection`'s algorithm at `rows` rows (from the cache; checked by cuBLASLt).

@@ -1,8 +1,9 @@
 //! [`Model`]'s device-side decode loops (`device_loop.rs`): one per bucket, built on first use
 //! and kept until the weights change.
 
-use super::{bucket_for, Model, BUCKETS};
+use super::{bucket_for, Model};
 use crate::error::{LlamaError, Result};
+use crate::step::buckets::check_batch;
 use crate::step::device_loop::{DecodeLoop, LoopRun};
 
 impl Model {
@@ -47,12 +48,15 @@ impl Model {
                 "a device-side loop for {batch} rows and {steps} steps: both must be at least 1"
             )));
         }
-        let bucket = bucket_for(batch).ok_or_else(|| {
-            LlamaError::Input(format!(
-                "a device-side loop for {batch} rows: the largest bucket holds {}",
-                BUCKETS.last().unwrap_or(&1)
-            ))
-        })?;
+        check_batch("Model::decode_loop", batch, self.capacity())?;
+        let bucket = bucket_for(batch)
+            .filter(|b| self.buckets().contains(b))
+            .ok_or_else(|| {
+                LlamaError::Input(format!(
+                    "a device-side loop for {batch} rows: the largest bucket holds {}",
+                    self.buckets().last().unwrap_or(&1)
+                ))
+            })?;
         let ctx = self.context().clone();
         let (stream, work, loops) = self.loop_parts()?;
         let fits = loops.get(&bucket).is_some_and(|l| l.max_steps() >= steps);

@@ -60,13 +60,9 @@ impl Model {
     /// first use.
     pub fn prefill(&mut self, prompts: &[&[i32]], chunk: usize) -> Result<PrefillRun> {
         let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
-        let (capacity, max_ctx) = (self.decoder().capacity(), self.decoder().max_ctx());
-        if prompts.len() > capacity {
-            return Err(LlamaError::Input(format!(
-                "a prefill of {} sequences: the model holds {capacity}",
-                prompts.len()
-            )));
-        }
+        // The decoder's rows (its cache slots): the capacity's bucket in graphs mode.
+        let (slots, max_ctx) = (self.decoder().capacity(), self.decoder().max_ctx());
+        crate::step::buckets::check_batch("Model::prefill", prompts.len(), self.capacity)?;
         if let Some((s, n)) = lens.iter().enumerate().find(|(_, &n)| n > max_ctx) {
             return Err(LlamaError::Input(format!(
                 "prompt {s} of {n} tokens is longer than the context of {max_ctx}"
@@ -86,7 +82,7 @@ impl Model {
             Runner::Graphs(cache) => cache.parts(),
         };
         for c in &plan {
-            let inputs = chunk_inputs(c, prompts, capacity)?;
+            let inputs = chunk_inputs(c, prompts, slots)?;
             work.write_prefill_chunk(stream, &mut state.bufs, &inputs)?;
             match state.graphs.get_mut(&c.bucket) {
                 Some(exec) if graphs => exec.launch(stream)?,
@@ -215,7 +211,7 @@ impl Model {
     }
 
     /// Layer `layer`'s K and V caches as bf16 bits, `[rows, n_kv, max_ctx, head_dim]` each (rows:
-    /// the decoder's, at least 64 in graphs mode).
+    /// the decoder's: in graphs mode those of the bucket that holds the capacity).
     pub fn kv_cache(&mut self, layer: usize) -> Result<(Vec<u16>, Vec<u16>)> {
         let (stream, work) = self.stream_and_decoder();
         let Some((k, v)) = work.kv_cache_mut(layer) else {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::key::CacheKey;
 use super::lt::LtEntry;
-use crate::step::buckets::BucketChoices;
+use crate::step::buckets::{union_by_bucket, BucketChoices};
 use crate::step::tuning::Tuning;
 
 /// The variable that puts the cache elsewhere (a folder; `launch-choices/` is made inside it).
@@ -56,6 +56,37 @@ pub struct CacheEntry {
 }
 
 impl CacheEntry {
+    /// The buckets of `needed` the entry does not cover: those without launch choices, and
+    /// those of `lt_needed` (the buckets a load runs on cuBLASLt) without an algorithm for
+    /// every matmul where the entry holds cuBLASLt's algorithms (an entry without them has
+    /// them measured at load, as before). A load with any is searched, not read.
+    pub fn missing(&self, needed: &[usize], lt_needed: &[usize]) -> Vec<usize> {
+        needed
+            .iter()
+            .copied()
+            .filter(|b| {
+                let launch = self.buckets.iter().any(|r| r.bucket == *b);
+                let lt =
+                    !lt_needed.contains(b) || self.cublaslt.as_ref().is_none_or(|lt| lt.covers(*b));
+                !(launch && lt)
+            })
+            .collect()
+    }
+
+    /// This entry (what a search of some buckets found) with `older`'s buckets that it lacks:
+    /// their launch choices, and their cuBLASLt algorithms where both were chosen by one
+    /// cuBLASLt version (an older entry's algorithms stay where this search ran none). What is
+    /// stored after a search, so that a model using fewer buckets never narrows the entry.
+    pub fn merged_over(mut self, older: &CacheEntry) -> CacheEntry {
+        union_by_bucket(&mut self.buckets, &older.buckets, |r| r.bucket);
+        self.cublaslt = match (self.cublaslt.take(), &older.cublaslt) {
+            (Some(new), Some(old)) if new.version == old.version => Some(new.merged_over(old)),
+            (None, old) => old.clone(),
+            (new, _) => new,
+        };
+        self
+    }
+
     /// The choices per bucket, or what is wrong with them (an unknown bucket or a spelling
     /// `--tune` does not read).
     pub fn choices(&self) -> Result<BucketChoices, String> {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{LlamaError, Result};
 use crate::kernels::cublaslt::{AlgoData, Projection};
+use crate::step::buckets::union_by_bucket;
 use crate::step::decoder::Decoder;
 use crate::step::options::Gemm;
 
@@ -47,6 +48,25 @@ pub struct LtEntry {
     /// The measuring took this long, ms.
     pub measure_ms: f64,
     pub choices: Vec<LtChoice>,
+}
+
+impl LtEntry {
+    /// Whether the entry holds an algorithm for every matmul of `bucket`.
+    pub fn covers(&self, bucket: usize) -> bool {
+        Projection::ALL.iter().all(|p| {
+            self.choices
+                .iter()
+                .any(|c| c.bucket == bucket && c.matmul == *p)
+        })
+    }
+
+    /// This entry's choices with `older`'s for the buckets this one lacks (both of one
+    /// cuBLASLt version: the caller checks), ordered by bucket and matmul.
+    pub fn merged_over(mut self, older: &LtEntry) -> LtEntry {
+        self.choices.sort_by_key(|c| c.matmul);
+        union_by_bucket(&mut self.choices, &older.choices, |c| c.bucket);
+        self
+    }
 }
 
 /// The median of `v` (0 when empty).
@@ -120,9 +140,11 @@ pub(super) fn settle(
     }
 }
 
-/// Sets every cached algorithm (each checked by cuBLASLt); the first refused is the error.
+/// Sets every cached algorithm of the decoder's buckets (each checked by cuBLASLt); the first
+/// refused is the error.
 fn apply(work: &Decoder, entry: &LtEntry) -> Result<()> {
-    for c in &entry.choices {
+    let buckets = work.lt_buckets();
+    for c in entry.choices.iter().filter(|c| buckets.contains(&c.bucket)) {
         work.set_lt_algo(c.bucket, c.matmul, c.algo)?;
     }
     if let Some(lt) = work.lt() {

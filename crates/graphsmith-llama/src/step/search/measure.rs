@@ -11,7 +11,7 @@ use super::cache::BucketResult;
 use super::candidates::{budget_share, Verdict};
 use super::descent::descend;
 use crate::error::{LlamaError, Result};
-use crate::step::buckets::{BucketFacts, BUCKETS};
+use crate::step::buckets::BucketFacts;
 use crate::step::decoder::Decoder;
 use crate::step::tuning::Tuning;
 
@@ -129,9 +129,9 @@ fn progress(len: u64) -> indicatif::ProgressBar {
     pb
 }
 
-/// Searches every bucket, largest first, within `budget` (shared out by [`budget_share`];
-/// time a bucket leaves unspent goes to the next), leaving each bucket's winner in the
-/// decoder's choices and every row padding.
+/// Searches every bucket of the decoder ([`Decoder::buckets`]), largest first, within `budget`
+/// (shared out by [`budget_share`]; time a bucket leaves unspent goes to the next), leaving each
+/// bucket's winner in the decoder's choices and every row padding.
 pub(super) fn search_all(
     ctx: &Context,
     stream: &Stream,
@@ -148,7 +148,7 @@ pub(super) fn search_all(
         position,
         most_replays: max_ctx.saturating_sub(position + 1).max(1),
     };
-    let order: Vec<usize> = BUCKETS.iter().rev().copied().collect();
+    let order: Vec<usize> = work.buckets().iter().rev().copied().collect();
     let facts: Vec<BucketFacts> = order.iter().map(|&b| work.bucket_facts(b)).collect();
     let shares: Vec<f64> = facts.iter().map(budget_share).collect();
     let total: f64 = shares.iter().sum();

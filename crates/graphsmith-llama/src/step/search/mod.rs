@@ -77,8 +77,10 @@ pub(crate) fn key_for(ctx: &Context, work: &Decoder) -> Result<CacheKey> {
 }
 
 /// Sets `work`'s choices per bucket from the cache, or by searching (then caches them), when
-/// its options ask for the search and set no choice by hand; `None` otherwise. Warnings go to
-/// stderr and into the report.
+/// its options ask for the search and set no choice by hand; `None` otherwise. Only the
+/// decoder's buckets ([`Decoder::buckets`]) are read or searched: an entry that lacks some of
+/// them ([`CacheEntry::missing`]) has the decoder's buckets searched, and the union stored
+/// ([`CacheEntry::merged_over`]). Warnings go to stderr and into the report.
 pub(crate) fn run(
     ctx: &Context,
     stream: &Stream,
@@ -91,47 +93,26 @@ pub(crate) fn run(
     let key = key_for(ctx, work)?;
     let dir = cache_dir();
     let mut notes = Vec::new();
+    let needed = work.buckets();
+    let lt_needed = if work.lt().is_some() {
+        work.lt_buckets()
+    } else {
+        Vec::new()
+    };
+    // An entry that covers some of the buckets: kept under what this load searches.
+    let mut prior = None;
     match &dir {
         Some(dir) => match load(dir, &key) {
             Lookup::Hit(entry) => {
-                let mut entry = *entry;
-                let mut path = dir.join(key.file_name()).display().to_string();
-                for b in &entry.buckets {
-                    if let Ok(t) = b.tuning.parse() {
-                        work.set_bucket_choice(b.bucket, t)?;
-                    }
+                let missing = entry.missing(needed, &lt_needed);
+                if missing.is_empty() {
+                    return read_entry(ctx, stream, work, (dir, key, *entry), notes).map(Some);
                 }
-                let started = Instant::now();
-                let lt = lt::settle(ctx, stream, work, entry.cublaslt.as_ref(), &mut notes)?;
-                let measured = lt.as_ref().is_some_and(|(_, m)| *m);
-                entry.cublaslt = lt.map(|(e, _)| e);
-                if measured {
-                    // The launch choices stand; the entry is written again with the new
-                    // algorithms.
-                    match store(dir, &entry) {
-                        Ok(p) => path = p.display().to_string(),
-                        Err(warning) => {
-                            eprintln!("warning: {warning}");
-                            notes.push(warning);
-                        }
-                    }
-                }
-                return Ok(Some(SearchReport {
-                    from_cache: true,
-                    search_ms: if measured {
-                        started.elapsed().as_secs_f64() * 1e3
-                    } else {
-                        0.0
-                    },
-                    found_in_ms: entry.search_ms,
-                    cache_file: Some(path),
-                    key,
-                    buckets: entry.buckets,
-                    out_of_budget: false,
-                    cublaslt: entry.cublaslt,
-                    cublaslt_measured: measured,
-                    notes,
-                }));
+                notes.push(format!(
+                    "launch choices cache {}: no choices for buckets {missing:?}; buckets {needed:?} searched",
+                    dir.join(key.file_name()).display()
+                ));
+                prior = Some(*entry);
             }
             Lookup::Miss => {}
             Lookup::Stale(note) => notes.push(note),
@@ -145,17 +126,27 @@ pub(crate) fn run(
         )),
     }
     let started = Instant::now();
-    // cuBLASLt's algorithms first: the launch choices' candidates are captured with them.
-    let lt = lt::settle(ctx, stream, work, None, &mut notes)?.map(|(e, _)| e);
+    // cuBLASLt's algorithms first: the launch choices' candidates are captured with them. The
+    // prior entry's are reused where they cover every bucket this load runs on cuBLASLt.
+    let cached_lt = prior
+        .as_ref()
+        .and_then(|p| p.cublaslt.as_ref())
+        .filter(|lt| lt_needed.iter().all(|&b| lt.covers(b)));
+    let lt = lt::settle(ctx, stream, work, cached_lt, &mut notes)?;
+    let cublaslt_measured = lt.as_ref().is_some_and(|(_, m)| *m);
+    let lt = lt.map(|(e, _)| e);
     let searched = measure::search_all(ctx, stream, work, BUDGET)?;
     let search_ms = started.elapsed().as_secs_f64() * 1e3;
     notes.extend(searched.notes);
-    let entry = CacheEntry {
+    let mut entry = CacheEntry {
         key: key.clone(),
         search_ms,
-        buckets: searched.buckets,
-        cublaslt: lt,
+        buckets: searched.buckets.clone(),
+        cublaslt: lt.clone(),
     };
+    if let Some(p) = &prior {
+        entry = entry.merged_over(p);
+    }
     let cache_file = match dir.as_deref().map(|d| store(d, &entry)) {
         Some(Ok(path)) => Some(path.display().to_string()),
         Some(Err(warning)) => {
@@ -165,16 +156,74 @@ pub(crate) fn run(
         }
         None => None,
     };
-    Ok(Some(SearchReport {
+    Ok(SearchReport {
         from_cache: false,
         search_ms,
         found_in_ms: search_ms,
         cache_file,
         key,
-        buckets: entry.buckets,
+        buckets: searched.buckets,
         out_of_budget: searched.out_of_budget,
-        cublaslt_measured: entry.cublaslt.is_some(),
-        cublaslt: entry.cublaslt,
+        cublaslt_measured,
+        cublaslt: lt,
         notes,
-    }))
+    }
+    .into())
+}
+
+/// Sets `work`'s choices from `entry`, which covers every bucket of the decoder: no time is
+/// spent searching (cuBLASLt's algorithms are measured only where the entry's are refused or
+/// of another cuBLASLt, then the entry is written again).
+fn read_entry(
+    ctx: &Context,
+    stream: &Stream,
+    work: &mut Decoder,
+    (dir, key, mut entry): (&std::path::Path, CacheKey, CacheEntry),
+    mut notes: Vec<String>,
+) -> Result<SearchReport> {
+    let needed = work.buckets();
+    let mut path = dir.join(key.file_name()).display().to_string();
+    for b in entry.buckets.iter().filter(|b| needed.contains(&b.bucket)) {
+        if let Ok(t) = b.tuning.parse() {
+            work.set_bucket_choice(b.bucket, t)?;
+        }
+    }
+    let started = Instant::now();
+    let lt = lt::settle(ctx, stream, work, entry.cublaslt.as_ref(), &mut notes)?;
+    let measured = lt.as_ref().is_some_and(|(_, m)| *m);
+    let lt = lt.map(|(e, _)| e);
+    if measured {
+        // The launch choices stand; the entry is written again with the new algorithms (and
+        // the old ones of the buckets this decoder lacks, where one cuBLASLt chose both).
+        let old = entry.clone();
+        entry.cublaslt = lt.clone();
+        entry = entry.merged_over(&old);
+        match store(dir, &entry) {
+            Ok(p) => path = p.display().to_string(),
+            Err(warning) => {
+                eprintln!("warning: {warning}");
+                notes.push(warning);
+            }
+        }
+    }
+    Ok(SearchReport {
+        from_cache: true,
+        search_ms: if measured {
+            started.elapsed().as_secs_f64() * 1e3
+        } else {
+            0.0
+        },
+        found_in_ms: entry.search_ms,
+        cache_file: Some(path),
+        key,
+        buckets: entry
+            .buckets
+            .into_iter()
+            .filter(|b| needed.contains(&b.bucket))
+            .collect(),
+        out_of_budget: false,
+        cublaslt: lt,
+        cublaslt_measured: measured,
+        notes,
+    })
 }

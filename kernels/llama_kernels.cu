@@ -826,15 +826,17 @@ LL_ATTENTION(ll_attention_2_g4, 2, 4)
 LL_ATTENTION(ll_attention_4_g4, 4, 4)
 LL_ATTENTION(ll_attention_8_g4, 8, 4)
 
-// The cluster variants (sm_90): grid (rows, n_kv_heads, 8), clusters of the 8 blocks of one
-// (row, KV head), 512 threads (16 warps), which combine their partials through distributed
-// shared memory instead of `part` and `counters` (unused; same arguments): each block pushes
-// its partial to the blocks that combine it and waits for its own share. For groups of up to
-// 4 query heads and head_dim up to 128 (at most 128 registers at 512 threads). The dynamic
-// shared memory is that of 16 warps and 8 splits.
-#define ATT_CLUSTER 8
-#define LL_ATTENTION_CLUSTER(NAME, E)                                                           \
-    extern "C" __global__ void __cluster_dims__(1, 1, ATT_CLUSTER) __launch_bounds__(512, 1)   \
+// The cluster variants (sm_90): grid (rows, n_kv_heads, CL), clusters of the CL blocks of one
+// (row, KV head), which combine their partials through distributed shared memory instead of
+// `part` and `counters` (unused; same arguments): each block pushes its partial to the blocks
+// that combine it and waits for its own share. For groups of up to 4 query heads and head_dim
+// up to 128. `_c8`: clusters of 8 blocks of 512 threads (16 warps), one block per
+// multiprocessor (at most 128 registers), for models with few KV heads; `_c4`: clusters of 4
+// blocks of 256 threads (8 warps), up to two per multiprocessor, for models with many (32 KV
+// heads: 128 blocks at one row). The dynamic shared memory is that of the block's warps and CL
+// splits (`AttentionLaunch::smem`).
+#define LL_ATTENTION_CLUSTER(NAME, E, CL, THREADS, MIN_BLOCKS)                                  \
+    extern "C" __global__ void __cluster_dims__(1, 1, CL) __launch_bounds__(THREADS, MIN_BLOCKS) \
         NAME(const unsigned short* qkv, unsigned short* kcache, unsigned short* vcache,         \
              const int* pos, const float* cos_t, const float* sin_t, unsigned short* out,      \
              int nq, int nkv, int hd, int max_ctx, float scale, float* part,                   \
@@ -843,12 +845,15 @@ LL_ATTENTION(ll_attention_8_g4, 8, 4)
              unsigned long long n1, const unsigned char* pf2, unsigned long long off2,          \
              unsigned long long n2) {                                                           \
         Prefetch pf = {{pf0, pf1, pf2}, {off0, off1, off2}, {n0, n1, n2}};                     \
-        attention<E, 4, ATT_CLUSTER>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, \
-                                     max_ctx, scale, part, counters, pf);                      \
+        attention<E, 4, CL>(qkv, kcache, vcache, pos, cos_t, sin_t, out, nq, nkv, hd, max_ctx, \
+                            scale, part, counters, pf);                                         \
     }
-LL_ATTENTION_CLUSTER(ll_attention_1_c8, 1)
-LL_ATTENTION_CLUSTER(ll_attention_2_c8, 2)
-LL_ATTENTION_CLUSTER(ll_attention_4_c8, 4)
+LL_ATTENTION_CLUSTER(ll_attention_1_c8, 1, 8, 512, 1)
+LL_ATTENTION_CLUSTER(ll_attention_2_c8, 2, 8, 512, 1)
+LL_ATTENTION_CLUSTER(ll_attention_4_c8, 4, 8, 512, 1)
+LL_ATTENTION_CLUSTER(ll_attention_1_c4, 1, 4, 256, 2)
+LL_ATTENTION_CLUSTER(ll_attention_2_c4, 2, 4, 256, 2)
+LL_ATTENTION_CLUSTER(ll_attention_4_c4, 4, 4, 256, 2)
 
 // HF LlamaMLP activation: out = bf16(silu(gate)) * up, rounded to bf16. gu row: [gate | up].
 extern "C" __global__ void ll_swiglu(const unsigned short* gu, unsigned short* out, int ffn,

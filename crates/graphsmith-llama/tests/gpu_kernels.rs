@@ -2,9 +2,9 @@
 //! reference on random inputs, outputs poisoned first: the fused GEMV variants (rows 1, 3, 8 and
 //! 11, which runs in chunks; K odd and K a multiple of 8; more columns than warps in the grid),
 //! the ring GEMV's (one row; its rings refilled or not; 1 to 8 warps per column),
-//! the decode attention (several positions, a padded row, group sizes 2 to 16, split over 1 to
-//! 64 blocks per row and KV head, and as clusters of 8 blocks combining in distributed shared
-//! memory; launched twice) and the argmax
+//! the decode attention (several positions, a padded row, group sizes 1 to 16, split over 1 to
+//! 64 blocks per row and KV head, and as clusters of 8 or 4 blocks combining in distributed
+//! shared memory; launched twice) and the argmax
 //! with the advance (ties, odd vocabularies, the reset of the packed maximum).
 //!
 //! Run on a machine with an NVIDIA GPU:
@@ -14,8 +14,8 @@ use graphsmith::model::Dim3;
 use graphsmith::{args, Context, DeviceBuffer, LaunchConfig, Stream};
 use graphsmith_llama::kernels::{
     allow_smem, async_smem, attention_splits, gemv, gemv_async, gemv_head, AttentionLaunch,
-    GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER,
-    ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
+    GemvKernels, Kernels, ARGMAX_CHUNK, ARGMAX_THREADS, ATTENTION_CLUSTER, ATTENTION_CLUSTER_SMALL,
+    ATTENTION_CLUSTER_SMALL_THREADS, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 use graphsmith_llama::Config;
 
@@ -420,12 +420,19 @@ fn plain(splits: usize) -> AttentionLaunch {
     }
 }
 
-/// The cluster variant's launch.
-const CLUSTER: AttentionLaunch = AttentionLaunch {
-    cluster: true,
-    splits: ATTENTION_CLUSTER,
-    threads: ATTENTION_CLUSTER_THREADS,
-};
+/// The cluster variants' launches: clusters of 8 blocks of 512 threads, and of 4 of 256.
+const CLUSTERS: [AttentionLaunch; 2] = [
+    AttentionLaunch {
+        cluster: true,
+        splits: ATTENTION_CLUSTER,
+        threads: ATTENTION_CLUSTER_THREADS,
+    },
+    AttentionLaunch {
+        cluster: true,
+        splits: ATTENTION_CLUSTER_SMALL,
+        threads: ATTENTION_CLUSTER_SMALL_THREADS,
+    },
+];
 
 /// Checks the attention of rows at `pos` (negative: padding) in a cache of `max_ctx` positions,
 /// launched as `how` says, twice (the counters must be back at 0 after each launch, and the
@@ -441,7 +448,11 @@ fn check_attention(
     how: AttentionLaunch,
 ) {
     let splits = how.splits;
-    let cl = if how.cluster { " (cluster)" } else { "" };
+    let cl = if how.cluster {
+        format!(" (clusters of {splits})")
+    } else {
+        String::new()
+    };
     let rows = pos.len();
     let (nq, nkv, hd) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
     let mut rng = Rng(77 + (rows * hd) as u64);
@@ -464,7 +475,7 @@ fn check_attention(
         st.upload(&mut out, &vec![POISON; rows * nq * hd]).unwrap();
         st.launch(
             "test attention",
-            kernels.attention_kernel(hd, group, how.cluster),
+            kernels.attention_kernel(hd, group, how),
             cfg3(
                 (rows as u32, nkv as u32, splits as u32),
                 how.threads,
@@ -574,9 +585,14 @@ fn attention_matches_a_host_reference() {
     group16.head_dim = 40;
     let mut hd256 = wide.clone();
     hd256.head_dim = 256;
+    // One query head per key/value head (SmolLM2-1.7B's and Llama-2-7B's attention).
+    let mut mha = wide.clone();
+    mha.num_key_value_heads = 8;
     // Split counts as the decoder picks them for 132 multiprocessors (and 1: one block per row
     // and KV head); the long context crosses chunk edges (15/16/17 positions) and uses 64 splits.
-    for c in [&tiny, &small, &wide, &hd128, &group8, &group16, &hd256] {
+    for c in [
+        &tiny, &small, &wide, &hd128, &group8, &group16, &hd256, &mha,
+    ] {
         let nkv = c.num_key_value_heads;
         let cases: [&[i32]; 3] = [&[0], &[5, -1, 47], &[1, 2, 3, 9, 17, 30, 31, 40]];
         for pos in cases {
@@ -592,12 +608,14 @@ fn attention_matches_a_host_reference() {
         // (up to 16), several with empty ones beside them (17, 33), all eight, and beyond 512
         // positions (two rounds of loads per block).
         if c.num_attention_heads / nkv <= 4 && c.head_dim <= 128 {
-            for pos in cases {
-                check_attention(&ctx, &st, &kernels, c, pos, 48, CLUSTER);
+            for how in CLUSTERS {
+                for pos in cases {
+                    check_attention(&ctx, &st, &kernels, c, pos, 48, how);
+                }
+                check_attention(&ctx, &st, &kernels, c, long, 300, how);
+                let longer: &[i32] = &[1099, 600, 513, -1, 511, 16, 130];
+                check_attention(&ctx, &st, &kernels, c, longer, 1100, how);
             }
-            check_attention(&ctx, &st, &kernels, c, long, 300, CLUSTER);
-            let longer: &[i32] = &[1099, 600, 513, -1, 511, 16, 130];
-            check_attention(&ctx, &st, &kernels, c, longer, 1100, CLUSTER);
         }
     }
 }

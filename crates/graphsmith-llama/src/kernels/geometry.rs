@@ -23,13 +23,24 @@ pub(crate) const ATTENTION_MIN_CHUNK: usize = 16;
 /// count; this bounds the scratch and the last block's combine).
 pub(crate) const ATTENTION_MAX_SPLITS: usize = 64;
 
-/// Blocks per (row, key/value head) of the attention's cluster variants
-/// (`ll_attention_{1,2,4}_c8`, `ATT_CLUSTER` of the kernel): one thread block cluster, whose
-/// blocks combine their partial results in distributed shared memory.
+/// Blocks per (row, key/value head) of the attention's larger cluster variants
+/// (`ll_attention_{1,2,4}_c8`): one thread block cluster, whose blocks combine their partial
+/// results in distributed shared memory.
 pub const ATTENTION_CLUSTER: usize = 8;
 
-/// Threads per block of the cluster variants (16 warps share out a block's positions).
+/// Threads per block of the `_c8` variants (16 warps share out a block's positions; one block
+/// per multiprocessor).
 pub const ATTENTION_CLUSTER_THREADS: u32 = 512;
+
+/// Blocks per (row, key/value head) of the smaller cluster variants (`ll_attention_{1,2,4}_c4`),
+/// for models with too many key/value heads for clusters of [`ATTENTION_CLUSTER`] in one wave.
+pub const ATTENTION_CLUSTER_SMALL: usize = 4;
+
+/// Threads per block of the `_c4` variants (8 warps; up to two blocks per multiprocessor).
+pub const ATTENTION_CLUSTER_SMALL_THREADS: u32 = 256;
+
+/// Resident `_c4` blocks per multiprocessor (their `__launch_bounds__`).
+const ATTENTION_CLUSTER_SMALL_PER_SM: usize = 2;
 
 /// The longest context (the cache's capacity) at which the rule runs the attention as clusters.
 /// Its 8 blocks per (row, key/value head) take ever more positions each as the context grows,
@@ -49,13 +60,13 @@ pub struct AttentionLaunch {
 
 impl AttentionLaunch {
     /// The launch for `rows` rows: [`attention_splits`] (capped by `splits_cap`) blocks of
-    /// [`ATTENTION_THREADS`]; or one cluster of [`ATTENTION_CLUSTER`] blocks of
-    /// [`ATTENTION_CLUSTER_THREADS`], for groups of up to 4 query heads and head_dim up to 128
-    /// (the variants that exist), when `cluster` asks for it or, unless it says no, by the
-    /// rule: one row, no cap on the splits, at least [`ATTENTION_CLUSTER`] splits by the split
-    /// rule and a context of at most `ATTENTION_CLUSTER_MAX_CTX`: there one wave of blocks
-    /// holds the positions, and combining in distributed shared memory saves the plain kernel's
-    /// round trip through global memory and its last block's combine.
+    /// [`ATTENTION_THREADS`]; or one cluster per (row, key/value head), for groups of up to 4
+    /// query heads and head_dim up to 128 (the variants that exist), when `cluster` asks for it
+    /// or, unless it says no, by the rule: one row, no cap on the splits, a context of at most
+    /// `ATTENTION_CLUSTER_MAX_CTX`, and a cluster size ([`cluster_size`]) that the split rule
+    /// would fill too. There one wave of blocks holds the positions, and combining in
+    /// distributed shared memory saves the plain kernel's round trip through global memory and
+    /// its last block's combine.
     pub fn for_rows(
         rows: usize,
         (kv_heads, group, head_dim): (usize, usize, usize),
@@ -69,16 +80,13 @@ impl AttentionLaunch {
             splits = splits.min(cap.max(1));
         }
         let fits = group <= 4 && head_dim <= 128;
+        let size = cluster_size(rows, kv_heads, sm_count);
         let rule = rows == 1
             && splits_cap.is_none()
-            && splits >= ATTENTION_CLUSTER
+            && splits >= size
             && max_ctx <= ATTENTION_CLUSTER_MAX_CTX;
         if fits && cluster.unwrap_or(rule) {
-            AttentionLaunch {
-                cluster: true,
-                splits: ATTENTION_CLUSTER,
-                threads: ATTENTION_CLUSTER_THREADS,
-            }
+            AttentionLaunch::cluster_of(size)
         } else {
             AttentionLaunch {
                 cluster: false,
@@ -88,10 +96,41 @@ impl AttentionLaunch {
         }
     }
 
+    /// The cluster variant of `size` blocks per cluster ([`ATTENTION_CLUSTER`] or
+    /// [`ATTENTION_CLUSTER_SMALL`]) with its threads per block.
+    pub fn cluster_of(size: usize) -> AttentionLaunch {
+        let threads = if size == ATTENTION_CLUSTER_SMALL {
+            ATTENTION_CLUSTER_SMALL_THREADS
+        } else {
+            ATTENTION_CLUSTER_THREADS
+        };
+        AttentionLaunch {
+            cluster: true,
+            splits: size,
+            threads,
+        }
+    }
+
     /// Dynamic shared memory of one block for `group` query heads of `head_dim`
     /// (`attention_smem`).
     pub fn smem(&self, group: usize, head_dim: usize) -> usize {
         attention_smem(group, head_dim, self.splits, self.threads, self.cluster)
+    }
+}
+
+/// Blocks per cluster of the attention's cluster variant for `rows` rows
+/// of `kv_heads` key/value heads: clusters of [`ATTENTION_CLUSTER`] blocks of 512 threads, one
+/// per multiprocessor, where they fit one wave of `sm_count` multiprocessors; else clusters of
+/// [`ATTENTION_CLUSTER_SMALL`] blocks of 256 threads where those do (two per multiprocessor:
+/// 32 key/value heads on an H200); else the larger ones (several waves either way).
+pub fn cluster_size(rows: usize, kv_heads: usize, sm_count: usize) -> usize {
+    let pairs = rows * kv_heads;
+    let large = pairs * ATTENTION_CLUSTER <= sm_count;
+    let small = pairs * ATTENTION_CLUSTER_SMALL <= sm_count * ATTENTION_CLUSTER_SMALL_PER_SM;
+    if !large && small {
+        ATTENTION_CLUSTER_SMALL
+    } else {
+        ATTENTION_CLUSTER
     }
 }
 
@@ -109,8 +148,9 @@ pub(crate) fn attention_smem(
     cluster: bool,
 ) -> usize {
     let warps = (threads / 32) as usize;
+    // In a cluster, `splits` is the cluster's size.
     let partial = if cluster {
-        ATTENTION_CLUSTER * ((group * head_dim).div_ceil(ATTENTION_CLUSTER) + 2 * group)
+        splits * ((group * head_dim).div_ceil(splits) + 2 * group)
     } else {
         0
     };
@@ -312,7 +352,10 @@ mod tests {
 
     #[test]
     fn the_cluster_attention_runs_by_the_rule_or_when_asked_for_and_served() {
-        use super::{AttentionLaunch, ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS};
+        use super::{
+            AttentionLaunch, ATTENTION_CLUSTER, ATTENTION_CLUSTER_SMALL,
+            ATTENTION_CLUSTER_SMALL_THREADS, ATTENTION_CLUSTER_THREADS,
+        };
         let at = |rows, shape, ctx, cap, force| {
             AttentionLaunch::for_rows(rows, shape, ctx, 132, cap, force)
         };
@@ -341,6 +384,32 @@ mod tests {
         assert!(!at(1, (8, 4, 256), 321, None, Some(true)).cluster);
         // 16 warps' partials: more shared memory than 8 warps'.
         assert!(c.smem(3, 64) > plain.smem(3, 64));
+        // 32 key/value heads (SmolLM2-1.7B, Llama-2-7B): clusters of 8 would take two waves,
+        // clusters of 4 blocks of 256 threads (two per multiprocessor) take one, and the split
+        // rule's 5 blocks fill them.
+        let mha = (32, 1, 64);
+        let c4 = at(1, mha, 105, None, None);
+        assert!(c4.cluster && c4.splits == ATTENTION_CLUSTER_SMALL);
+        assert_eq!(c4.threads, ATTENTION_CLUSTER_SMALL_THREADS);
+        assert!(at(1, (32, 1, 128), 2049, None, Some(true)).cluster);
+        assert!(!at(1, mha, 2049, None, None).cluster); // beyond 512 positions
+        assert!(!at(1, mha, 48, None, None).cluster); // 3 splits by the split rule
+        assert!(!at(1, mha, 105, Some(4), None).cluster);
+        // More pairs than clusters of 4 fit in a wave: the larger clusters, when asked for.
+        assert_eq!(at(3, mha, 105, None, Some(true)).splits, ATTENTION_CLUSTER);
+    }
+
+    #[test]
+    fn the_cluster_size_is_the_one_that_fits_a_wave() {
+        use super::{cluster_size, ATTENTION_CLUSTER, ATTENTION_CLUSTER_SMALL};
+        assert_eq!(cluster_size(1, 8, 132), ATTENTION_CLUSTER); // 64 blocks
+        assert_eq!(cluster_size(1, 16, 132), ATTENTION_CLUSTER); // 128 blocks
+        assert_eq!(cluster_size(1, 17, 132), ATTENTION_CLUSTER_SMALL); // 68 of 264 slots
+        assert_eq!(cluster_size(1, 32, 132), ATTENTION_CLUSTER_SMALL); // 128 of 264
+        assert_eq!(cluster_size(1, 66, 132), ATTENTION_CLUSTER_SMALL); // 264 of 264
+        assert_eq!(cluster_size(1, 67, 132), ATTENTION_CLUSTER); // neither fits
+        assert_eq!(cluster_size(2, 32, 132), ATTENTION_CLUSTER_SMALL);
+        assert_eq!(cluster_size(4, 32, 132), ATTENTION_CLUSTER);
     }
 
     #[test]
@@ -374,15 +443,20 @@ mod tests {
             86 * 3 * 3 * 66
         );
         // Shared memory: queries, 8 warps' partials, maxima and sums, 13 combine weights per
-        // head, the new position's K and V, the block's max and sum per head (and in a cluster
-        // 8 blocks' shares of 24 outputs and their 3 maxima and sums).
+        // head, the new position's K and V, the block's max and sum per head.
         assert_eq!(
             attention_smem(3, 64, 12, 256, false),
             (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64 + 2 * 3) * 4
         );
+        // In a cluster of 8 (16 warps) or 4 (8 warps), besides: the cluster's blocks' shares
+        // of the 192 outputs (24 or 48 each) and their 3 maxima and sums.
         assert_eq!(
-            attention_smem(3, 64, 12, 256, true),
-            (3 * 64 * 9 + 16 * 3 + 13 * 3 + 2 * 64 + 2 * 3 + 8 * (24 + 6)) * 4
+            attention_smem(3, 64, 8, 512, true),
+            (3 * 64 * 17 + 32 * 3 + 9 * 3 + 2 * 64 + 2 * 3 + 8 * (24 + 6)) * 4
+        );
+        assert_eq!(
+            attention_smem(3, 64, 4, 256, true),
+            (3 * 64 * 9 + 16 * 3 + 5 * 3 + 2 * 64 + 2 * 3 + 4 * (48 + 6)) * 4
         );
     }
 }

@@ -16,7 +16,8 @@ pub(crate) mod ptx;
 pub use cublaslt::{AlgoData, MatmulParams, Projection};
 pub use geometry::{
     async_smem, attention_splits, AttentionLaunch, GemvGrid, ARGMAX_CHUNK, ARGMAX_THREADS,
-    ATTENTION_CLUSTER, ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
+    ATTENTION_CLUSTER, ATTENTION_CLUSTER_SMALL, ATTENTION_CLUSTER_SMALL_THREADS,
+    ATTENTION_CLUSTER_THREADS, ATTENTION_THREADS,
 };
 pub use launch::{allow_smem, gemv, gemv_async, gemv_head};
 pub use prefill::{

@@ -4,7 +4,7 @@
 use graphsmith::{Context, Kernel, Module};
 
 use super::all_programmatic;
-use super::geometry::GEMV_ROWS;
+use super::geometry::{AttentionLaunch, ATTENTION_CLUSTER_SMALL, ATTENTION_THREADS, GEMV_ROWS};
 use super::prefill::PrefillKernels;
 use crate::error::Result;
 
@@ -52,6 +52,8 @@ pub struct Kernels {
     /// `ll_attention_{1,2,4}_c8`: groups of up to 4, head_dim up to 128, in clusters of
     /// `ATTENTION_CLUSTER` blocks (see `AttentionLaunch`).
     pub attention_c8: [Kernel; 3],
+    /// `ll_attention_{1,2,4}_c4`: the same in clusters of `ATTENTION_CLUSTER_SMALL` blocks.
+    pub attention_c4: [Kernel; 3],
     pub swiglu: Kernel,
     pub argmax: Kernel,
     pub advance: Kernel,
@@ -107,6 +109,11 @@ impl Kernels {
                 module.kernel("ll_attention_2_c8")?,
                 module.kernel("ll_attention_4_c8")?,
             ],
+            attention_c4: [
+                module.kernel("ll_attention_1_c4")?,
+                module.kernel("ll_attention_2_c4")?,
+                module.kernel("ll_attention_4_c4")?,
+            ],
             swiglu: module.kernel("ll_swiglu")?,
             argmax: module.kernel("ll_argmax")?,
             advance: module.kernel("ll_advance")?,
@@ -156,6 +163,7 @@ impl Kernels {
             attention: all(&self.attention)?,
             attention_g4: all(&self.attention_g4)?,
             attention_c8: all_programmatic(&self.attention_c8)?,
+            attention_c4: all_programmatic(&self.attention_c4)?,
             swiglu: self.swiglu.clone().programmatic()?,
             argmax: self.argmax.clone().programmatic()?,
             advance: self.advance.clone().programmatic()?,
@@ -185,21 +193,35 @@ impl Kernels {
     /// key/value head (at most 16): lanes hold head_dim / 32 elements each, rounded up to 1, 2,
     /// 4 or 8; groups of up to 4 take the smaller `_g4` kernels.
     pub fn attention_for(&self, head_dim: usize, group: usize) -> &Kernel {
-        self.attention_kernel(head_dim, group, false)
+        let plain = AttentionLaunch {
+            cluster: false,
+            splits: 1,
+            threads: ATTENTION_THREADS,
+        };
+        self.attention_kernel(head_dim, group, plain)
     }
 
-    /// The instantiation `AttentionLaunch` asks for: with `cluster`, the `_c8` kernel (which
-    /// exists for groups of up to 4 and head_dim up to 128, as `AttentionLaunch::for_rows`
-    /// requires).
-    pub fn attention_kernel(&self, head_dim: usize, group: usize, cluster: bool) -> &Kernel {
+    /// The instantiation `AttentionLaunch` asks for: with `cluster`, the `_c8` or `_c4` kernel
+    /// by `splits` (the cluster's size; they exist for groups of up to 4 and head_dim up to 128,
+    /// as `AttentionLaunch::for_rows` requires).
+    pub fn attention_kernel(
+        &self,
+        head_dim: usize,
+        group: usize,
+        launch: AttentionLaunch,
+    ) -> &Kernel {
         let i = match head_dim {
             0..=32 => 0,
             33..=64 => 1,
             65..=128 => 2,
             _ => 3,
         };
-        if cluster && i < 3 && group <= 4 {
-            &self.attention_c8[i]
+        if launch.cluster && i < 3 && group <= 4 {
+            if launch.splits == ATTENTION_CLUSTER_SMALL {
+                &self.attention_c4[i]
+            } else {
+                &self.attention_c8[i]
+            }
         } else if group <= 4 {
             &self.attention_g4[i]
         } else {

@@ -13,7 +13,8 @@ use crate::kernels::cublas::Cublas;
 use crate::kernels::cublaslt::CublasLt;
 use crate::kernels::geometry::{
     async_smem, attention_partials_len, grid, ring_gemv_rule, warps_per_column,
-    warps_per_column_max, AttentionLaunch, DEFAULT_SMEM, GEMV_ROWS, QKV_WARPS_PER_COLUMN,
+    warps_per_column_max, AttentionLaunch, ATTENTION_CLUSTER, ATTENTION_CLUSTER_SMALL,
+    DEFAULT_SMEM, GEMV_ROWS, QKV_WARPS_PER_COLUMN,
 };
 use crate::kernels::launch::{allow_smem, device_attribute};
 use crate::kernels::ptx::Kernels;
@@ -181,17 +182,20 @@ impl Decoder {
         )?
         .max(1) as u32;
         // The attention's split count only falls as rows grow: one row has the most; the
-        // cluster variant's blocks have more warps.
+        // cluster variants (either size, as rows may ask) have their own.
         let nkv = config.num_key_value_heads;
         let shape = (nkv, group, config.head_dim);
-        let smem = [false, true]
-            .map(|c| {
-                AttentionLaunch::for_rows(1, shape, max_ctx, sm_count as usize, None, Some(c))
-                    .smem(group, config.head_dim)
-            })
-            .into_iter()
-            .max()
-            .unwrap_or(0);
+        let plain =
+            AttentionLaunch::for_rows(1, shape, max_ctx, sm_count as usize, None, Some(false));
+        let smem = [
+            plain,
+            AttentionLaunch::cluster_of(ATTENTION_CLUSTER),
+            AttentionLaunch::cluster_of(ATTENTION_CLUSTER_SMALL),
+        ]
+        .map(|l| l.smem(group, config.head_dim))
+        .into_iter()
+        .max()
+        .unwrap_or(0);
         if smem > limit {
             return Err(LlamaError::Input(format!(
                 "{group} query heads of head_dim {} need {smem} bytes of shared memory per attention block; the device allows {limit}",
@@ -201,7 +205,10 @@ impl Decoder {
         // Static shared memory counts against the 48 KiB default too: opt in with a margin.
         if smem + 1024 > DEFAULT_SMEM {
             let all = kernels.attention.iter().chain(&kernels.attention_g4);
-            for k in all.chain(&kernels.attention_c8) {
+            for k in all
+                .chain(&kernels.attention_c8)
+                .chain(&kernels.attention_c4)
+            {
                 allow_smem(k, smem, "ll_attention_*")?;
             }
         }

@@ -75,8 +75,7 @@ impl Decoder {
         let [pa, pb, pc] = plan.each_ref().map(|r| (pick(r), r.offset, r.bytes));
         stream.launch(
             "rope + kv append + attention",
-            self.kernels
-                .attention_kernel(c.head_dim, group, launch.cluster),
+            self.kernels.attention_kernel(c.head_dim, group, launch),
             grid3(
                 (rows as u32, nkv as u32, launch.splits as u32),
                 launch.threads,

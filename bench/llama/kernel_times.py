@@ -2,14 +2,17 @@
 """Where a decode step's time goes, kernel by kernel, from Nsight Compute (stdlib only).
 
     python3 bench/llama/kernel_times.py run --bin gpu-bin/graphsmith-llama --model DIR --batch 1 \\
-        [--steps 2] [--cache DIR] [--out PREFIX] [--timeout 100] [--json]
+        [--steps 2] [--context 72] [--cache DIR] [--out PREFIX] [--timeout 100] [--json]
     python3 bench/llama/kernel_times.py summarize REPORT.csv --steps S [--batch B] [--json]
     python3 bench/llama/kernel_times.py --self-test
 
-`run` profiles `graphsmith-llama bench --profile` in graphs mode (one warm-up, one run of S steps
-at batch B, no time to first token) under `ncu --profile-from-start off --graph-profiling node`:
-the bench turns profile collection on only around that run's steps, so the report holds exactly
-S decode steps' kernels, each graph node on its own. With --cache, GRAPHSMITH_CACHE_DIR points at
+`run` profiles `graphsmith-llama bench --profile` in graphs mode (one run of C - S warm-up steps
+and S timed steps at batch B, no time to first token) under `ncu --profile-from-start off
+--graph-profiling node`: the bench turns profile collection on only around that run's steps, so
+the report holds exactly S decode steps' kernels, each graph node on its own. C (--context, the
+warm-up plus the timed steps of the bench being explained: `run.sh shapes` passes its own) sizes
+the model's context as that bench's, and the launch rules that depend on it (the attention's
+splits and clusters) pick what that bench ran. With --cache, GRAPHSMITH_CACHE_DIR points at
 that launch-choice cache, so the profiled steps run the choices a search stored there. Then
 `ncu --import PREFIX.ncu-rep --csv --page raw` and the summary: per kernel (template and parameter
 lists stripped), launches per step, median µs per launch, µs per step, MB read + written from
@@ -236,7 +239,8 @@ def profile(args):
     cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--graph-profiling", "node",
            "--metrics", ",".join(METRICS), "-o", prefix, "-f",
            args.bin, "bench", "--model", args.model, "--batch", str(args.batch), "--steps", str(args.steps),
-           "--warmup", "1", "--runs", "1", "--mode", "graphs", "--no-ttft", "--profile", "--json"]
+           "--warmup", str(args.context - args.steps), "--runs", "1", "--mode", "graphs", "--no-ttft",
+           "--profile", "--json"]
     p = call(cmd, args.timeout, "profiling", env)
     said = p.stdout + "\n" + p.stderr
     if "ERR_NVGPUCTRPERM" in said:
@@ -340,6 +344,8 @@ def main(argv):
     r.add_argument("--model", required=True)
     r.add_argument("--batch", type=int, default=1)
     r.add_argument("--steps", type=int, default=2)
+    r.add_argument("--context", type=int, default=72,
+                   help="warm-up plus timed steps of the bench explained (the model's context less the prompt)")
     r.add_argument("--cache", help="GRAPHSMITH_CACHE_DIR for the profiled run (the searched launch choices)")
     r.add_argument("--out", help="report prefix (PREFIX.ncu-rep; default kernels-bB)")
     r.add_argument("--timeout", type=int, default=100, help="seconds the profiled run may take")
@@ -354,6 +360,9 @@ def main(argv):
         if args.cmd == "run":
             if args.steps < 1 or args.batch < 1:
                 raise KernelTimesError("--steps and --batch must be at least 1")
+            if args.context < args.steps + 1:
+                raise KernelTimesError(f"--context {args.context} must exceed --steps {args.steps} "
+                                       "(it holds one warm-up step at least)")
             summary = profile(args)
         else:
             with open(args.csv) as f:

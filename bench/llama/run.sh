@@ -360,12 +360,12 @@ shapes)
           for kb in ${SHAPES_KERNELS_BATCHES//,/ }; do
             limit=$(cap 120)
             timed "$s" "kernels-b$kb" "$limit" "$py" $here/kernel_times.py run --bin "$gs" --model "$dir" \
-              --batch "$kb" --cache "$cache" --out "$out/kernels/$s-b$kb" --timeout $((limit > 20 ? limit - 10 : 10)) --json
+              --batch "$kb" --context $((warmup + steps)) --cache "$cache" --out "$out/kernels/$s-b$kb" --timeout $((limit > 20 ? limit - 10 : 10)) --json
             annotate "$rows" shape="$s" <"$tmp"
             # The same steps as they run in the replayed graph (CUPTI's activity records,
             # programmatic dependent launch on): what each kernel adds to the step.
             tl=$out/timeline/$s-b$kb
-            timed "$s" "timeline-b$kb" "$(cap 120)" env BATCH="$kb" GRAPHSMITH_CACHE_DIR="$cache" \
+            timed "$s" "timeline-b$kb" "$(cap 120)" env BATCH="$kb" STEPS="$steps" WARMUP="$warmup" GRAPHSMITH_CACHE_DIR="$cache" \
               GRAPHSMITH_LLAMA="$gs" bash $here/timeline/run.sh "$dir" "$tl" &&
               annotate "$rows" shape="$s" kind=timeline batch="$kb" <"$tl/summary.json"
           done

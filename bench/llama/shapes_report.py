@@ -224,6 +224,11 @@ def kernel_section(shapes, figs):
     return out
 
 
+def ratio(x, goal):
+    """x with two decimals, or three where two would print the goal itself (1.304 against 1.3)."""
+    return f"{x:.2f}" if round(x, 2) != goal else f"{x:.3f}"
+
+
 def goal_rows(f):
     """[(figure, goal, measured, status)] of one shape."""
     out, wb = [], f["weight_bytes"]
@@ -234,8 +239,8 @@ def goal_rows(f):
     gs1, lean1, floor1 = f["gs1"], f["lean1"], f["floor1"]
     speed1 = ms(lean1) / ms(gs1) if gs1 and lean1 else None
     over1 = ms(gs1) / floor1 if gs1 and floor1 else None
-    both = (f"{speed1:.2f}x the lean loop" if speed1 else "lean loop not measured") + ", " + \
-           (f"{over1:.2f}x the floor" if over1 else "floor not measured")
+    both = (f"{ratio(speed1, 2.0)}x the lean loop" if speed1 else "lean loop not measured") + ", " + \
+           (f"{ratio(over1, 1.3)}x the floor" if over1 else "floor not measured")
     detail = (f"graphsmith {ms(gs1):.3f} ms" if gs1 else "graphsmith not measured") + \
              (f", lean {ms(lean1):.3f} ms" if lean1 else "") + (f", floor {floor1:.3f} ms" if floor1 else "")
     if wb is not None and wb < 1 * GB:
@@ -249,8 +254,8 @@ def goal_rows(f):
     gs64, lean64, floor64 = f["gs64"], f["lean64"], f["floor64"]
     speed64 = ms(lean64) / ms(gs64) if gs64 and lean64 else None
     over64 = ms(gs64) / floor64 if gs64 and floor64 else None
-    parts = [f"{speed64:.2f}x the lean loop" if speed64 else "lean loop not measured",
-             f"{over64:.2f}x the floor" if over64 else "floor not measured"]
+    parts = [f"{ratio(speed64, 1.3)}x the lean loop" if speed64 else "lean loop not measured",
+             f"{ratio(over64, 1.2)}x the floor" if over64 else "floor not measured"]
     detail = (f"graphsmith {ms(gs64):.3f} ms" if gs64 else "graphsmith not measured") + \
              (f", lean {ms(lean64):.3f} ms" if lean64 else "") + \
              (f", floor {floor64:.3f} ms of which KV {f['kv64'] / 1e6:.0f} MB" if floor64 else "")
@@ -361,10 +366,13 @@ def render(by_shape, runs, command):
     run_lines = []
     for r in runs:
         env = " ".join(f"{k}={v}" for k, v in sorted(r.get("env", {}).items()))
+        # swap_bench says the binary has swap-bench; SHAPES_PARTS may still have left it out.
+        parts = r.get("env", {}).get("SHAPES_PARTS", "graphsmith,torch,swap").split(",")
+        swapped = r.get("swap_bench") and "swap" in parts
         run_lines.append(f"- `{(env + ' ') if env else ''}{command or 'bash bench/llama/run.sh shapes OUTDIR'}`: "
                          f"{', '.join(r.get('ran', [])) or 'nothing'} in {r.get('seconds', '?')} s "
                          f"(steps {r.get('steps')}, warm-up {r.get('warmup')}, runs {r.get('runs')}; swap-bench "
-                         f"{'run' if r.get('swap_bench') else 'not run'})")
+                         f"{'run' if swapped else 'not run'})")
     out += ["Commands (from the repository root, `gpu-bin/` built by `scripts/gpu-build.sh`):", ""]
     out += run_lines or [f"- `{command or 'bash bench/llama/run.sh shapes OUTDIR'}`"]
     out += ["", "Random bf16 weights (`make_model.py`, seed 1, built on the GPU), every layer of the published "
@@ -555,6 +563,7 @@ def self_test():
     g = {figure: (measured, status) for figure, _, measured, status in goal_rows(f)}
     # 4.6 ms (the cached load's) over 16.06 GB / 4 TB/s = 4.015 ms: 1.15x, met.
     assert g["batch 1, graphs"][1] == "met" and "1.15x the floor" in g["batch 1, graphs"][0], g
+    assert ratio(1.3038, 1.3) == "1.304" and ratio(1.2962, 1.3) == "1.296" and ratio(1.36, 1.3) == "1.36"
     # 7/6 = 1.17x the lean loop, but 6.0 ms over (16.06 GB + 0.63 GB) / 4 TB/s = 4.17 ms is 1.44x: missed.
     assert g["batch 64, graphs"][1] == "missed" and g["batch 64, graphs"][0].endswith(KERNELS_POINTER), g
     assert KERNELS_POINTER not in g["batch 1, graphs"][0], g  # met: no pointer

@@ -6,7 +6,8 @@
 # tracing costs.
 #   bash bench/llama/timeline/run.sh MODEL_DIR OUTDIR
 # Environment: GRAPHSMITH_LLAMA (default gpu-bin/graphsmith-llama), CUDA_HOME (/usr/local/cuda),
-# BATCH (1), PDL (auto; off times each kernel without overlap), TUNE (the bench's --tune, none),
+# BATCH (1), STEPS (256) and WARMUP (32) of the bench (they size its context, and with it the
+# attention's launch), PDL (auto; off times each kernel without overlap), TUNE (the bench's --tune, none),
 # GRAPH (which graph summarize.py takes: the one launched most often, or `last`: the step of the
 # last --tune pass).
 set -euo pipefail
@@ -21,7 +22,7 @@ krec=$(grep -ho 'CUpti_ActivityKernel[0-9]*' "$inc"/cupti_activity*.h | sort -uV
 echo "CUPTI: $inc, $lib; kernel record $krec"
 gcc -O2 -shared -fPIC -DKREC="$krec" -I"$inc" -I"$CUDA/include" -o "$R/libkernel_timeline.so" \
   "$HERE/kernel_timeline.c" -L"$lib" -lcupti -Wl,-rpath,"$lib"
-args=(bench --model "$M" --batch "${BATCH:-1}" --steps 256 --warmup 32 --mode graphs --pdl "${PDL:-auto}" --json)
+args=(bench --model "$M" --batch "${BATCH:-1}" --steps "${STEPS:-256}" --warmup "${WARMUP:-32}" --mode graphs --pdl "${PDL:-auto}" --json)
 [ -n "${TUNE:-}" ] && args+=(--tune "$TUNE")
 "$G" "${args[@]}" > "$R/plain.jsonl" 2> "$R/plain.err"
 CUDA_INJECTION64_PATH="$R/libkernel_timeline.so" KERNEL_TIMELINE_OUT="$R/timeline.tsv" \

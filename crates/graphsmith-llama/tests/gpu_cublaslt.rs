@@ -10,29 +10,14 @@
 //! `cargo test -p graphsmith-llama --release --test gpu_cublaslt -- --ignored --test-threads=1 --nocapture`
 
 mod common;
-
-use std::path::Path;
-use std::sync::OnceLock;
+use common::cache_folder;
 
 use graphsmith::Context;
 use graphsmith_llama::kernels::Projection;
-use graphsmith_llama::search::CACHE_DIR_VAR;
 use graphsmith_llama::{
     random_weights, top2, Config, DecoderOptions, Gemm, HostWeights, Mode, Model, Search,
     Tolerance, BUCKETS,
 };
-
-/// The cache folder of this process (a temporary one, made and set on first use).
-fn cache_folder() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("a temporary folder for the cache");
-        // Set before any model is made; the GPU tests run one at a time.
-        std::env::set_var(CACHE_DIR_VAR, dir.path());
-        dir
-    })
-    .path()
-}
 
 fn gpu() -> Context {
     Context::new(0).expect("these tests need a CUDA GPU (Context::new(0) failed)")

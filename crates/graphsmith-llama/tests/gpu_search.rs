@@ -10,28 +10,16 @@
 //! `cargo test -p graphsmith-llama --release --test gpu_search -- --ignored --test-threads=1`
 
 mod common;
+use common::cache_folder;
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 
 use graphsmith::Context;
-use graphsmith_llama::search::{load, Lookup, CACHE_DIR_VAR};
+use graphsmith_llama::search::{load, Lookup};
 use graphsmith_llama::{
     random_weights, BucketChoices, Config, DecoderOptions, HostWeights, Mode, Model, Search,
     SearchReport, Tuning, BUCKETS,
 };
-
-/// The cache folder of this process (a temporary one, made and set on first use).
-fn cache_folder() -> &'static Path {
-    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = tempfile::tempdir().expect("a temporary folder for the cache");
-        // Set before any model is made; the GPU tests run one at a time.
-        std::env::set_var(CACHE_DIR_VAR, dir.path());
-        dir
-    })
-    .path()
-}
 
 fn noop(_: usize, _: usize) {}
 

@@ -1,11 +1,14 @@
 //! Helpers shared by the tests: a tiny model directory written in the HF layout, models with
-//! the default options, a cache key, and logits held to the check's tolerance.
+//! the default options, a cache key, logits held to the check's tolerance, and a search cache
+//! folder of the process's own.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use graphsmith::Context;
+use graphsmith_llama::search::CACHE_DIR_VAR;
 use graphsmith_llama::{
     random_weights, top2, Config, DecoderOptions, HostWeights, Mode, Model, Tolerance,
 };
@@ -184,4 +187,16 @@ pub fn assert_close(what: &str, want: &[f32], got: &[f32], vocab: usize) -> f32 
         }
     }
     worst
+}
+
+/// The cache folder of this process (a temporary one, made and set on first use).
+pub fn cache_folder() -> &'static Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary folder for the cache");
+        // Set before any model is made; the GPU tests run one at a time.
+        std::env::set_var(CACHE_DIR_VAR, dir.path());
+        dir
+    })
+    .path()
 }

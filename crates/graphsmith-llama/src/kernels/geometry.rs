@@ -118,9 +118,9 @@ impl AttentionLaunch {
     }
 }
 
-/// Blocks per cluster of the attention's cluster variant for `rows` rows
-/// of `kv_heads` key/value heads: clusters of [`ATTENTION_CLUSTER`] blocks of 512 threads, one
-/// per multiprocessor, where they fit one wave of `sm_count` multiprocessors; else clusters of
+/// Blocks per cluster of the attention's cluster variant for `rows` rows of `kv_heads`
+/// key/value heads: clusters of [`ATTENTION_CLUSTER`] blocks of 512 threads, one per
+/// multiprocessor, where they fit one wave of `sm_count` multiprocessors; else clusters of
 /// [`ATTENTION_CLUSTER_SMALL`] blocks of 256 threads where those do (two per multiprocessor:
 /// 32 key/value heads on an H200); else the larger ones (several waves either way).
 pub fn cluster_size(rows: usize, kv_heads: usize, sm_count: usize) -> usize {
